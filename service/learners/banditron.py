@@ -1,0 +1,92 @@
+"""The Banditron (Kakade, Shalev-Shwartz, Tewari, ICML 2008; seed 002, ALGORITHMS.md §5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from service.learners.base import (
+    Decision,
+    Learner,
+    Params,
+    gamma_mix,
+    learners,
+    randargmax,
+    sample,
+)
+
+
+class BanditronParams(Params):
+    """Hyperparameters of :class:`Banditron`.
+
+    Parameters
+    ----------
+    gamma : float, default 0.05
+        Exploration rate in (0, 0.5): ``p(r) = (1-gamma) 1[r = greedy] + gamma/K``.
+    tie_break : {"random", "first"}, default "random"
+        Ties of the greedy argmax: uniform at random, or the first maximiser as in DOGMA's
+        MATLAB ``max`` (for parity with that code).
+    """
+
+    gamma: float = Field(0.05, gt=0.0, lt=0.5)
+    tie_break: Literal["random", "first"] = "random"
+
+
+@learners.register("banditron")
+class Banditron(Learner):
+    """Banditron: a multiclass Perceptron fed an unbiased estimate of its update.
+
+    Round t (seed 002, Algorithm 1 with the erratum of ALGORITHMS.md §5 applied):
+
+    1. ``yhat = argmax_r (W x)_r``;
+    2. ``P(r) = (1-gamma) 1[r = yhat] + gamma/K``; sample ``ytilde ~ P``;
+    3. ``W += U~`` with ``U~[r] = x (1[y = ytilde] 1[ytilde = r] / P(r) - 1[yhat = r])``.
+
+    ``E U~`` is the Perceptron update ``x (1[y = r] - 1[yhat = r])`` (seed 002, Lemma 4). The form
+    printed in the seed's Algorithm 1, with ``1[yhat = r]`` in the first term, is biased and is not
+    implemented.
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (K, d)
+        The weight matrix, initially zero.
+
+    References
+    ----------
+    S. M. Kakade, S. Shalev-Shwartz, A. Tewari. Efficient bandit algorithms for online multiclass
+    prediction. ICML 2008.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from service.learners import make_learner
+    >>> m = make_learner("banditron", 3, 2, {"gamma": 0.1}, seed=0)
+    >>> d = m.decide(np.array([1.0, 0.0, 1.0]), np.random.default_rng(0))
+    >>> d.probs.round(2).tolist()
+    [0.95, 0.05]
+    """
+
+    name = "banditron"
+    Params = BanditronParams
+    params: BanditronParams
+
+    def _init(self) -> None:
+        self.W_ = np.zeros((self.n_labels, self.n_features))
+
+    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+        scores = self.W_ @ x
+        if self.params.tie_break == "random":
+            greedy = randargmax(scores, rng)
+        else:
+            greedy = int(np.argmax(scores))
+        p = gamma_mix(self.n_labels, greedy, self.params.gamma)
+        return Decision(p, sample(p, rng), {"greedy": greedy})
+
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+        self.t_ += 1
+        # Row yhat always loses x; row ytilde gains x / P(ytilde) on a click (seed 002, eq. of U~).
+        self.W_[decision.memo["greedy"]] -= x
+        if reward:
+            self.W_[decision.label] += x / decision.probs[decision.label]

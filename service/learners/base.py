@@ -1,0 +1,403 @@
+"""The learner contract, the shared exploration helpers and the learner registry.
+
+Every learner follows the stack of Vowpal Wabbit's reductions: a scorer produces a greedy label, an
+explorer (:func:`gamma_mix` or :func:`rho_mix`) turns it into a distribution, :func:`sample` draws
+the label shown to the user, and ``learn`` turns the click bit into an unbiased update.
+
+Contract (``../shared/DESIGN.md``, ALGORITHMS.md §1):
+
+``decide(x, rng) -> Decision``
+    Must not change the model. Everything ``learn`` needs from prediction time travels in
+    ``Decision.memo`` so the update is exact even when other updates landed in between.
+``learn(x, decision, reward)``
+    The bandit update; a deterministic function of (state, x, decision, reward). Randomness it
+    needs comes from ``self.rng_``, which is part of the state.
+``state()`` / ``from_state(config, state)``
+    Learned state as flat numpy arrays and scalars with a schema version; no pickle.
+
+Hyperparameters are stored verbatim in ``self.params`` (a frozen pydantic model validated at
+construction); learned state lives in attributes whose names end with ``_``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from service.registry import Registry
+from service.serial import State, StateFormatError
+
+__all__ = [
+    "Decision",
+    "Learner",
+    "ParamError",
+    "Params",
+    "Stateful",
+    "gamma_mix",
+    "learner_from_state",
+    "learners",
+    "make_learner",
+    "randargmax",
+    "randargmin",
+    "rho_mix",
+    "sample",
+]
+
+
+class ParamError(ValueError):
+    """A hyperparameter or a learner configuration is invalid; the message says which and why."""
+
+
+# --------------------------------------------------------------------------------------------
+# Exploration: the two parameterisations of ALGORITHMS.md ("Two exploration parameterisations")
+# --------------------------------------------------------------------------------------------
+
+
+def gamma_mix(k: int, greedy: int, gamma: float) -> np.ndarray:
+    """Banditron / Chen et al. 2014 exploration: ``p(r) = (1-gamma) 1[r = greedy] + gamma / k``.
+
+    Off-greedy mass is ``gamma (k-1) / k``; exploration may also pick the greedy label itself
+    (seed 002, Algorithm 1, with the erratum of ALGORITHMS.md §5).
+    """
+    p = np.full(k, gamma / k)
+    p[greedy] += 1.0 - gamma
+    return p
+
+
+def rho_mix(k: int, greedy: int, rho: float) -> np.ndarray:
+    """Zhang, Jung, Tewari 2019 eq. (2): ``p(greedy) = 1 - rho``, ``p(l) = rho / (k-1)`` otherwise."""
+    p = np.full(k, rho / (k - 1))
+    p[greedy] = 1.0 - rho
+    return p
+
+
+def randargmax(v: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of a maximum of ``v``, uniform among ties; draws from ``rng`` only when there is a tie."""
+    i = int(np.argmax(v))
+    ties = np.flatnonzero(v == v[i])
+    if ties.size == 1:
+        return i
+    return int(ties[rng.integers(ties.size)])
+
+
+def randargmin(v: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of a minimum of ``v``, uniform among ties (see :func:`randargmax`)."""
+    i = int(np.argmin(v))
+    ties = np.flatnonzero(v == v[i])
+    if ties.size == 1:
+        return i
+    return int(ties[rng.integers(ties.size)])
+
+
+def sample(p: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw an index from the distribution ``p`` by inverting its CDF with one uniform draw."""
+    c = np.cumsum(p)
+    return min(int(np.searchsorted(c, rng.random() * c[-1], side="right")), p.size - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions, parameters, state
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Decision:
+    """What ``decide`` returns and ``learn`` consumes.
+
+    Attributes
+    ----------
+    probs : ndarray of shape (K,)
+        The distribution the label was sampled from.
+    label : int
+        The sampled label (0-based), shown to the user.
+    memo : dict
+        Small arrays and scalars from prediction time that ``learn`` needs (greedy label, weak
+        predictions, vote vectors, expert index, ...). Keys are learner-specific.
+    """
+
+    probs: np.ndarray
+    label: int
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def probability(self) -> float:
+        """Probability with which ``label`` was sampled."""
+        return float(self.probs[self.label])
+
+    def to_state(self) -> State:
+        """Flat dictionary for :mod:`service.serial` (decision records in the store)."""
+        out: State = {"probs": np.asarray(self.probs, dtype=np.float64), "label": int(self.label)}
+        for k, v in self.memo.items():
+            out[f"memo.{k}"] = v
+        return out
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Decision:
+        """Inverse of :meth:`to_state`."""
+        try:
+            probs = np.asarray(state["probs"], dtype=np.float64)
+            label = int(state["label"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFormatError(f"bad decision record: {exc}") from None
+        memo = {k[5:]: v for k, v in state.items() if k.startswith("memo.")}
+        return cls(probs, label, memo)
+
+
+class Params(BaseModel):
+    """Base class of every learner's hyperparameters: frozen, no unknown keys, validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    @classmethod
+    def parse(cls, owner: str, values: Mapping[str, Any] | None) -> Params:
+        """Validate ``values``; raise :class:`ParamError` with one readable line per problem."""
+        try:
+            return cls.model_validate(dict(values or {}))
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "params"
+                got = f" (got {err['input']!r})" if err["type"] != "missing" else ""
+                problems.append(f"{loc}: {err['msg']}{got}")
+            raise ParamError(f"{owner}: " + "; ".join(problems)) from None
+
+
+def _pack_rng(rng: np.random.Generator) -> np.ndarray:
+    st = rng.bit_generator.state
+    if st["bit_generator"] != "PCG64":
+        raise StateFormatError(f"only PCG64 generators are serialisable, not {st['bit_generator']}")
+    s, inc = st["state"]["state"], st["state"]["inc"]
+    mask = (1 << 64) - 1
+    words = [s & mask, s >> 64, inc & mask, inc >> 64, st["has_uint32"], st["uinteger"]]
+    return np.array(words, dtype=np.uint64)
+
+
+def _unpack_rng(words: np.ndarray) -> np.random.Generator:
+    if words.shape != (6,) or words.dtype != np.uint64:
+        raise StateFormatError("rng state must be uint64[6]")
+    w = [int(v) for v in words]
+    gen = np.random.Generator(np.random.PCG64(0))
+    gen.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": w[0] | (w[1] << 64), "inc": w[2] | (w[3] << 64)},
+        "has_uint32": w[4],
+        "uinteger": w[5],
+    }
+    return gen
+
+
+class Stateful:
+    """Mixin: learned state = the attributes whose names end with ``_``.
+
+    Supported values: numpy arrays, Python/numpy scalars, a ``numpy.random.Generator`` (PCG64),
+    nested :class:`Stateful` objects and lists of them (flattened as ``"attr.i.key"``). Loading
+    compares every value with the freshly constructed object's: same keys, same dtype and number of
+    dimensions, and the same shape unless the attribute is listed in ``_growable``.
+    """
+
+    _growable: ClassVar[frozenset[str]] = frozenset()
+
+    def get_state(self) -> State:
+        """Flat dictionary of the learned state (copies of the arrays)."""
+        out: State = {}
+        for key, value in vars(self).items():
+            if not key.endswith("_"):
+                continue
+            if isinstance(value, Stateful):
+                out.update({f"{key}.{k}": v for k, v in value.get_state().items()})
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    out.update({f"{key}.{i}.{k}": v for k, v in item.get_state().items()})
+            elif isinstance(value, np.random.Generator):
+                out[key] = _pack_rng(value)
+            elif isinstance(value, np.ndarray):
+                out[key] = value.copy()
+            elif isinstance(value, np.generic):
+                out[key] = value.item()
+            else:
+                out[key] = value
+        return out
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Overwrite the learned state from ``state`` after validating it against this object."""
+        expected = self.get_state()
+        if set(expected) != set(state):
+            missing = sorted(set(expected) - set(state))
+            extra = sorted(set(state) - set(expected))
+            raise StateFormatError(f"state keys differ: missing {missing}, unexpected {extra}")
+        for key, value in vars(self).items():
+            if not key.endswith("_"):
+                continue
+            if isinstance(value, Stateful):
+                value.set_state(_sub(state, f"{key}."))
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    item.set_state(_sub(state, f"{key}.{i}."))
+            elif isinstance(value, np.random.Generator):
+                setattr(self, key, _unpack_rng(np.asarray(state[key])))
+            elif isinstance(value, np.ndarray):
+                new = state[key]
+                if not isinstance(new, np.ndarray) or new.dtype != value.dtype:
+                    raise StateFormatError(f"state[{key!r}]: expected a {value.dtype} array")
+                if new.ndim != value.ndim or (key not in self._growable and new.shape != value.shape):
+                    raise StateFormatError(
+                        f"state[{key!r}]: expected shape {value.shape}, got {new.shape}"
+                    )
+                if new.dtype.kind == "f" and not np.all(np.isfinite(new)):
+                    raise StateFormatError(f"state[{key!r}]: contains NaN or Inf")
+                setattr(self, key, new.copy())
+            else:
+                new = state[key]
+                if not _same_scalar_kind(value, new):
+                    raise StateFormatError(f"state[{key!r}]: expected {type(value).__name__}")
+                setattr(self, key, type(value)(new))
+
+
+def _same_scalar_kind(old: Any, new: Any) -> bool:
+    if isinstance(old, bool) or isinstance(new, bool):
+        return isinstance(old, bool) and isinstance(new, bool)
+    if isinstance(old, float):
+        return isinstance(new, int | float)
+    return isinstance(new, type(old))
+
+
+def _sub(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    n = len(prefix)
+    return {k[n:]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+# --------------------------------------------------------------------------------------------
+# The learner base class and registry
+# --------------------------------------------------------------------------------------------
+
+learners: Registry[type[Learner]] = Registry("learner", "service.learners")
+
+
+class Learner(Stateful, abc.ABC):
+    """Base class of every online multiclass learner.
+
+    Parameters
+    ----------
+    n_features : int
+        Dimension d of the dense feature vectors ``x`` (float64 arrays of shape (d,)).
+    n_labels : int
+        Number of labels K >= 2.
+    params : mapping, optional
+        Hyperparameters, validated by the subclass's ``Params`` model.
+    seed : int, default 0
+        Seed of ``rng_``, the learner's own generator (ties and other randomness in ``learn``).
+
+    Attributes
+    ----------
+    t_ : int
+        Number of feedback events applied (ALGORITHMS.md §1.4).
+    rng_ : numpy.random.Generator
+        Learn-time randomness; part of the state.
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type[Params]] = Params
+    full_information: ClassVar[bool] = False
+    schema_version: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        n_features: int,
+        n_labels: int,
+        params: Mapping[str, Any] | Params | None = None,
+        *,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
+            raise ParamError(f"{self.name}: n_features must be a positive integer, got {n_features!r}")
+        if not isinstance(n_labels, int) or isinstance(n_labels, bool) or n_labels < 2:
+            raise ParamError(f"{self.name}: n_labels must be an integer >= 2, got {n_labels!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ParamError(f"{self.name}: seed must be a non-negative integer, got {seed!r}")
+        self.n_features = n_features
+        self.n_labels = n_labels
+        self.seed = seed
+        if isinstance(params, Params):
+            params = params.model_dump()
+        self.params = self.Params.parse(self.name, params)
+        self.t_ = 0
+        self.rng_ = np.random.default_rng(seed)
+        self._init()
+
+    # -- to implement -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _init(self) -> None:
+        """Create the learned state (attributes ending in ``_``) from the hyperparameters."""
+
+    @abc.abstractmethod
+    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+        """Score ``x``, explore, sample; must not change the model."""
+
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+        """Apply the bandit update for ``decision`` given the click bit ``reward``."""
+        raise NotImplementedError(f"{self.name} is a full-information learner: use learn_full")
+
+    def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
+        """Full-information update with the true label ``y`` (reference learners only)."""
+        raise NotImplementedError(f"{self.name} learns from bandit feedback: use learn")
+
+    # -- configuration and state ----------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """Everything needed to rebuild an untrained copy: name, sizes, seed, hyperparameters."""
+        return {
+            "learner": self.name,
+            "n_features": self.n_features,
+            "n_labels": self.n_labels,
+            "seed": self.seed,
+            "params": self.params.model_dump(mode="json"),
+        }
+
+    def state(self) -> State:
+        """Learned state with the schema version (see :class:`Stateful`)."""
+        return {"schema_version": self.schema_version, **self.get_state()}
+
+    @classmethod
+    def from_state(cls, config: Mapping[str, Any], state: Mapping[str, Any]) -> Learner:
+        """Rebuild a learner from :meth:`config` and :meth:`state`, validating both."""
+        learner = make_learner(
+            config["learner"], config["n_features"], config["n_labels"],
+            config.get("params"), seed=config.get("seed", 0),
+        )
+        if not isinstance(learner, cls):
+            raise ParamError(f"config names {config['learner']!r}, not a {cls.__name__}")
+        version = state.get("schema_version")
+        if version != learner.schema_version:
+            raise StateFormatError(
+                f"{learner.name}: state schema version {version!r}, "
+                f"this build reads {learner.schema_version}"
+            )
+        learner.set_state({k: v for k, v in state.items() if k != "schema_version"})
+        return learner
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
+        return f"{type(self).__name__}(d={self.n_features}, K={self.n_labels}, {args})"
+
+
+def make_learner(
+    name: str,
+    n_features: int,
+    n_labels: int,
+    params: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+) -> Learner:
+    """Construct the learner registered as ``name``."""
+    return learners.get(name)(n_features, n_labels, params, seed=seed)
+
+
+def learner_from_state(config: Mapping[str, Any], state: Mapping[str, Any]) -> Learner:
+    """Rebuild any registered learner from its config and state."""
+    return Learner.from_state(config, state)

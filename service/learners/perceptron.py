@@ -1,0 +1,53 @@
+"""The multiclass Perceptron: a full-information reference (seed 004, Table I; seed 002, §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.learners.base import Decision, Learner, learners, randargmax
+
+
+@learners.register("perceptron")
+class Perceptron(Learner):
+    """Multiclass Perceptron; reads the true label, so it is a reference, never served.
+
+    ``yhat = argmax_r (W x)_r`` (ties at random); on a mistake ``W[y] += x`` and ``W[yhat] -= x``.
+    The Banditron's update is an unbiased estimate of exactly this update (seed 002, Lemma 4).
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (K, d)
+        The weight matrix, initially zero.
+
+    References
+    ----------
+    K. Crammer, Y. Singer. Ultraconservative online algorithms for multiclass problems. JMLR 2003.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from service.learners import make_learner
+    >>> m = make_learner("perceptron", 2, 2)
+    >>> x = np.array([1.0, -1.0])
+    >>> m.learn_full(x, m.decide(x, np.random.default_rng(1)), 1)
+    >>> m.decide(x, np.random.default_rng(1)).label
+    1
+    """
+
+    name = "perceptron"
+    full_information = True
+
+    def _init(self) -> None:
+        self.W_ = np.zeros((self.n_labels, self.n_features))
+
+    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+        greedy = randargmax(self.W_ @ x, rng)
+        p = np.zeros(self.n_labels)
+        p[greedy] = 1.0
+        return Decision(p, greedy, {"greedy": greedy})
+
+    def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
+        self.t_ += 1
+        if decision.label != y:
+            self.W_[y] += x
+            self.W_[decision.label] -= x

@@ -1,0 +1,1 @@
+"""Stream simulation: datasets, synthetic generators, the online protocol, metrics and plots."""
