@@ -15,9 +15,7 @@ from collections.abc import Callable, Sequence
 from service.registry import Registry, UnknownNameError
 from service.serial import StateFormatError
 
-commands: Registry[Callable[[argparse._SubParsersAction], None]] = Registry(
-    "command", "service.commands"
-)
+commands: Registry[Callable[[argparse._SubParsersAction], None]] = Registry("command", "service.commands")
 
 
 class CLIError(Exception):

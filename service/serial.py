@@ -86,8 +86,11 @@ def decode(data: bytes) -> State:
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             if pos + nbytes > len(data):
                 raise StateFormatError(f"state[{key!r}]: truncated data")
-            out[key] = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize,
-                                     offset=pos).reshape(shape).astype(dtype.newbyteorder("="))
+            out[key] = (
+                np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=pos)
+                .reshape(shape)
+                .astype(dtype.newbyteorder("="))
+            )
             pos += nbytes
     if pos != len(data):
         raise StateFormatError("trailing bytes after the state")

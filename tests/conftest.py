@@ -41,9 +41,21 @@ def redis_url() -> Iterator[str]:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen(
-            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                redis_server_binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmp,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

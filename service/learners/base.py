@@ -245,9 +245,7 @@ class Stateful:
                 if not isinstance(new, np.ndarray) or new.dtype != value.dtype:
                     raise StateFormatError(f"state[{key!r}]: expected a {value.dtype} array")
                 if new.ndim != value.ndim or (key not in self._growable and new.shape != value.shape):
-                    raise StateFormatError(
-                        f"state[{key!r}]: expected shape {value.shape}, got {new.shape}"
-                    )
+                    raise StateFormatError(f"state[{key!r}]: expected shape {value.shape}, got {new.shape}")
                 if new.dtype.kind == "f" and not np.all(np.isfinite(new)):
                     raise StateFormatError(f"state[{key!r}]: contains NaN or Inf")
                 setattr(self, key, new.copy())
@@ -367,16 +365,18 @@ class Learner(Stateful, abc.ABC):
     def from_state(cls, config: Mapping[str, Any], state: Mapping[str, Any]) -> Learner:
         """Rebuild a learner from :meth:`config` and :meth:`state`, validating both."""
         learner = make_learner(
-            config["learner"], config["n_features"], config["n_labels"],
-            config.get("params"), seed=config.get("seed", 0),
+            config["learner"],
+            config["n_features"],
+            config["n_labels"],
+            config.get("params"),
+            seed=config.get("seed", 0),
         )
         if not isinstance(learner, cls):
             raise ParamError(f"config names {config['learner']!r}, not a {cls.__name__}")
         version = state.get("schema_version")
         if version != learner.schema_version:
             raise StateFormatError(
-                f"{learner.name}: state schema version {version!r}, "
-                f"this build reads {learner.schema_version}"
+                f"{learner.name}: state schema version {version!r}, this build reads {learner.schema_version}"
             )
         learner.set_state({k: v for k, v in state.items() if k != "schema_version"})
         return learner
