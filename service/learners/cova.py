@@ -97,8 +97,11 @@ class ConservativeOVA(Learner):
             ys = np.full(self.n_labels, -1.0)
             ys[yhat] = 1.0
             loss = np.maximum(0.0, 1.0 - ys * (self.W_ @ x))
-            tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-            self.W_ += np.outer(tau * ys, x)
+            step = pa_step(loss, sqnorm, self.params.base, self.params.C) * ys
+            # Only scorers with a positive hinge loss move; adding the others' zero rows would not
+            # change a single bit (W starts at +0.0 and never holds -0.0), so skip them.
+            moved = np.flatnonzero(step)
+            self.W_[moved] += step[moved, None] * x
         else:
             loss = max(0.0, 1.0 + float(self.W_[yhat] @ x))
             if loss > 0.0:

@@ -176,7 +176,7 @@ def load_dataset(name_or_path: str) -> Dataset:
     X = X_raw.astype(np.float64)
     if path.stem == "mnist" or X_raw.dtype == np.uint8:
         X /= 255.0  # seed 004 scales pixels to [0, 1]
-    X = np.nan_to_num(X, nan=0.0)  # seed 001 fed NaN as 0 (mice)
+    np.nan_to_num(X, copy=False, nan=0.0)  # seed 001 fed NaN as 0 (mice); in place: mnist is 440 MB
     meta_path = path.with_suffix(".json")
     classes: list[str] = []
     if meta_path.is_file():
