@@ -35,7 +35,7 @@ TARGETED = ("banditron", "cova")
 
 def _datasets(n: int) -> list[tuple[str, np.ndarray, np.ndarray, int]]:
     """SYNSEP (d=400, K=9) and car (d=21, K=4) duplicated and shuffled, ``n`` examples each."""
-    X, y = Synthetic().sample(n, np.random.default_rng(0))
+    X, y = next(Synthetic().chunks(n, chunk=n))  # not default_rng(0): decide's generator uses that
     car = load_dataset("car")
     cX, cy = car.stream(0, duplicate=-(-n // car.n), limit=n)
     return [("SYNSEP", X, y, Synthetic.n_labels), ("car", cX, cy, car.n_labels)]

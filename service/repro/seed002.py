@@ -138,13 +138,13 @@ def reproduce(quick: bool, out_dir: Path) -> str:
 Kakade, Shalev-Shwartz, Tewari, *Efficient bandit algorithms for online multiclass prediction*
 (ICML 2008). Command: `python -m service reproduce {NAME}{" --quick" if quick else ""}`.
 
-Protocol: {n:,} examples per data set from the Fig. 1 generator (topic seed 0, data seed 0; SYNNONSEP
-= the same examples with 5% of the labels replaced by a different label); the same stream for every
-run, {len(seeds)} runs (seeds 0..{len(seeds) - 1}; the paper used 10, we keep the machine time
-bounded) of a fresh learner; error = cumulative error rate of the sampled label; mean ± std (population) over runs. Slopes: least squares
-of log10(error) on log10(t) for t in [{lo:,}, {n:,}], per run. The SYNSEP γ is the best of the sweep
-on this same stream (tuned on the evaluation stream, as the paper's "best value of γ"). Run time
-{seconds:.0f} s.
+Protocol: {n:,} examples per data set from the Fig. 1 generator (topic seed 0, data seed 0;
+SYNNONSEP = the same examples with 5% of the labels replaced by a different label); the same stream
+for every run; {len(seeds)} runs (seeds 0..{len(seeds) - 1}; the paper used 10, we keep the machine
+time bounded) of a fresh learner; error = cumulative error rate of the sampled label; mean ± std
+(population) over runs. Slopes: least squares of log10(error) on log10(t) for t in [{lo:,}, {n:,}],
+per run. The SYNSEP γ is the best of the sweep on this same stream (tuned on the evaluation stream,
+as the paper's "best value of γ"). Run time {seconds:.0f} s.
 
 | quantity | paper | ours | difference |
 |---|---:|---:|---:|
