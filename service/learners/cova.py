@@ -101,7 +101,8 @@ class ConservativeOVA(Learner):
             # Only scorers with a positive hinge loss move; adding the others' zero rows would not
             # change a single bit (W starts at +0.0 and never holds -0.0), so skip them.
             moved = np.flatnonzero(step)
-            self.W_[moved] += step[moved, None] * x
+            if moved.size:  # usually empty once the margins are met
+                self.W_[moved] += step[moved, None] * x
         else:
             loss = max(0.0, 1.0 + float(self.W_[yhat] @ x))
             if loss > 0.0:
