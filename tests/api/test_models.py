@@ -167,3 +167,21 @@ def test_serve_fails_fast_on_a_bad_config_file(tmp_path: Path, capsys: pytest.Ca
     cfg.write_text('[models.news]\nlearner = "perceptron"\nn_features = 3\nn_labels = 2\n')
     assert main(["serve", "--config", str(cfg)]) == 2
     assert "full information" in capsys.readouterr().err
+
+
+async def test_openapi_documents_bodies_examples_and_security() -> None:
+    async with app_client(make_app()) as c:
+        assert (await c.get("/docs")).status_code == 200
+        spec = (await c.get("/openapi.json")).json()
+        for path in ("/predict", "/feedback"):
+            op = spec["paths"][path]["post"]
+            assert op["requestBody"]["content"]["application/json"]["schema"]["examples"]
+            assert op["security"] == [{"APIKeyHeader": []}]
+        assert spec["paths"]["/feedback"]["post"]["parameters"][0]["name"] == "wait"
+        assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+
+
+async def test_health_and_readiness() -> None:
+    async with app_client(make_app(demo=True)) as c:
+        assert (await c.get("/healthz")).json() == {"status": "ok"}
+        assert (await c.get("/readyz")).json() == {"status": "ready", "models": ["demo"]}
