@@ -185,3 +185,39 @@ async def test_health_and_readiness() -> None:
     async with app_client(make_app(demo=True)) as c:
         assert (await c.get("/healthz")).json() == {"status": "ok"}
         assert (await c.get("/readyz")).json() == {"status": "ready", "models": ["demo"]}
+
+
+def test_serve_fails_fast_on_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLICKBOOST_MAX_BODY_BYTES", "lots")
+    monkeypatch.setenv("CLICKBOOST_CHECKPOINT_EVERY", "0")
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "CLICKBOOST_MAX_BODY_BYTES: Input should be a valid integer" in err
+    assert "CLICKBOOST_CHECKPOINT_EVERY: Input should be greater than or equal to 1" in err
+
+
+async def test_feedback_without_wait_is_applied_by_the_background_task() -> None:
+    async with app_client(make_app()) as c:
+        await c.put("/models/m", json=SPEC)
+        d = (await c.post("/predict", json={"model": "m", "features": XS[0]})).json()
+        r = await c.post("/feedback", json={"decision_id": d["decision_id"], "click": True})
+        assert r.status_code == 200 and r.json()["model_version"] == 1
+        with anyio.fail_after(5):
+            while (await c.get("/models/m")).json()["version"] != 1:
+                await anyio.sleep(0.01)
+
+
+async def test_default_model() -> None:
+    async with app_client(make_app()) as c:
+        await c.put("/models/a", json=SPEC)
+        r = await c.post("/predict", json={"features": XS[0]})
+        assert r.status_code == 200 and r.json()["model"] == "a"  # the only model
+        await c.put("/models/b", json=SPEC)
+        r = await c.post("/predict", json={"features": XS[0]})
+        assert r.status_code == 404 and "no model given" in r.json()["detail"]
+    async with app_client(make_app(default_model="b")) as c:
+        await c.put("/models/a", json=SPEC)
+        await c.put("/models/b", json=SPEC)
+        assert (await c.post("/predict", json={"features": XS[0]})).json()["model"] == "b"
