@@ -11,6 +11,7 @@ import pytest
 
 from service.api.app import create_app
 from service.cli import main
+from service.features import Featuriser
 from service.learners.base import make_learner
 from service.sampling import decision_rng
 from service.serial import checksum
@@ -221,3 +222,19 @@ async def test_default_model() -> None:
         await c.put("/models/a", json=SPEC)
         await c.put("/models/b", json=SPEC)
         assert (await c.post("/predict", json={"features": XS[0]})).json()["model"] == "b"
+
+
+async def test_hashed_model_learns_what_the_offline_learner_learns() -> None:
+    spec = {"learner": "cova", "hashing_bits": 8, "labels": ["x", "y", "z"], "seed": 2}
+    contexts = [{"age": 31, "country": "fr", "mobile": True}, {"age": 2.5, "country": "de"}, {"q": "a"}] * 4
+    offline = make_learner("cova", 256, 3, seed=2)
+    featurise = Featuriser(None, 8, 100)
+    async with app_client(make_app()) as c:
+        assert (await c.put("/models/h", json=spec)).status_code == 201
+        for t, ctx in enumerate(contexts):
+            d = (await c.post("/predict", json={"model": "h", "features": ctx})).json()
+            click = t % 3 == d["label_index"]
+            await c.post("/feedback?wait=true", json={"decision_id": d["decision_id"], "click": click})
+            x = featurise(ctx)
+            offline.learn(x, offline.decide(x, decision_rng(d["decision_id"])), click)
+        assert (await c.get("/models/h")).json()["checksum"] == checksum(offline.state())
