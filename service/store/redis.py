@@ -31,12 +31,18 @@ would need the model as a hash tag in every key and in the decision id (docs/ARC
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.serial import decode, encode
 from service.store.base import (
@@ -49,6 +55,7 @@ from service.store.base import (
     Event,
     ModelExistsError,
     Store,
+    StoreUnavailableError,
     UnknownModelError,
 )
 
@@ -173,6 +180,14 @@ redis.call('DEL', base .. ':due', base .. ':log', base .. ':meta', base .. ':cp'
 return 1
 """
 
+# KEYS: lease key. ARGV: holder, ttl (ms). Take the lease if free (SET NX PX) or renew it if ours.
+_LEASE = """
+local v = redis.call('GET', KEYS[1])
+if not v then redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) return 1 end
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+
 # KEYS: checkpoint hash. ARGV: position, state. Keeps the checkpoint at the later position.
 _PUT_CHECKPOINT = """
 local old = redis.call('HGET', KEYS[1], 'position')
@@ -180,6 +195,23 @@ if old and tonumber(old) > tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'position', ARGV[1], 'state', ARGV[2])
 return 1
 """
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _available(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn "cannot reach Redis" (refused, timed out, loading its AOF) into :class:`StoreUnavailableError`."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(f"Redis unavailable: {exc}") from exc
+
+    return wrapper
 
 
 def _f(t: float) -> str:
@@ -228,6 +260,7 @@ class RedisStore(Store):
     """
 
     _EXPIRE_BATCH = 500
+    shared = True
 
     def __init__(
         self,
@@ -242,8 +275,14 @@ class RedisStore(Store):
         self.url = url
         self.prefix = prefix
         self.grace = grace
+        self.socket_timeout = socket_timeout
+        # Fail fast when Redis is down (one quick retry on a fresh connection covers a restarted server);
+        # the caller answers 503 and the client retries, instead of requests hanging in backoff.
         self.redis = aioredis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
         )
         self._claim = self.redis.register_script(_CLAIM_AND_APPEND)
         self._expire = self.redis.register_script(_EXPIRE_DUE)
@@ -251,6 +290,7 @@ class RedisStore(Store):
         self._append = self.redis.register_script(_APPEND)
         self._delete = self.redis.register_script(_DELETE_MODEL)
         self._put_checkpoint = self.redis.register_script(_PUT_CHECKPOINT)
+        self._lease = self.redis.register_script(_LEASE)
 
     def key(self, name: str, part: str) -> str:
         """The key of ``part`` (``meta``, ``log``, ``due``, ``cp``) of model ``name``."""
@@ -262,25 +302,30 @@ class RedisStore(Store):
 
     # -- models -----------------------------------------------------------------------------
 
+    @_available
     async def create_model(self, name: str, config: Mapping[str, Any]) -> None:
         doc = json.dumps(dict(config), sort_keys=True)
         if not await self.redis.hsetnx(self.prefix + "models", name, doc):
             raise ModelExistsError(f"model {name!r} already exists")
 
+    @_available
     async def get_model(self, name: str) -> dict[str, Any]:
         doc = await self.redis.hget(self.prefix + "models", name)
         if doc is None:
             raise UnknownModelError(f"unknown model {name!r}")
         return json.loads(doc)
 
+    @_available
     async def list_models(self) -> dict[str, dict[str, Any]]:
         docs = await self.redis.hgetall(self.prefix + "models")
         return {name.decode(): json.loads(doc) for name, doc in sorted(docs.items())}
 
+    @_available
     async def delete_model(self, name: str) -> None:
         if not await self._delete(args=[self.prefix, name, 1000]):
             raise UnknownModelError(f"unknown model {name!r}")
 
+    @_available
     async def counts(self, name: str) -> Counts:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hexists(self.prefix + "models", name)
@@ -294,6 +339,7 @@ class RedisStore(Store):
 
     # -- decisions and feedback -------------------------------------------------------------
 
+    @_available
     async def put_decision(self, record: DecisionRecord) -> None:
         ttl_ms = int(1000 * (max(record.expires_at - record.created_at, 0.0) + self.grace))
         fields: list[Any] = [
@@ -318,6 +364,7 @@ class RedisStore(Store):
         if status == b"not_new":
             raise ValueError(f"decision id {record.decision_id!r} is not new")
 
+    @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         h = await self.redis.hgetall(f"{self.prefix}d:{decision_id}")
         if not h:
@@ -335,6 +382,7 @@ class RedisStore(Store):
     def _claim_args(self, now: float) -> list[Any]:
         return [_f(now), _f(now + self.claim_ttl), max(int(1000 * self.claim_ttl), 1)]
 
+    @_available
     async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
         now_s, forget_at, ttl_ms = self._claim_args(now)
         out = await self._claim(
@@ -347,6 +395,7 @@ class RedisStore(Store):
         claim = Claim(decision_id, model, outcome, int(position) if position else None, float(at))  # type: ignore[arg-type]
         return ClaimOutcome(status, claim)
 
+    @_available
     async def expire_due(
         self, model: str, now: float, default_reward: Literal["no_click", "drop"]
     ) -> list[Claim]:
@@ -366,6 +415,7 @@ class RedisStore(Store):
 
     # -- event log and checkpoints ------------------------------------------------------------
 
+    @_available
     async def append(self, model: str, event: Event) -> int:
         if event.kind == "learn":
             raise ValueError("learn events are appended by claim_and_append / expire_due only")
@@ -377,6 +427,7 @@ class RedisStore(Store):
             raise UnknownModelError(f"unknown model {model!r}")
         return position
 
+    @_available
     async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hexists(self.prefix + "models", model)
@@ -386,6 +437,7 @@ class RedisStore(Store):
             raise UnknownModelError(f"unknown model {model!r}")
         return [_event(int(eid.split(b"-")[0]), fields) for eid, fields in entries]
 
+    @_available
     async def log_position(self, model: str) -> int:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hexists(self.prefix + "models", model)
@@ -395,10 +447,12 @@ class RedisStore(Store):
             raise UnknownModelError(f"unknown model {model!r}")
         return int(last or 0)
 
+    @_available
     async def put_checkpoint(self, model: str, checkpoint: Checkpoint) -> None:
         await self._require(model)
         await self._put_checkpoint(keys=[self.key(model, "cp")], args=[checkpoint.position, checkpoint.state])
 
+    @_available
     async def get_checkpoint(self, model: str) -> Checkpoint | None:
         await self._require(model)
         position, state = await self.redis.hmget(self.key(model, "cp"), "position", "state")
@@ -406,12 +460,31 @@ class RedisStore(Store):
             return None
         return Checkpoint(int(position), state)
 
+    @_available
     async def trim_log(self, model: str, upto: int) -> None:
         await self._require(model)
         await self.redis.xtrim(self.key(model, "log"), minid=f"{upto + 1}-0", approximate=False)
 
+    # -- replication ----------------------------------------------------------------------------
+
+    @_available
+    async def wait_log(self, positions: Mapping[str, int], timeout: float) -> None:
+        """``XREAD BLOCK`` on the logs: returns as soon as one has an entry after its applied position."""
+        if not positions:
+            await asyncio.sleep(timeout)
+            return
+        block_ms = max(int(1000 * min(timeout, self.socket_timeout / 2)), 1)
+        streams = {self.key(name, "log"): f"{position}-0" for name, position in positions.items()}
+        await self.redis.xread(streams, count=1, block=block_ms)
+
+    @_available
+    async def lease(self, name: str, holder: str, ttl: float) -> bool:
+        key = f"{self.prefix}lease:{name}"
+        return bool(await self._lease(keys=[key], args=[holder, max(int(1000 * ttl), 1)]))
+
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @_available
     async def ping(self) -> None:
         await self.redis.ping()
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
-from service.store import ClaimStatus, Event
+from service.store import ClaimStatus, Event, StoreUnavailableError
 from service.store.redis import RedisStore
+from tests.conftest import free_port
 from tests.store.test_contract import CONFIG, record
 
 pytestmark = pytest.mark.anyio
@@ -76,3 +78,41 @@ async def test_a_new_client_sees_log_and_checkpoint(replicas: list[RedisStore], 
         assert await fresh.log_position("m") == 1
     finally:
         await fresh.close()
+
+
+async def test_wait_log_wakes_when_another_client_appends(replicas: list[RedisStore]) -> None:
+    start = time.monotonic()
+    await replicas[0].wait_log({"m": 0}, timeout=0.2)  # nothing appended: times out
+    assert time.monotonic() - start >= 0.15
+    waiter = asyncio.create_task(replicas[0].wait_log({"m": 0}, timeout=1.5))
+    await asyncio.sleep(0.05)
+    start = time.monotonic()
+    await replicas[1].append("m", Event(0, "reset", at=1.0))
+    await waiter
+    assert time.monotonic() - start < 1.0
+    start = time.monotonic()
+    await replicas[0].wait_log({"m": 0}, timeout=1.5)  # already behind: returns at once
+    assert time.monotonic() - start < 1.0
+
+
+async def test_lease_has_one_holder_until_it_lapses(replicas: list[RedisStore]) -> None:
+    a, b, _ = replicas
+    assert await a.lease("checkpoint:m", "A", ttl=0.3)
+    assert not await b.lease("checkpoint:m", "B", ttl=0.3)
+    assert await a.lease("checkpoint:m", "A", ttl=0.3)  # renewal
+    await asyncio.sleep(0.4)
+    assert await b.lease("checkpoint:m", "B", ttl=10.0)
+    assert not await a.lease("checkpoint:m", "A", ttl=10.0)
+
+
+async def test_unreachable_redis_fails_fast_as_unavailable() -> None:
+    s = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
+    start = time.monotonic()
+    try:
+        with pytest.raises(StoreUnavailableError):
+            await s.ping()
+        with pytest.raises(StoreUnavailableError):
+            await s.claim_and_append("a", True, now=1.0)
+    finally:
+        await s.close()
+    assert time.monotonic() - start < 2.0
