@@ -44,9 +44,12 @@ log = logging.getLogger("clickboost.runtime")
 
 # Replication (docs/ARCHITECTURE.md, "Replication"): a replica on a shared store blocks this long on
 # the logs per round of its tail loop, and keeps at most this many decisions it could not record
-# while the store was down (recorded when it is back; the oldest are dropped beyond that).
+# while the store was down (recorded when it is back; the oldest are dropped beyond that). For
+# RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision id with
+# 503 rather than 404: it may be one that another replica made during the outage and is recording.
 TAIL_BLOCK_SECONDS = 0.5
 UNSAVED_MAX = 100_000
+RECOVERY_SECONDS = 2.0
 
 DEMO_MODEL = ModelSpec(
     learner="banditron",
@@ -162,6 +165,7 @@ class Runtime:
         self.checkpoints_written = 0
         self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
         self._flush_lock = asyncio.Lock()
+        self._store_down_at = -float("inf")  # time.monotonic() when the store last failed us
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -296,15 +300,16 @@ class Runtime:
         last_sync = time.monotonic()
         while True:
             try:
-                await self._wait_for_events()
-                if self._unsaved:
+                if self._unsaved:  # first thing once the store is back
                     await self._save_unsaved()
+                await self._wait_for_events()
                 if time.monotonic() - last_sync > 1.0:
                     await self.sync_models()
                     last_sync = time.monotonic()
                 for m in list(self.models.values()):
                     await self.catch_up(m)
             except StoreUnavailableError as exc:  # keep serving from memory; retry until it is back
+                self._store_down_at = time.monotonic()
                 log.warning("%s; retrying", exc)
                 await asyncio.sleep(self.settings.tail_interval_seconds)
             except Exception:  # keep serving; the next round retries
@@ -361,6 +366,7 @@ class Runtime:
         try:
             await self.store.put_decision(record)
         except StoreUnavailableError:  # keep serving: the tail loop records it once the store is back
+            self._store_down_at = time.monotonic()
             self._unsaved.append(record)
         return Prediction(decision_id, m.name, d, m.position, m.labels[d.label])
 
@@ -369,9 +375,17 @@ class Runtime:
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
-        if self._unsaved:  # the decision may be one of them
-            await self._save_unsaved()
-        out = await self.store.claim_and_append(decision_id, click, self.clock())
+        try:
+            if self._unsaved:  # the decision may be one of them
+                await self._save_unsaved()
+            out = await self.store.claim_and_append(decision_id, click, self.clock())
+        except StoreUnavailableError:
+            self._store_down_at = time.monotonic()
+            raise
+        if out.status is ClaimStatus.UNKNOWN and time.monotonic() - self._store_down_at < RECOVERY_SECONDS:
+            raise StoreUnavailableError(
+                "the store is just back; decisions made meanwhile may not be saved yet"
+            )
         applied = False
         if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
             m = self.models.get(out.claim.model)
