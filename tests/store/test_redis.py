@@ -26,7 +26,8 @@ async def replicas(redis_url: str) -> AsyncIterator[list[RedisStore]]:
     try:
         yield stores
     finally:
-        await stores[0].delete_model("m")
+        async for key in stores[0].redis.scan_iter(match=prefix + "*"):
+            await stores[0].redis.delete(key)
         for s in stores:
             await s.close()
 
