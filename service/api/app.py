@@ -46,12 +46,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         description=DESCRIPTION,
         version="0.1.0",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
     )
     app.state.settings = settings
     errors.install(app)
     app.include_router(predict.router)
     app.include_router(models.router)
     app.include_router(health.router)
+    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HTTPMetrics)
     return app

@@ -2,7 +2,7 @@
 
 Malformed JSON and an empty body -> 400; a body of the wrong shape or type, bad features or a bad
 model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410;
-body over the size limit -> 413 (FastAPI's ``max_body_size``); shared store unreachable -> 503 with
+body over the size limit -> 413 (:class:`BodyLimit`); shared store unreachable -> 503 with
 ``Retry-After`` (nothing was recorded).
 """
 
@@ -15,6 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.features import FeatureError
 from service.learners.base import ParamError
@@ -76,3 +78,37 @@ def install(app: FastAPI) -> None:
         (ModelExistsError, 409),
     ]:
         app.add_exception_handler(exc, _status(code))
+
+
+class BodyLimit:
+    """Pure ASGI: refuse request bodies over ``max_bytes`` with 413 and a JSON ``detail``.
+
+    A declared Content-Length over the limit is answered before reading anything; a chunked body
+    is counted as it arrives and cut with an :class:`HTTPException` (413) that FastAPI turns into
+    the same JSON answer.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope["headers"]:
+            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                detail = f"body too large: {int(value)} bytes, at most {self.max_bytes}"
+                await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+                return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, f"body too large: more than {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)

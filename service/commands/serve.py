@@ -25,12 +25,13 @@ def _is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    overrides: dict[str, object] = {}
     if args.config is not None:
-        os.environ["CLICKBOOST_CONFIG_FILE"] = str(args.config)
+        overrides["config_file"] = args.config
     if args.demo:
-        os.environ["CLICKBOOST_DEMO"] = "true"
+        overrides["demo"] = True
     try:  # fail fast, before binding: settings, the model file and its learners
-        settings = load_settings()
+        settings = load_settings(**overrides)
         if settings.config_file is not None:
             for spec in load_model_file(settings.config_file).values():
                 build_learner(spec)
@@ -47,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
                 "several workers need a shared store: set REDIS_URL (the memory store is per process)"
             )
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="clickboost-metrics-"))
+    # The app factory (in each worker) reads its settings from the environment.
+    if args.config is not None:
+        os.environ["CLICKBOOST_CONFIG_FILE"] = str(args.config)
+    if args.demo:
+        os.environ["CLICKBOOST_DEMO"] = "true"
     uvicorn.run(
         "service.api.app:create_app",
         factory=True,
