@@ -16,11 +16,12 @@ import httpx
 import numpy as np
 import pytest
 
+from service.cluster import RedisServer, Replica, start_replicas
 from service.learners.base import Decision, learners, make_learner
 from service.serial import checksum
 from service.store import ClaimStatus
 from service.store.redis import RedisStore
-from tests.replication.cluster import RedisServer, Replica, start_replicas
+from tests.conftest import redis_server_binary
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, list[Replica]]]:
     """A private Redis and three replicas that never checkpoint (the whole log stays for replay)."""
     work = tmp_path_factory.mktemp("cluster")
-    server = RedisServer(work)
+    server = RedisServer(work, binary=redis_server_binary())
     server.start()
     replicas: list[Replica] = []
     try:
@@ -270,7 +271,7 @@ async def assert_nothing_acknowledged_was_lost(redis_url: str, model: str, load:
 async def test_kill_9_of_a_replica_during_load_loses_nothing_and_it_catches_up(
     tmp_path: Path, http: httpx.AsyncClient
 ) -> None:
-    server = RedisServer(tmp_path)
+    server = RedisServer(tmp_path, binary=redis_server_binary())
     server.start()
     env = {"CLICKBOOST_CHECKPOINT_EVERY": "25", "CLICKBOOST_CHECKPOINT_INTERVAL_SECONDS": "1"}
     replicas = start_replicas(server.url, tmp_path, 3, env)
@@ -303,7 +304,7 @@ async def test_kill_9_of_a_replica_during_load_loses_nothing_and_it_catches_up(
 
 
 async def test_redis_restart_with_aof_during_load(tmp_path: Path, http: httpx.AsyncClient) -> None:
-    server = RedisServer(tmp_path, aof=True)
+    server = RedisServer(tmp_path, aof=True, binary=redis_server_binary())
     server.start()
     replicas = start_replicas(server.url, tmp_path, 2, NO_CHECKPOINTS)
     try:

@@ -1,14 +1,15 @@
-"""Real processes on loopback for the replication tests: a private redis-server and uvicorn replicas.
+"""Local processes on loopback: a private ``redis-server`` and replicas (``python -m service serve``).
 
-Every test owns its Redis (so it may kill or restart it) and its replicas (``python -m service serve``
-with ``REDIS_URL`` pointing at that Redis). Everything is bounded in time: a process that does not
-come up within its deadline fails the test.
+Used by the staleness benchmark (``python -m service staleness``) and the replication tests. Every
+wait is bounded: a process that does not come up within :data:`START_TIMEOUT` seconds raises.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,20 +18,40 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.conftest import free_port, redis_server_binary
-
 START_TIMEOUT = 30.0
 LOG = ["--log-level", "warning"]
 
 
-class RedisServer:
-    """A private redis-server on a fixed free port; with ``aof`` every write is fsynced before the reply."""
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
-    def __init__(self, workdir: Path, aof: bool = False) -> None:
+
+class RedisServer:
+    """A private redis-server on a fixed free port, its files in ``workdir``.
+
+    Parameters
+    ----------
+    workdir : Path
+        Parent of its data directory (the AOF lives there, so a restart replays it).
+    aof : bool
+        ``--appendonly yes --appendfsync always``: every write is fsynced before Redis replies, so
+        whatever was acknowledged survives even ``kill -9``.
+    binary : str or None
+        Path of ``redis-server``; default: from ``PATH``.
+    """
+
+    def __init__(self, workdir: Path, aof: bool = False, binary: str | None = None) -> None:
         self.port = free_port()
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.aof = aof
+        found = binary or shutil.which("redis-server")
+        if found is None:
+            raise FileNotFoundError("redis-server is not on PATH (apt-get install redis-server)")
+        self.binary = found
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -38,14 +59,13 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start (or restart, on the same port and files) and wait until it answers PING."""
         persistence = (
             ["--appendonly", "yes", "--appendfsync", "always"] if self.aof else ["--appendonly", "no"]
         )
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(self.dir)]
         self.proc = subprocess.Popen(
-            [redis_server_binary(), *args, *persistence],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            [self.binary, *args, *persistence], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         client = redis.Redis(port=self.port, socket_timeout=1.0)
         deadline = time.monotonic() + START_TIMEOUT
@@ -77,7 +97,10 @@ class RedisServer:
 
 
 class Replica:
-    """One ``python -m service serve`` process on a free loopback port."""
+    """One ``python -m service serve`` process with ``REDIS_URL``, on a free loopback port.
+
+    ``env`` adds ``CLICKBOOST_*`` settings; those of the calling environment are not inherited.
+    """
 
     def __init__(self, redis_url: str, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
@@ -88,6 +111,7 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Start (or restart, on the same port); see :meth:`wait_ready`."""
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -107,6 +131,7 @@ class Replica:
             )
 
     def wait_ready(self) -> None:
+        """Until ``GET /readyz`` answers 200 (models loaded from checkpoint + log)."""
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             assert self.proc is not None
@@ -124,6 +149,7 @@ class Replica:
             time.sleep(0.05)
 
     def kill(self) -> None:
+        """``kill -9``: no shutdown, in-flight requests fail."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
@@ -143,8 +169,13 @@ class Replica:
 def start_replicas(redis_url: str, workdir: Path, n: int, env: dict[str, str] | None = None) -> list[Replica]:
     """``n`` replicas started in parallel, each ready (``/readyz`` 200) on return."""
     replicas = [Replica(redis_url, workdir, env) for _ in range(n)]
-    for r in replicas:
-        r.start()
-    for r in replicas:
-        r.wait_ready()
+    try:
+        for r in replicas:
+            r.start()
+        for r in replicas:
+            r.wait_ready()
+    except BaseException:
+        for r in replicas:
+            r.stop()
+        raise
     return replicas

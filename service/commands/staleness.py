@@ -1,0 +1,168 @@
+"""``python -m service staleness``: replication staleness between replicas under load (issue 4, item 6).
+
+Starts a private ``redis-server`` and ``--replicas`` replicas on loopback, creates one model, and
+runs background traffic (predict on a random replica, feedback on another) at ``--rate`` pairs per
+second. Meanwhile, one probe at a time: a feedback is acknowledged by replica A with its log
+position P (time ``t_ack``, when the answer arrived), then replica B's ``GET /models/{name}`` is
+polled back to back until its version is >= P (time ``t_seen``, when that answer arrived). The
+staleness ``t_seen - t_ack`` is an upper bound: it includes up to one polling round trip, whose
+median is reported alongside. The table goes to the ``staleness`` section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from service.cli import CLIError, commands
+from service.cluster import RedisServer, start_replicas
+from service.repro import DOCS, write_section
+
+BENCHMARKS_MD = DOCS / "BENCHMARKS.md"
+D, K = 20, 5
+SPEC = {"learner": "banditron", "n_features": D, "n_labels": K, "reward_window_seconds": 600}
+
+
+async def _pair(
+    http: httpx.AsyncClient, urls: list[str], rng: random.Random, data: np.random.Generator
+) -> None:
+    a, b = rng.sample(urls, 2)
+    p = await http.post(f"{a}/predict", json={"model": "stale", "features": data.normal(size=D).tolist()})
+    p.raise_for_status()
+    f = await http.post(
+        f"{b}/feedback", json={"decision_id": p.json()["decision_id"], "click": rng.random() < 0.3}
+    )
+    f.raise_for_status()
+
+
+async def _background(urls: list[str], rate: float, stop: asyncio.Event, done: list[int]) -> None:
+    """Open-loop traffic: a pair starts every ``1/rate`` seconds (at most 64 in flight)."""
+    rng, data = random.Random(0), np.random.default_rng(0)
+    slots = asyncio.Semaphore(64)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+
+        async def one() -> None:
+            try:
+                await _pair(http, urls, rng, data)
+                done[0] += 1
+            finally:
+                slots.release()
+
+        tasks = set()
+        next_at = time.monotonic()
+        while not stop.is_set():
+            await slots.acquire()
+            task = asyncio.create_task(one())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            next_at += 1.0 / rate
+            await asyncio.sleep(max(next_at - time.monotonic(), 0.0))
+        await asyncio.gather(*tasks)
+
+
+async def _probe(
+    http: httpx.AsyncClient, a: str, b: str, data: np.random.Generator
+) -> tuple[float, list[float]]:
+    """One staleness sample (seconds) and the round trips of the polls it took."""
+    p = await http.post(f"{a}/predict", json={"model": "stale", "features": data.normal(size=D).tolist()})
+    f = await http.post(f"{a}/feedback", json={"decision_id": p.json()["decision_id"], "click": True})
+    f.raise_for_status()
+    t_ack, position = time.perf_counter(), f.json()["model_version"]
+    rtts = []
+    deadline = t_ack + 10.0
+    while True:
+        sent = time.perf_counter()
+        version = (await http.get(f"{b}/models/stale")).json()["version"]
+        now = time.perf_counter()
+        rtts.append(now - sent)
+        if version >= position:
+            return now - t_ack, rtts
+        if now > deadline:
+            raise CLIError(f"replica B never applied position {position} within 10 s")
+
+
+async def measure(urls: list[str], rate: float, probes: int) -> dict[str, float]:
+    """Staleness percentiles (ms) from replica ``urls[0]`` to ``urls[1]`` under background traffic."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        r = await http.put(f"{urls[0]}/models/stale", json=SPEC)
+        r.raise_for_status()
+        deadline = time.monotonic() + 15
+        for url in urls:
+            while (await http.get(f"{url}/models/stale")).status_code != 200:
+                if time.monotonic() > deadline:
+                    raise CLIError(f"{url} never loaded the model")
+                await asyncio.sleep(0.05)
+        stop, done = asyncio.Event(), [0]
+        load = asyncio.create_task(_background(urls, rate, stop, done))
+        await asyncio.sleep(1.0)  # warm-up
+        data = np.random.default_rng(1)
+        samples, rtts = [], []
+        start, done_at_start = time.monotonic(), done[0]
+        for _ in range(probes):
+            s, r_ = await _probe(http, urls[0], urls[1], data)
+            samples.append(s)
+            rtts.extend(r_)
+            await asyncio.sleep(0.01)
+        elapsed = time.monotonic() - start
+        achieved = (done[0] - done_at_start) / elapsed
+        stop.set()
+        await load
+    ms = 1000 * np.asarray(samples)
+    return {
+        "achieved": achieved,
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "p99": float(np.percentile(ms, 99)),
+        "max": float(ms.max()),
+        "rtt": float(1000 * np.median(rtts)),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.replicas < 2:
+        raise CLIError("--replicas must be at least 2 (staleness is between two replicas)")
+    with tempfile.TemporaryDirectory(prefix="clickboost-staleness-") as tmp:
+        work = Path(tmp)
+        server = RedisServer(work)
+        server.start()
+        replicas = []
+        try:
+            replicas = start_replicas(server.url, work, args.replicas)
+            result = asyncio.run(measure([r.url for r in replicas], args.rate, args.probes))
+        finally:
+            for r in replicas:
+                r.stop()
+            server.stop()
+    verdict = "meets" if result["p99"] < 100.0 else "MISSES"
+    md = (
+        "## Replication staleness\n\n"
+        f"`python -m service staleness --replicas {args.replicas} --rate {args.rate:g} "
+        f"--probes {args.probes}`: "
+        "time from a feedback acknowledged by replica A to its effect on replica B's model version "
+        "(upper bound: includes one polling round trip), on loopback with a private Redis, every process "
+        "on the same machine.\n\n"
+        "| replicas | background load (pairs/s, achieved) | probes | p50 ms | p90 ms | p99 ms | max ms "
+        "| poll RTT p50 ms |\n|---|---|---|---|---|---|---|---|\n"
+        f"| {args.replicas} | {args.rate:g} ({result['achieved']:.0f}) | {args.probes} | {result['p50']:.1f} "
+        f"| {result['p90']:.1f} | {result['p99']:.1f} | {result['max']:.1f} | {result['rtt']:.1f} |\n\n"
+        f"Target p99 < 100 ms: {verdict}.\n"
+    )
+    write_section("staleness", md, BENCHMARKS_MD)
+    print(md)
+    return 0
+
+
+@commands.register("staleness")
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("staleness", help="benchmark: replication staleness between replicas under load")
+    p.add_argument("--replicas", type=int, default=2, help="replicas on the shared Redis (>= 2)")
+    p.add_argument("--rate", type=float, default=100.0, help="background predict+feedback pairs per second")
+    p.add_argument("--probes", type=int, default=300, help="staleness samples")
+    p.set_defaults(func=run)
