@@ -36,12 +36,12 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     for err in errors:
-        if err["type"] == "json_invalid":
-            reason = err.get("ctx", {}).get("error", "invalid JSON")
-            pos = err["loc"][-1]
-            return JSONResponse({"detail": f"malformed JSON: {reason} at character {pos}"}, status_code=400)
         if err["type"] == "missing" and tuple(err["loc"]) == ("body",):
             return JSONResponse({"detail": "empty body: expected a JSON object"}, status_code=400)
+        if err["type"] == "json_invalid":
+            reason = err.get("ctx", {}).get("error", "invalid JSON")
+            where = f" at character {err['loc'][-1]}" if isinstance(err["loc"][-1], int) else ""
+            return JSONResponse({"detail": f"malformed JSON: {reason}{where}"}, status_code=400)
     problems = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in errors)
     body = {
         "detail": problems,
