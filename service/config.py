@@ -32,11 +32,11 @@ class ConfigError(ValueError):
     """Settings or a model file are invalid; the message names every problem."""
 
 
-def _errors(exc: ValidationError, prefix: str = "") -> str:
+def _errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{prefix}{loc}: {err['msg']}" if loc else f"{prefix}{err['msg']}")
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
     return "; ".join(parts)
 
 
@@ -87,7 +87,10 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigError("bad settings: " + _errors(exc, "CLICKBOOST_")) from None
+        problems = "; ".join(
+            f"CLICKBOOST_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"bad settings: {problems}") from None
 
 
 class ModelSpec(BaseModel):

@@ -90,6 +90,7 @@ class Featuriser:
                     f"features.{i}: {x[i]!r} is not a finite number of magnitude <= {MAX_ABS_VALUE:g}"
                 )
             return x
+
         if not isinstance(features, Mapping):
             raise FeatureError("features: this model hashes named features: send an object {name: value}")
         if len(features) > self.max_named:
@@ -108,4 +109,20 @@ class Featuriser:
                         f"features.{name}: {v!r} is not a finite number of magnitude <= {MAX_ABS_VALUE:g}"
                     )
                 x[bucket(name, bits)] += v
+        return x
+
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        """What a decision record keeps of ``x``: ``x`` itself for dense models; for hashed ones the
+        (2, nnz) float64 rows of non-zero bucket indices and values (a few entries, not 2**b)."""
+        if self.hashing_bits is None:
+            return x
+        idx = np.flatnonzero(x)
+        return np.stack([idx.astype(np.float64), x[idx]])
+
+    def unpack(self, stored: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`pack`: the dense vector ``decide`` saw, bit for bit."""
+        if self.hashing_bits is None:
+            return stored
+        x = np.zeros(self.dim)
+        x[stored[0].astype(np.int64)] = stored[1]
         return x

@@ -110,7 +110,8 @@ class ModelRuntime:
         """Apply the next event of the log (its position must be ``self.position + 1``)."""
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
-            self.learner.learn(event.x, Decision.from_state(event.decision), event.reward)
+            x = self.featurise.unpack(event.x)
+            self.learner.learn(x, Decision.from_state(event.decision), event.reward)
         elif event.kind == "reset":
             self.learner = build_learner(self.spec)
         else:
@@ -361,7 +362,13 @@ class Runtime:
         d = m.decide(x, decision_id)
         now = self.clock()
         record = DecisionRecord(
-            decision_id, m.name, x, d.to_state(), m.position, now, now + m.spec.reward_window_seconds
+            decision_id,
+            m.name,
+            m.featurise.pack(x),
+            d.to_state(),
+            m.position,
+            now,
+            now + m.spec.reward_window_seconds,
         )
         try:
             await self.store.put_decision(record)

@@ -89,3 +89,14 @@ def test_named_errors() -> None:
         f([1.0])
     with pytest.raises(FeatureError, match=r"features\.a"):
         f({"a": float("inf")})
+
+
+def test_pack_keeps_the_nonzero_buckets_and_unpacks_bit_for_bit() -> None:
+    f = Featuriser(None, 18, 10)
+    x = f({"a": 0.1, "b": "x", "c": -3e-310, "d": 0.0, "e": False})
+    packed = f.pack(x)
+    assert packed.shape == (2, 3)
+    assert f.unpack(packed).tobytes() == x.tobytes()
+    dense = Featuriser(3, None, 10)
+    y = dense([1.0, -0.0, 2.0])
+    assert dense.unpack(dense.pack(y)).tobytes() == y.tobytes()

@@ -59,14 +59,9 @@ def parse(model: type[M], body: bytes) -> M:
     response_model=PredictResponse,
     responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}},
     summary="Sample a label for a context",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": PredictRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra={"requestBody": _body(PredictRequest), **SECURITY},
 )
-async def predict(request: Request, runtime: RuntimeDep) -> Response:
+async def predict(request: Request) -> Response:
     """Featurise the context, let the model decide, record the decision for its reward window.
 
     The body is a :class:`PredictRequest`, parsed by hand for speed (a 784-float body costs about

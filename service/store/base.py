@@ -80,8 +80,10 @@ class DecisionRecord:
         The opaque id returned to the client.
     model : str
         Name of the model that decided.
-    x : ndarray of shape (d,), float64
-        The featurised context exactly as ``decide`` saw it.
+    x : ndarray, float64
+        The featurised context as ``decide`` saw it, in the runtime's compact form
+        (:meth:`service.features.Featuriser.pack`: the dense vector, or for hashed features the
+        non-zero buckets); the store keeps it bit for bit.
     decision : dict
         ``Decision.to_state()``: probabilities, sampled label and memo.
     model_version : int

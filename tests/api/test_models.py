@@ -11,6 +11,7 @@ import pytest
 
 from service.api.app import create_app
 from service.cli import main
+from service.features import Featuriser
 from service.learners.base import make_learner
 from service.sampling import decision_rng
 from service.serial import checksum
@@ -167,3 +168,73 @@ def test_serve_fails_fast_on_a_bad_config_file(tmp_path: Path, capsys: pytest.Ca
     cfg.write_text('[models.news]\nlearner = "perceptron"\nn_features = 3\nn_labels = 2\n')
     assert main(["serve", "--config", str(cfg)]) == 2
     assert "full information" in capsys.readouterr().err
+
+
+async def test_openapi_documents_bodies_examples_and_security() -> None:
+    async with app_client(make_app()) as c:
+        assert (await c.get("/docs")).status_code == 200
+        spec = (await c.get("/openapi.json")).json()
+        for path in ("/predict", "/feedback"):
+            op = spec["paths"][path]["post"]
+            assert op["requestBody"]["content"]["application/json"]["schema"]["examples"]
+            assert op["security"] == [{"APIKeyHeader": []}]
+        assert spec["paths"]["/feedback"]["post"]["parameters"][0]["name"] == "wait"
+        assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+
+
+async def test_health_and_readiness() -> None:
+    async with app_client(make_app(demo=True)) as c:
+        assert (await c.get("/healthz")).json() == {"status": "ok"}
+        assert (await c.get("/readyz")).json() == {"status": "ready", "models": ["demo"]}
+
+
+def test_serve_fails_fast_on_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLICKBOOST_MAX_BODY_BYTES", "lots")
+    monkeypatch.setenv("CLICKBOOST_CHECKPOINT_EVERY", "0")
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "CLICKBOOST_MAX_BODY_BYTES: Input should be a valid integer" in err
+    assert "CLICKBOOST_CHECKPOINT_EVERY: Input should be greater than or equal to 1" in err
+
+
+async def test_feedback_without_wait_is_applied_by_the_background_task() -> None:
+    async with app_client(make_app()) as c:
+        await c.put("/models/m", json=SPEC)
+        d = (await c.post("/predict", json={"model": "m", "features": XS[0]})).json()
+        r = await c.post("/feedback", json={"decision_id": d["decision_id"], "click": True})
+        assert r.status_code == 200 and r.json()["model_version"] == 1
+        with anyio.fail_after(5):
+            while (await c.get("/models/m")).json()["version"] != 1:
+                await anyio.sleep(0.01)
+
+
+async def test_default_model() -> None:
+    async with app_client(make_app()) as c:
+        await c.put("/models/a", json=SPEC)
+        r = await c.post("/predict", json={"features": XS[0]})
+        assert r.status_code == 200 and r.json()["model"] == "a"  # the only model
+        await c.put("/models/b", json=SPEC)
+        r = await c.post("/predict", json={"features": XS[0]})
+        assert r.status_code == 404 and "no model given" in r.json()["detail"]
+    async with app_client(make_app(default_model="b")) as c:
+        await c.put("/models/a", json=SPEC)
+        await c.put("/models/b", json=SPEC)
+        assert (await c.post("/predict", json={"features": XS[0]})).json()["model"] == "b"
+
+
+async def test_hashed_model_learns_what_the_offline_learner_learns() -> None:
+    spec = {"learner": "cova", "hashing_bits": 8, "labels": ["x", "y", "z"], "seed": 2}
+    contexts = [{"age": 31, "country": "fr", "mobile": True}, {"age": 2.5, "country": "de"}, {"q": "a"}] * 4
+    offline = make_learner("cova", 256, 3, seed=2)
+    featurise = Featuriser(None, 8, 100)
+    async with app_client(make_app()) as c:
+        assert (await c.put("/models/h", json=spec)).status_code == 201
+        for t, ctx in enumerate(contexts):
+            d = (await c.post("/predict", json={"model": "h", "features": ctx})).json()
+            click = t % 3 == d["label_index"]
+            await c.post("/feedback?wait=true", json={"decision_id": d["decision_id"], "click": click})
+            x = featurise(ctx)
+            offline.learn(x, offline.decide(x, decision_rng(d["decision_id"])), click)
+        assert (await c.get("/models/h")).json()["checksum"] == checksum(offline.state())
