@@ -1,6 +1,6 @@
 """Local processes on loopback: a private ``redis-server`` and replicas (``python -m service serve``).
 
-Used by the staleness benchmark (``python -m service staleness``) and the replication tests. Every
+Used by the staleness benchmark (``python -m service bench staleness``) and the replication tests. Every
 wait is bounded: a process that does not come up within :data:`START_TIMEOUT` seconds raises.
 """
 
