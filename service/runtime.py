@@ -321,6 +321,8 @@ class Runtime:
             await asyncio.sleep(self.settings.sweep_interval_seconds)
             try:
                 await self.sweep()
+            except StoreUnavailableError as exc:  # the next round retries
+                log.warning("expiring decisions: %s", exc)
             except Exception:
                 log.exception("expiring decisions failed")
 
