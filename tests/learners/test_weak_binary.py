@@ -143,8 +143,8 @@ def test_family_state_round_trip(name: str) -> None:
 # -- C-OVA with weak-learner bases (seed 000 Table 2) and its PA path --
 
 
-def cova_pa1_textbook(X: np.ndarray, y: np.ndarray, K: int, seed: int) -> tuple[int, np.ndarray]:
-    """Seed 004 Algorithm 1 with PA-I steps (C = 1) written out: mistakes and final weights."""
+def cova_textbook(base: str, X: np.ndarray, y: np.ndarray, K: int, seed: int) -> tuple[int, np.ndarray]:
+    """Seed 004 Algorithm 1 with PA-I (C = 1) or Perceptron steps written out: mistakes, final weights."""
     W = np.zeros((K, X.shape[1]))
     ids = DecisionIds.for_seed(seed)
     mistakes = 0
@@ -154,30 +154,36 @@ def cova_pa1_textbook(X: np.ndarray, y: np.ndarray, K: int, seed: int) -> tuple[
         sq = float(x @ x)
         labels = [(s, 1.0 if s == yhat else -1.0) for s in range(K)] if yhat == yt else [(yhat, -1.0)]
         for s, lab in labels:
-            loss = max(0.0, 1 - lab * float(W[s] @ x))
-            W[s] += min(1.0, loss / sq) * lab * x
+            margin = lab * float(W[s] @ x)
+            if base == "pa1":
+                W[s] += min(1.0, max(0.0, 1 - margin) / sq) * lab * x
+            elif margin <= 0:
+                W[s] += lab * x
     return mistakes, W
 
 
-def test_cova_pa1_matches_textbook() -> None:
+@pytest.mark.parametrize("base", ["pa1", "perceptron"])
+def test_cova_linear_bases_match_textbook(base: str) -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0.5)
-    m = make_learner("cova", 4, 3, {"base": "pa1"})
+    m = make_learner("cova", 4, 3, {"base": base})
     correct = run_stream(m, X, y, DecisionIds.for_seed(4))
-    mistakes, W = cova_pa1_textbook(X, y, 3, 4)
+    mistakes, W = cova_textbook(base, X, y, 3, 4)
     assert int((~correct).sum()) == mistakes
     np.testing.assert_allclose(m.W_, W, atol=1e-12)
 
 
-@pytest.mark.parametrize("base", ["perceptron", "naive_bayes"])
-def test_cova_weak_base_matches_family_steps(base: str) -> None:
+@pytest.mark.parametrize(
+    ("base", "family"), [("ogd_perceptron", "perceptron"), ("naive_bayes", "naive_bayes")]
+)
+def test_cova_weak_base_matches_family_steps(base: str, family: str) -> None:
     """Click: every class's model steps (+1 for the shown label, -1 others); no click: only the shown one."""
     K, d = 3, 5
     X = (np.random.default_rng(1).random((200, d)) < 0.4).astype(float)
     y = (X[:, 0] + X[:, 1] + X[:, 2] > 1).astype(np.int64) * (1 + (X[:, 3] > 0))
     m = make_learner("cova", d, K, {"base": base}, seed=2)
-    fam: BinaryFamily = weak_families.get(base)(1, K, d, np.random.default_rng(2))
+    fam: BinaryFamily = weak_families.get(family)(1, K, d, np.random.default_rng(2))
     rng = np.random.default_rng(3)
     for x, yt in zip(X, y, strict=True):
         dec = m.decide(x, rng)
@@ -191,7 +197,7 @@ def test_cova_weak_base_matches_family_steps(base: str) -> None:
     assert checksum(m.weak_.get_state()) == checksum(fam.get_state())
 
 
-@pytest.mark.parametrize("base", ["pa", "perceptron", "naive_bayes"])
+@pytest.mark.parametrize("base", ["pa", "perceptron", "naive_bayes", "ogd_perceptron"])
 def test_cova_save_load_mid_stream(base: str) -> None:
     X = (np.random.default_rng(5).random((200, 6)) < 0.3).astype(float)
     y = X[:, :3].argmax(axis=1)
