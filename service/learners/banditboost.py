@@ -5,6 +5,8 @@ Chen, Lin, Lu, ICML 2014 (seed 000), Algorithm 1, eqs. (2)-(6); ALGORITHMS.md §
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field, field_validator
 
@@ -130,7 +132,9 @@ def osboost_weights(h: np.ndarray, y: float, gamma: float) -> np.ndarray:
     z = np.empty_like(h)
     z[0] = 0.0
     np.cumsum(y * h[:-1] - theta, out=z[1:])
-    return np.minimum(np.power(1.0 - gamma, 0.5 * z), 1.0)
+    z *= 0.5 * math.log1p(-gamma)  # (1-gamma)^(z/2) = exp(z/2 log(1-gamma))
+    np.exp(z, out=z)
+    return np.minimum(z, 1.0, out=z)
 
 
 def hinge_subgradient(h: np.ndarray, y: float, f: float, theta: float) -> np.ndarray:

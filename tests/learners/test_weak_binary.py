@@ -26,9 +26,9 @@ def test_registry_holds_both_families() -> None:
 def updates(n: int, d: int, K: int, N: int, seed: int, numeric: bool):
     """Random weighted binary examples (x, k, y, weights) as BanditBoost sends them."""
     rng = np.random.default_rng(seed)
-    for _ in range(n):
+    for t in range(n):
         x = (rng.random(d) < 0.4).astype(np.float64)
-        if numeric:
+        if numeric and t >= n // 3:  # 0/1 values first: the switch to Gaussian keeps the history
             x[-2:] = rng.normal(size=2) * np.array([1.0, 30.0])
         w = rng.exponential(1.0, size=N) * (rng.random(N) < 0.9)  # some zero weights
         yield x, int(rng.integers(K)), float(rng.choice([-1.0, 1.0])), w
@@ -107,10 +107,11 @@ def test_naive_bayes_family_matches_recomputation(numeric: bool) -> None:
             history.setdefault((k, i), []).append((x, y, float(w[i])))
         if t % 6 == 5:
             probe = np.where(probe_rng.random(d) < 0.5, 1.0, 0.0)
-            if numeric:
+            if numeric and t >= 20:
                 probe[-2:] = probe_rng.normal(size=2)
             binary = np.ones(d, dtype=bool)
-            binary[-2:] = not numeric
+            binary[-2:] = not (numeric and t >= 20)
+            np.testing.assert_array_equal(fam.binary_, binary)
             got = fam.scores(probe)
             for kk in range(K):
                 for i in range(N):

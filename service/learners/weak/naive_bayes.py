@@ -38,7 +38,8 @@ class NaiveBayesFamily(BinaryFamily):
     S_ : ndarray of shape (K, N, 2, d)
         Weighted feature sums.
     M2_ : ndarray of shape (K, N, 2, d)
-        Weighted sums of squared deviations from the mean.
+        Weighted sums of squared deviations from the mean, kept for numeric features only (for a
+        binary feature it is ``S - S^2 / W``, filled in when the feature turns out to be numeric).
     binary_ : ndarray of shape (d,), bool
         Whether every value of feature j seen so far was 0 or 1.
     """
@@ -55,30 +56,29 @@ class NaiveBayesFamily(BinaryFamily):
     # -- derived caches -------------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        """Recompute every cached log-probability from the statistics."""
-        self._log1 = np.empty_like(self.S_)  # log P(x_j = 1 | c)
-        self._log0 = np.empty_like(self.S_)  # log P(x_j = 0 | c)
-        self._slope = np.empty((self.n_labels, self.n_learners, self.n_features))
-        self._offset = np.empty((self.n_labels, self.n_learners))
-        for k in range(self.n_labels):
+        """Recompute every cached quantity from the statistics."""
+        K, N, d = self.n_labels, self.n_learners, self.n_features
+        self._ratio = np.empty((K, N, 2, d))  # log P(x_j = 1 | c) - log P(x_j = 0 | c)
+        self._zeros = np.empty((K, N, 2))  # sum over binary j of log P(x_j = 0 | c)
+        self._slope = np.empty((K, N, d))
+        self._offset = np.empty((K, N))
+        for k in range(K):
             for c in (0, 1):
                 self._refresh_side(k, c)
             self._refresh_class(k)
 
     def _refresh_side(self, k: int, c: int) -> None:
-        W = self.W_[k, :, c][:, None]
-        ones = np.clip(self.S_[k, :, c], 0.0, W)
-        denom = np.log(W + 2.0)
-        self._log1[k, :, c] = np.log(ones + 1.0) - denom
-        self._log0[k, :, c] = np.log(W - ones + 1.0) - denom
+        W = self.W_[k, :, c]
+        ones = self.S_[k, :, c] * self.binary_  # numeric features: a harmless 0
+        log_zero = np.log1p(W[:, None] - ones)  # log(W - S + 1); minus log(W + 2) below
+        self._ratio[k, :, c] = np.log1p(ones) - log_zero
+        self._zeros[k, :, c] = log_zero @ self.binary_ - np.count_nonzero(self.binary_) * np.log(W + 2.0)
 
     def _refresh_class(self, k: int) -> None:
         """Log-odds of class k's models are ``slope @ x_binary + offset`` (+ the Gaussian part)."""
-        d1 = self._log1[k, :, 0] - self._log1[k, :, 1]
-        d0 = self._log0[k, :, 0] - self._log0[k, :, 1]
-        self._slope[k] = d1 - d0
-        prior = np.log(self.W_[k, :, 0] + 1.0) - np.log(self.W_[k, :, 1] + 1.0)
-        self._offset[k] = prior + d0 @ self.binary_
+        self._slope[k] = self._ratio[k, :, 0] - self._ratio[k, :, 1]
+        prior = np.log1p(self.W_[k, :, 0]) - np.log1p(self.W_[k, :, 1])
+        self._offset[k] = prior + self._zeros[k, :, 0] - self._zeros[k, :, 1]
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)
@@ -116,17 +116,26 @@ class NaiveBayesFamily(BinaryFamily):
     def update(self, x: np.ndarray, k: int, y: float, weights: np.ndarray, rng: np.random.Generator) -> None:
         not_binary = (x != 0.0) & (x != 1.0)
         if not_binary.any() and self.binary_[not_binary].any():
+            # For 0/1 data M2 = S - S^2 / W exactly; start the Welford sums of new numeric features there.
+            fresh = not_binary & self.binary_
+            S = self.S_[..., fresh]
+            W = self.W_[..., None]
+            self.M2_[..., fresh] = np.where(W > 0.0, S - S * S / np.where(W > 0.0, W, 1.0), 0.0)
             self.binary_ &= ~not_binary
             self._refresh()
         c = 0 if y > 0 else 1
         w = weights.astype(np.float64)
-        W_old = self.W_[k, :, c].copy()
-        W_new = W_old + w
-        S = self.S_[k, :, c]
-        mean_old = S / np.where(W_old > 0.0, W_old, 1.0)[:, None]
-        S += w[:, None] * x
-        mean_new = S / np.where(W_new > 0.0, W_new, 1.0)[:, None]
-        self.M2_[k, :, c] += w[:, None] * (x - mean_old) * (x - mean_new)
-        self.W_[k, :, c] = W_new
+        numeric = ~self.binary_
+        if numeric.any():  # weighted Welford (West 1979) on the numeric features
+            W_old = self.W_[k, :, c][:, None]
+            S = self.S_[k, :, c][:, numeric]
+            xn = x[numeric]
+            mean_old = S / np.where(W_old > 0.0, W_old, 1.0)
+            W_new = W_old + w[:, None]
+            mean_new = (S + w[:, None] * xn) / np.where(W_new > 0.0, W_new, 1.0)
+            m2 = self.M2_[k, :, c]  # a view: basic indexing
+            m2[:, numeric] += w[:, None] * (xn - mean_old) * (xn - mean_new)
+        self.S_[k, :, c] += w[:, None] * x
+        self.W_[k, :, c] += w
         self._refresh_side(k, c)
         self._refresh_class(k)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from service.learners.weak import BinaryFamily, weak_families
@@ -37,8 +39,8 @@ class PerceptronFamily(BinaryFamily):
 
     @staticmethod
     def _scale(x: np.ndarray) -> np.ndarray:
-        norm = float(np.sqrt(x @ x))
-        return x / norm if norm > 1.0 else x
+        sq = float(x @ x)
+        return x / math.sqrt(sq) if sq > 1.0 else x
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         k, n, d = self.U_.shape
@@ -48,12 +50,12 @@ class PerceptronFamily(BinaryFamily):
         xs = self._scale(x)
         u = self.U_[k]
         mistake = (y * (u @ xs) <= 0.0) & (weights > 0.0)
-        if not mistake.any():
+        rows = np.flatnonzero(mistake)
+        if rows.size == 0:
             return
         n = self.n_[k]
-        n += mistake
-        step = np.where(mistake, y * weights / np.sqrt(np.maximum(n, 1)), 0.0)
-        u += step[:, None] * xs
-        norms = np.sqrt(np.einsum("ij,ij->i", u, u))
+        n[rows] += 1
+        moved = u[rows] + (y * weights[rows] / np.sqrt(n[rows]))[:, None] * xs
+        norms = np.sqrt(np.einsum("ij,ij->i", moved, moved))
         np.maximum(norms, 1.0, out=norms)
-        u /= norms[:, None]
+        u[rows] = moved / norms[:, None]
