@@ -12,6 +12,7 @@ from service.learners import ParamError, make_learner
 from service.learners.banditboost import BanditBoost, hinge_subgradient, osboost_weights
 from service.learners.base import Learner, gamma_mix
 from service.repro import reproductions
+from service.repro.seed000 import render
 from service.sampling import DecisionIds, decision_rng
 from service.serial import checksum, decode, encode
 from service.sim.stream import run_stream
@@ -239,4 +240,5 @@ def test_reproduce_quick_writes_to_the_given_path(tmp_path: Path) -> None:
     for row in ("| Car (", "| Dna (", "| Nursery (", "| Connect4 (", "| Reuters4 |"):
         assert row in md
     assert "Quick mode" in md and "Tuning on the evaluation stream" in md
+    assert render(tmp_path) == md  # the section is a function of the CSV the run wrote
     assert (docs.read_bytes() if docs.exists() else None) == before
