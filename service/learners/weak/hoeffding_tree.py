@@ -183,6 +183,7 @@ class HoeffdingForest(Stateful):
         lo, hi = self.lo_[trees, slots], self.hi_[trees, slots]  # (B, d)
         frac = np.arange(1, N_CANDIDATES + 1) / (N_CANDIDATES + 1)
         theta = lo[..., None] + (hi - lo)[..., None] * frac  # (B, d, C)
+        theta = np.where(self.binary_[:, None], 0.5, theta)  # 0/1 features: the nominal split
         mean = self.mean_[trees, slots]  # (B, k, d)
         var = np.maximum(self.m2_[trees, slots], 0.0) / np.where(cw > 0, cw, 1.0)[..., None]
         std = np.sqrt(var)[..., None]
