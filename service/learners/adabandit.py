@@ -56,7 +56,7 @@ class AdaBandit(TreeBooster):
     >>> m = make_learner("adabandit", 2, 3, {"n_learners": 4, "rho": 0.3}, seed=0)
     >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
     >>> float(d.probs.max()), sorted(d.memo)
-    (0.7, ['alpha', 'expert', 'experts', 'greedy', 'votes', 'weak'])
+    (0.7, ['alpha', 'expert', 'experts', 'greedy', 'leaves', 'tree_nodes', 'votes', 'weak'])
     """
 
     name = "adabandit"
@@ -69,7 +69,8 @@ class AdaBandit(TreeBooster):
         self.log_v_ = np.zeros(self.params.n_learners)
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        weak = rand_rows_argmax(self.trees_.distribution(x), rng)
+        dist, where = self._weak_distribution(x)
+        weak = rand_rows_argmax(dist, rng)
         votes = np.zeros((weak.size, self.n_labels))
         votes[np.arange(weak.size), weak] = self.alpha_
         votes = np.cumsum(votes, axis=0)
@@ -85,6 +86,7 @@ class AdaBandit(TreeBooster):
             "votes": votes,
             "experts": experts,
             "expert": expert,
+            **where,
         }
         return Decision(p, sample(p, rng), memo)
 
@@ -95,7 +97,9 @@ class AdaBandit(TreeBooster):
         ell = loss_estimate(decision.probs, decision.label, int(m["greedy"]), reward)
         iota = 1.0 - ell
         prev = np.vstack([np.zeros((1, self.n_labels)), votes[:-1]])  # s^{i-1}
-        self._train_trees(x, logistic_cost_matrices(prev) @ iota, decision.label if reward else None)
+        self._train_trees(
+            x, logistic_cost_matrices(prev) @ iota, decision.label if reward else None, decision.memo
+        )
         eta = self.params.rho / (self.n_labels**2 * np.sqrt(self.t_))
         grad = logistic_alpha_grad(prev, weak, alpha, iota)
         self.alpha_ = np.clip(self.alpha_ - eta * grad, -2.0, 2.0)

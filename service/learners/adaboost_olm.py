@@ -56,7 +56,7 @@ class AdaboostOLM(TreeBooster):
         self.log_v_ = np.zeros(self.params.n_learners)
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        dist = self.trees_.distribution(x)
+        dist, where = self._weak_distribution(x)
         n, k = dist.shape
         s = np.zeros(k)
         weak = np.empty(n, dtype=np.int64)
@@ -78,6 +78,7 @@ class AdaboostOLM(TreeBooster):
             "votes": votes,
             "experts": experts,
             "expert": expert,
+            **where,
         }
         return Decision(np.eye(k)[greedy], greedy, memo)
 
@@ -88,7 +89,7 @@ class AdaboostOLM(TreeBooster):
         weak, alpha, votes = np.asarray(m["weak"]), np.asarray(m["alpha"]), np.asarray(m["votes"])
         prev = np.vstack([np.zeros((1, k)), votes[:-1]])
         truth = np.eye(k)[y]
-        self._train_trees(x, logistic_cost_matrices(prev)[:, :, y], y)
+        self._train_trees(x, logistic_cost_matrices(prev)[:, :, y], y, decision.memo)
         eta = 2.0 * np.sqrt(2.0) / ((k - 1) * np.sqrt(self.t_))
         self.alpha_ = np.clip(self.alpha_ - eta * logistic_alpha_grad(prev, weak, alpha, truth), -2.0, 2.0)
         self.log_v_ = hedge_update(self.log_v_, (np.asarray(m["experts"]) != y).astype(float))

@@ -76,7 +76,7 @@ class BanditBBM(TreeBooster):
     >>> m = make_learner("optbandit", 2, 3, {"n_learners": 3, "rho": 0.3}, seed=0)
     >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
     >>> sorted(d.memo), float(d.probs.max())
-    (['greedy', 'weak'], 0.7)
+    (['greedy', 'leaves', 'tree_nodes', 'weak'], 0.7)
     """
 
     name = "banditbbm"
@@ -84,10 +84,11 @@ class BanditBBM(TreeBooster):
     params: BanditBBMParams
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        weak = rand_rows_argmax(self.trees_.distribution(x), rng)
+        dist, where = self._weak_distribution(x)
+        weak = rand_rows_argmax(dist, rng)
         greedy = randargmax(np.bincount(weak, minlength=self.n_labels), rng)
         p = rho_mix(self.n_labels, greedy, self.params.rho)
-        return Decision(p, sample(p, rng), {"greedy": greedy, "weak": weak})
+        return Decision(p, sample(p, rng), {"greedy": greedy, "weak": weak, **where})
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
@@ -95,4 +96,4 @@ class BanditBBM(TreeBooster):
         ell = loss_estimate(decision.probs, decision.label, int(decision.memo["greedy"]), reward)
         mc = self.rng_ if p.potential == "mc" else None
         C = bbm_costs(np.asarray(decision.memo["weak"]), self.n_labels, p.gamma, p.ties, 1.0 - ell, mc)
-        self._train_trees(x, C, decision.label if reward else None)
+        self._train_trees(x, C, decision.label if reward else None, decision.memo)

@@ -386,9 +386,16 @@ class TreeBooster(Learner):
         )
         self.trees_ = HoeffdingForest(self.n_features, self.n_labels, *draws)
 
-    def _train_trees(self, x: np.ndarray, C: np.ndarray, prefer: int | None) -> None:
+    def _weak_distribution(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Class distributions of the trees for ``x`` and the memo entries that let ``learn`` skip
+        re-routing ``x`` when no tree has split in between (``leaves`` and ``tree_nodes``)."""
+        dist, nodes = self.trees_.distribution(x)
+        return dist, {"leaves": nodes, "tree_nodes": self.trees_.n_nodes_.copy()}
+
+    def _train_trees(self, x: np.ndarray, C: np.ndarray, prefer: int | None, memo: dict) -> None:
         """Feed every tree its cost vector through the (label, weight) reduction (§2.8)."""
         labels, weights = costs_to_examples(
             C, self.params.cost_clip, self.rng_, prefer, self.params.weight_divide
         )
-        self.trees_.update(x, labels, weights)
+        same = np.array_equal(np.asarray(memo["tree_nodes"]), self.trees_.n_nodes_)
+        self.trees_.update(x, labels, weights, np.asarray(memo["leaves"]) if same else None)

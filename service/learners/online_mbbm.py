@@ -59,7 +59,7 @@ class OnlineMBBM(TreeBooster):
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
         p = self.params
-        dist = self.trees_.distribution(x)
+        dist, where = self._weak_distribution(x)
         n, k = dist.shape
         s = np.zeros(k, dtype=np.int64)
         weak = np.empty(n, dtype=np.int64)
@@ -69,7 +69,7 @@ class OnlineMBBM(TreeBooster):
             weak[i] = randargmin(G @ dist[i], rng)
             s[weak[i]] += 1
         greedy = randargmax(s, rng)
-        return Decision(np.eye(k)[greedy], greedy, {"greedy": greedy, "weak": weak})
+        return Decision(np.eye(k)[greedy], greedy, {"greedy": greedy, "weak": weak, **where})
 
     def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
         self.t_ += 1
@@ -78,4 +78,4 @@ class OnlineMBBM(TreeBooster):
         C = bbm_costs(
             np.asarray(decision.memo["weak"]), self.n_labels, p.gamma, p.ties, np.eye(self.n_labels)[y], mc
         )
-        self._train_trees(x, C, y)
+        self._train_trees(x, C, y, decision.memo)

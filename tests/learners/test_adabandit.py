@@ -152,8 +152,9 @@ def test_learn_uses_the_decision_memo(car_stream) -> None:
     assert m.t_ == 400 - 300 + 300 - 1 + 1
 
 
-def test_adabandit_learns_car(car_stream) -> None:
-    ds, X, y = car_stream
-    m = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 10, "rho": 0.05}, seed=0)
+def test_adabandit_learns_car() -> None:
+    ds = load_dataset("car")
+    X, y = ds.stream(0, 2, limit=3000)
+    m = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 5, "rho": 0.02}, seed=0)
     correct = run_stream(m, X, y, DecisionIds.for_seed(0))
-    assert correct[-400:].mean() > 0.75
+    assert correct[-1000:].mean() > 0.8 > np.mean(y == 0)  # well above the majority class

@@ -18,7 +18,7 @@ def forest(d: int, k: int, n: int = 1, grace: float = 10.0, tie: float = 0.05, d
 def prequential(f: HoeffdingForest, X: np.ndarray, y: np.ndarray, w: float) -> float:
     hits = 0
     for x, label in zip(X, y, strict=True):
-        hits += int(f.distribution(x)[0].argmax() == label)
+        hits += int(f.distribution(x)[0][0].argmax() == label)
         f.update(x, np.array([label]), np.array([w]))
     return hits / len(y)
 
@@ -56,8 +56,8 @@ def test_splits_on_the_informative_binary_feature_with_exact_branch_weights() ->
     # the split happened at the first evaluation with both classes present; children inherit exact counts
     assert f.class_w_[0, f.slot_[0, left], 1] == 0.0
     assert f.class_w_[0, f.slot_[0, right], 0] == 0.0
-    assert f.distribution(np.array([0.0, 1.0, 0.0]))[0].argmax() == 1
-    assert f.distribution(np.array([1.0, 0.0, 1.0]))[0].argmax() == 0
+    assert f.distribution(np.array([0.0, 1.0, 0.0]))[0][0].argmax() == 1
+    assert f.distribution(np.array([1.0, 0.0, 1.0]))[0][0].argmax() == 0
 
 
 def test_information_gain_oracle() -> None:
@@ -96,9 +96,9 @@ def test_weighted_example_equals_repeated_example() -> None:
 
 def test_empty_tree_predicts_uniform_and_trees_are_independent() -> None:
     f = forest(2, 3, n=2)
-    np.testing.assert_array_equal(f.distribution(np.zeros(2)), np.ones((2, 3)))
+    np.testing.assert_array_equal(f.distribution(np.zeros(2))[0], np.ones((2, 3)))
     f.update(np.array([1.0, 0.0]), np.array([2, 0]), np.array([1.0, 5.0]))
-    np.testing.assert_array_equal(f.distribution(np.zeros(2)), [[1, 1, 2], [6, 1, 1]])
+    np.testing.assert_array_equal(f.distribution(np.zeros(2))[0], [[1, 1, 2], [6, 1, 1]])
 
 
 def test_save_load_mid_growth_is_bit_identical() -> None:

@@ -135,16 +135,26 @@ class HoeffdingForest(Stateful):
             inner = f >= 0
         return g - base, self.slot_.reshape(-1)[g]
 
-    def distribution(self, x: np.ndarray) -> np.ndarray:
-        """Class weights each tree predicts for ``x`` (observed weight + 1 per class): shape (N, k)."""
-        _, slots = self.route(x)
-        return self.class_w_[self._trees, slots] + 1.0
+    def distribution(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Class weights each tree predicts for ``x`` (observed weight + 1 per class), shape (N, k),
+        and the leaf node of ``x`` in each tree (to pass back to :meth:`update`)."""
+        nodes, slots = self.route(x)
+        return self.class_w_[self._trees, slots] + 1.0, nodes
 
     # -- learning --------------------------------------------------------------------------------
 
-    def update(self, x: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> None:
-        """Tree ``i`` learns the example ``(x, labels[i])`` with weight ``weights[i] > 0``."""
-        nodes, slots = self.route(x)
+    def update(
+        self, x: np.ndarray, labels: np.ndarray, weights: np.ndarray, nodes: np.ndarray | None = None
+    ) -> None:
+        """Tree ``i`` learns the example ``(x, labels[i])`` with weight ``weights[i] > 0``.
+
+        ``nodes`` are the leaves of ``x`` from :meth:`distribution`, valid while no tree has split
+        since (the caller checks :attr:`n_nodes_`); routing is redone when they are not given.
+        """
+        if nodes is None:
+            nodes, slots = self.route(x)
+        else:
+            slots = self.slot_[self._trees, nodes]
         cap, k = self.class_w_.shape[1:]
         leaf = self._trees * cap + slots  # flat leaf ids
         row = leaf * k + labels  # flat (leaf, class) ids
