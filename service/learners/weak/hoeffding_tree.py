@@ -119,10 +119,10 @@ class HoeffdingForest(Stateful):
 
     # -- prediction ------------------------------------------------------------------------------
 
-    def route(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Leaf node and leaf-table row of ``x`` in every tree: two int arrays of shape (N,)."""
+    def route(self, x: np.ndarray, trees: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Leaf node and leaf-table row of ``x`` in every tree (or in ``trees``): two int arrays."""
         cap = self.feature_.shape[1]
-        base = self._trees * cap
+        base = (self._trees if trees is None else trees) * cap
         feature, threshold = self.feature_.reshape(-1), self.threshold_.reshape(-1)
         child = self.child_.reshape(-1)
         g = base.copy()  # flat node ids
@@ -144,19 +144,26 @@ class HoeffdingForest(Stateful):
     # -- learning --------------------------------------------------------------------------------
 
     def update(
-        self, x: np.ndarray, labels: np.ndarray, weights: np.ndarray, nodes: np.ndarray | None = None
+        self,
+        x: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray,
+        nodes: np.ndarray | None = None,
+        trees: np.ndarray | None = None,
     ) -> None:
         """Tree ``i`` learns the example ``(x, labels[i])`` with weight ``weights[i] > 0``.
 
         ``nodes`` are the leaves of ``x`` from :meth:`distribution`, valid while no tree has split
         since (the caller checks :attr:`n_nodes_`); routing is redone when they are not given.
+        ``trees`` restricts the update to those trees (``labels`` and ``weights`` then follow it).
         """
+        tr = self._trees if trees is None else trees
         if nodes is None:
-            nodes, slots = self.route(x)
+            nodes, slots = self.route(x, trees)
         else:
-            slots = self.slot_[self._trees, nodes]
+            slots = self.slot_[tr, nodes]
         cap, k = self.class_w_.shape[1:]
-        leaf = self._trees * cap + slots  # flat leaf ids
+        leaf = tr * cap + slots  # flat leaf ids
         row = leaf * k + labels  # flat (leaf, class) ids
         w = np.asarray(weights, dtype=np.float64)
         stat_w, class_w = self.stat_w_.reshape(-1), self.class_w_.reshape(-1)
@@ -176,9 +183,9 @@ class HoeffdingForest(Stateful):
         hi[leaf] = np.where(first, x, np.maximum(hi[leaf], x))
         seen[leaf] += w
         self.binary_ &= (x == 0.0) | (x == 1.0)
-        due = np.flatnonzero(seen[leaf] - evaluated[leaf] >= self.grace_)
+        due = np.flatnonzero(seen[leaf] - evaluated[leaf] >= self.grace_[tr])
         if due.size:
-            self._try_splits(due, nodes[due], slots[due])
+            self._try_splits(tr[due], nodes[due], slots[due])
 
     def _try_splits(self, trees: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> None:
         """Evaluate the best split of leaf ``slots[b]`` of tree ``trees[b]``, all at once; split where due."""
