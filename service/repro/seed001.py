@@ -37,8 +37,12 @@ from service.sim.stream import run_stream
 NAME = "seed001-table1"
 TOLERANCE = 0.03
 CACHE = DOCS.parent / "out" / "cache" / "seed001"
-_SOURCES = ("booster_costs.py", "adabandit.py", "banditbbm.py", "adaboost_olm.py", "online_mbbm.py")
-_SOURCES_WEAK = ("weak/hoeffding_tree.py", "banditboost.py", "binbandit.py", "weak/hoeffding_binary.py")
+#: learner -> the source files (under service/learners) its results depend on (the cache key)
+_SOURCES: dict[str, tuple[str, ...]] = {
+    name: (f"{name.replace('-', '_')}.py", "booster_costs.py", "weak/hoeffding_tree.py")
+    for name in ("adabandit", "banditbbm", "adaboost-olm", "online-mbbm")
+}
+_SOURCES["binbandit"] = ("binbandit.py", "banditboost.py", "weak/__init__.py", "weak/hoeffding_tree.py")
 
 #: data set -> (duplication factor, k printed in the paper, paper row in column order of ALGOS)
 DATASETS: dict[str, tuple[int, int, tuple[float, ...]]] = {
@@ -77,12 +81,11 @@ def tree_ranges(dataset: str, learner: str) -> dict[str, Any]:
     return {"grace": (50.0, 200.0), "tie_threshold": (0.01, 0.9), "split_confidence": (1e-11, 0.9)}
 
 
-def _fingerprint() -> str:
+def _fingerprint(learner: str) -> str:
     root = Path(__file__).resolve().parents[1] / "learners"
     h = hashlib.sha256()
-    for name in (*_SOURCES, *_SOURCES_WEAK):
-        path = root / name
-        h.update(path.read_bytes() if path.is_file() else b"-")
+    for name in _SOURCES[learner]:
+        h.update((root / name).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -90,7 +93,7 @@ def run_cell(
     learner: str, dataset: str, params: dict[str, Any], seed: int, limit: int | None = None
 ) -> tuple[float, float]:
     """Last-20% accuracy of the sampled label for one run, and its wall time in seconds (cached)."""
-    key = json.dumps([learner, dataset, params, seed, limit, _fingerprint()], sort_keys=True)
+    key = json.dumps([learner, dataset, params, seed, limit, _fingerprint(learner)], sort_keys=True)
     path = CACHE / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
     if path.is_file():
         got = json.loads(path.read_text())
