@@ -198,7 +198,8 @@ class HoeffdingForest(Stateful):
         trees, nodes, slots, cw, present = trees[keep], nodes[keep], slots[keep], cw[keep], present[keep]
         total = cw.sum(axis=1)
         lo, hi = self.lo_[trees, slots], self.hi_[trees, slots]  # (B, d)
-        frac = np.arange(1, N_CANDIDATES + 1) / (N_CANDIDATES + 1)
+        n_cand = 1 if self.binary_.all() else N_CANDIDATES  # 0/1 features have one distinct split
+        frac = np.arange(1, n_cand + 1) / (n_cand + 1)
         theta = lo[..., None] + (hi - lo)[..., None] * frac  # (B, d, C)
         theta = np.where(self.binary_[:, None], 0.5, theta)  # 0/1 features: the nominal split
         mean = self.mean_[trees, slots]  # (B, k, d)
