@@ -13,9 +13,9 @@ N and rho: the paper tuned both per data set; their values are lost. The full ru
 the bandit boosters on a separate sweep seed (a different shuffle of the *same* data set, so the
 choice is tuned on the evaluation data, not on the evaluation streams) and keeps N fixed.
 
-Every run's accuracy is cached under ``out/cache/seed001`` keyed by the run's configuration and a
-fingerprint of the learner source files, so an interrupted run resumes and any code change
-recomputes everything.
+Every run's accuracy is cached under ``out/cache/seed001`` (quick runs: under their output
+directory) keyed by the run's configuration and a fingerprint of the learner's source files, so
+an interrupted run resumes and any change of a learner's code recomputes its runs.
 """
 
 from __future__ import annotations
@@ -90,11 +90,16 @@ def _fingerprint(learner: str) -> str:
 
 
 def run_cell(
-    learner: str, dataset: str, params: dict[str, Any], seed: int, limit: int | None = None
+    learner: str,
+    dataset: str,
+    params: dict[str, Any],
+    seed: int,
+    limit: int | None = None,
+    cache: Path = CACHE,
 ) -> tuple[float, float]:
     """Last-20% accuracy of the sampled label for one run, and its wall time in seconds (cached)."""
     key = json.dumps([learner, dataset, params, seed, limit, _fingerprint(learner)], sort_keys=True)
-    path = CACHE / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    path = cache / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
     if path.is_file():
         got = json.loads(path.read_text())
         return float(got["accuracy"]), float(got["seconds"])
@@ -162,6 +167,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
     n_learners = 3 if quick else N_LEARNERS
     limit = 1500 if quick else None
     seeds = dict.fromkeys(datasets, 1) if quick else SEEDS
+    cache = out_dir / "cache" / "seed001" if quick else CACHE  # quick runs never reuse full-run results
 
     # 1. rho sweep for the bandit boosters (full run only)
     chosen: dict[tuple[str, str], float] = {}
@@ -191,7 +197,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
                 continue
             rho = rho_for(col, ds) if bandit else None
             params = _params(ds, learner, rho, n_learners)
-            runs = [run_cell(learner, ds, params, s, limit) for s in range(seeds[ds])]
+            runs = [run_cell(learner, ds, params, s, limit, cache) for s in range(seeds[ds])]
             accs = np.array([a for a, _ in runs])
             total_seconds += sum(t for _, t in runs)
             diff = accs.mean() - paper[j]
@@ -201,9 +207,8 @@ def reproduce(quick: bool, out_dir: Path) -> str:
             spread = f" ± {accs.std():.3f}" if accs.size > 1 else ""
             cells.append(f"{paper[j]:.2f} / **{accs.mean():.3f}**{spread}{mark}")
         data = load_dataset(ds)
-        rows.append(
-            f"| {ds} | {data.n_labels} | {data.n * dup:,} | {seeds[ds]} | " + " | ".join(cells) + " |"
-        )
+        length = min(data.n * dup, limit or data.n * dup)
+        rows.append(f"| {ds} | {data.n_labels} | {length:,} | {seeds[ds]} | " + " | ".join(cells) + " |")
 
     cmd = f"python -m service reproduce {NAME}{' --quick' if quick else ''}"
     mode = " — **quick mode, not the paper's protocol**" if quick else ""
