@@ -190,13 +190,16 @@ class HoeffdingForest(Stateful):
     def _try_splits(self, trees: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> None:
         """Evaluate the best split of leaf ``slots[b]`` of tree ``trees[b]``, all at once; split where due."""
         self.evaluated_[trees, slots] = self.seen_[trees, slots]
-        cw = self.stat_w_[trees, slots]  # (B, k)
-        present = (cw > 0).sum(axis=1)
+        # As MOA and its ports (the reference's VFDT, river): purity, the pre-split entropy, the
+        # range R and the n of the Hoeffding bound use the leaf's class distribution including the
+        # estimate it inherited at creation; the branch distributions use the statistics observed since.
+        pre = self.class_w_[trees, slots]  # (B, k)
+        present = (pre > 0).sum(axis=1)
         keep = present >= 2  # a pure leaf is not split
         if not keep.any():
             return
-        trees, nodes, slots, cw, present = trees[keep], nodes[keep], slots[keep], cw[keep], present[keep]
-        total = cw.sum(axis=1)
+        trees, nodes, slots, pre, present = trees[keep], nodes[keep], slots[keep], pre[keep], present[keep]
+        cw = self.stat_w_[trees, slots]
         lo, hi = self.lo_[trees, slots], self.hi_[trees, slots]  # (B, d)
         n_cand = 1 if self.binary_.all() else N_CANDIDATES  # 0/1 features have one distinct split
         frac = np.arange(1, n_cand + 1) / (n_cand + 1)
@@ -211,16 +214,17 @@ class HoeffdingForest(Stateful):
         left = cw[:, :, None, None] * np.clip(below, 0.0, 1.0)  # (B, k, d, C)
         right = cw[:, :, None, None] - left
         wl, wr = left.sum(axis=1), right.sum(axis=1)  # (B, d, C)
-        split_entropy = (wl * _entropy(left, axis=1) + wr * _entropy(right, axis=1)) / total[:, None, None]
-        gain = _entropy(cw, axis=1)[:, None, None] - split_entropy
-        ok = (np.minimum(wl, wr) > MIN_BRANCH_FRACTION * total[:, None, None]) & (hi > lo)[..., None]
+        total = cw.sum(axis=1)[:, None, None]
+        split_entropy = (wl * _entropy(left, axis=1) + wr * _entropy(right, axis=1)) / total
+        gain = _entropy(pre, axis=1)[:, None, None] - split_entropy
+        ok = (np.minimum(wl, wr) > MIN_BRANCH_FRACTION * total) & (hi > lo)[..., None]
         gain = np.where(ok, gain, -np.inf)
         per_feature = gain.max(axis=2)  # (B, d)
         top2 = -np.sort(-per_feature, axis=1)[:, :2]
         best = top2[:, 0]
         second = np.maximum(top2[:, 1] if top2.shape[1] > 1 else -np.inf, 0.0)  # or no split
         r = np.log2(present)
-        eps = np.sqrt(r * r * np.log(1.0 / self.delta_[trees]) / (2.0 * total))
+        eps = np.sqrt(r * r * np.log(1.0 / self.delta_[trees]) / (2.0 * pre.sum(axis=1)))
         go = np.isfinite(best) & (best > 0.0) & ((best - second > eps) | (eps < self.tie_[trees]))
         for b in np.flatnonzero(go):
             f = int(np.argmax(per_feature[b]))
