@@ -256,11 +256,12 @@ Zhang, Jung, Tewari, *Online Multiclass Boosting with Bandit Feedback* (AISTATS 
 cached runs excluded) on a shared 2-core machine.
 
 Nursery keeps all 5 classes (the paper prints K = 4 while streaming all 4 x 12,960 rows; see the
-datasets README). Protocol: ALGORITHMS.md §2.10 — duplication ×10/6/4/8/15, shuffled by the run seed, accuracy of the
-**sampled** label on the last 20% of the stream, mean ± std (population) over seeds 0..S-1 (S in
-the table; the paper used 20, and 10 for isolet). Movement is not available (no copy of the data
-set), so its row is omitted. N = {n_learners} trees for every booster (not tuned; the paper tuned N
-per data set and its values are lost), γ = 0.1, exact BBM potential. {rho_text}
+datasets README). Protocol: ALGORITHMS.md §2.10 — duplication ×10/6/4/8/15, shuffled by the run
+seed, accuracy of the **sampled** label on the last 20% of the stream, mean ± std (population)
+over seeds 0..S-1 (S in the table; the paper used 20, and 10 for isolet). Movement is not
+available (no copy of the data set), so its row is omitted. N = {n_learners} trees for every
+booster (not tuned; the paper tuned N per data set and its values are lost), γ = 0.1, exact BBM
+potential. {rho_text}
 
 {missing_text}Cells: paper / ours; ✗ marks a cell more than {TOLERANCE} below the paper.
 
