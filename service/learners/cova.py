@@ -39,13 +39,13 @@ LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
 FAMILY_BASES = {"naive_bayes": "naive_bayes", "ogd_perceptron": "perceptron"}  # base -> weak family
 
 
-def pa_step(loss: np.ndarray, sqnorm: float, base: str, C: float) -> np.ndarray:
+def pa_step(loss: np.ndarray | float, sqnorm: float, base: str, C: float) -> np.ndarray | float:
     """Step sizes ``tau`` for hinge losses ``loss``: the PA family (seed 004, eqs. 10-12) or the Perceptron.
 
     The Perceptron steps by 1 exactly on margin mistakes ``y w.x <= 0``, i.e. hinge loss >= 1.
     """
     if base == "perceptron":
-        return (loss >= 1.0).astype(np.float64)
+        return np.greater_equal(loss, 1.0) * 1.0
     if base == "pa":
         return loss / sqnorm
     if base == "pa1":
@@ -121,15 +121,19 @@ class ConservativeOVA(Learner):
             return
         yhat = decision.label
         if reward:
-            ys = np.full(self.n_labels, -1.0)
-            ys[yhat] = 1.0
-            loss = np.maximum(0.0, 1.0 - ys * (self.W_ @ x))
-            tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-            self.W_ += np.outer(tau * ys, x)
+            # Scorer s takes a PA step on (x, +1 if s = yhat else -1). Only scorers with a positive
+            # hinge loss move (usually none once the margins are met): adding the others' zero
+            # steps would not change a single bit, as W starts at +0.0 and never holds -0.0. The K
+            # scores are a Python list because a loop over K values beats a few numpy calls.
+            for s, score in enumerate((self.W_ @ x).tolist()):
+                ys = 1.0 if s == yhat else -1.0
+                loss = 1.0 - ys * score
+                if loss > 0.0:
+                    self.W_[s] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * x
         else:
             loss = max(0.0, 1.0 + float(self.W_[yhat] @ x))
             if loss > 0.0:
-                tau = pa_step(np.array(loss), sqnorm, self.params.base, self.params.C)
+                tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
                 self.W_[yhat] -= float(tau) * x
 
     def _learn_weak(self, x: np.ndarray, yhat: int, reward: bool) -> None:
