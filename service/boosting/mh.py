@@ -119,9 +119,14 @@ class StumpData:
         self, chunk: np.ndarray, WY: np.ndarray, total: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Best edge and its sorted position for every feature of ``chunk`` (edge -1: no threshold)."""
-        # below[p, j, l] = sum of W Y over the p+1 smallest values of feature chunk[j].
-        below = np.cumsum(WY[self.order[:-1, chunk]], axis=0)
-        edges = np.abs(total - 2.0 * below).sum(axis=2)
+        # g[p, j, l] = sum of W Y over the p+1 smallest values of feature chunk[j], then the
+        # class-wise edges total - 2 g and their absolute values, all in place.
+        g = WY[self.order[:-1, chunk]]
+        np.cumsum(g, axis=0, out=g)
+        g *= -2.0
+        g += total
+        np.abs(g, out=g)
+        edges = g.sum(axis=2)
         edges[~self.valid[:, chunk]] = -1.0
         pos = np.argmax(edges, axis=0)
         return edges[pos, np.arange(chunk.size)], pos
