@@ -61,6 +61,7 @@ class UCB1:
         return int(np.argmax(self.index()))
 
     def update(self, arm: int, reward: float) -> None:
+        """``T_j += 1``, ``X_j += r``, ``tau += 1`` for the pulled arm ``j``."""
         self.pulls[arm] += 1.0
         self.sums[arm] += reward
         self.tau += 1
@@ -102,9 +103,11 @@ class EXP3P:
         return (1.0 - self.gamma) * w / w.sum() + self.gamma / self.n_arms
 
     def select(self, rng: np.random.Generator) -> int:
+        """Draw an arm from :meth:`probs` with one uniform from ``rng``."""
         return sample(self.probs(), rng)
 
     def update(self, arm: int, reward: float) -> None:
+        """Update every arm's log-weight after ``arm`` was pulled and paid ``reward`` in [0, 1]."""
         p = self.probs()
         r_hat = importance_weighted_reward(arm, reward, p)
         M, T = self.n_arms, self.horizon

@@ -113,6 +113,7 @@ class StumpData:
 
     @property
     def n_features(self) -> int:
+        """d."""
         return int(self.X.shape[1])
 
     def _best_positions(

@@ -12,6 +12,7 @@ from service.sim.datasets import load_dataset
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Split, train with the chosen search, print the last iteration's errors, time and evaluations."""
     if args.iterations < 1:
         raise CLIError(f"--iterations must be >= 1, got {args.iterations}")
     if args.seed < 0:
@@ -46,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
 
 @commands.register("adaboost-mh")
 def add(sub: argparse._SubParsersAction) -> None:
+    """Register the ``adaboost-mh`` subcommand."""
     p = sub.add_parser(
         "adaboost-mh",
         help="batch AdaBoost.MH with bandit-aided stump search (seed 003)",

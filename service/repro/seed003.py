@@ -55,6 +55,7 @@ def error_at_time(curve: Curve, seconds: float) -> float:
 
 
 def plot(curves: list[Curve], title: str, path: Path) -> None:
+    """Held-out error against wall time (log scale), one line per search."""
     import matplotlib
 
     matplotlib.use("Agg")
