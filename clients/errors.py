@@ -34,6 +34,9 @@ class APIError(ClickboostError):
         The server's explanation (FastAPI's ``detail``), flattened to one line.
     body : Any
         The decoded JSON body (or the raw text when it was not JSON).
+    first_outcome : dict or None
+        409 / 410 only: how the decision was first answered, ``{"outcome": "click" | "no_click" |
+        "expired", "model", "model_version", "at"}``.
     """
 
     def __init__(self, status: int, message: str, body: Any = None) -> None:
@@ -41,6 +44,8 @@ class APIError(ClickboostError):
         self.status = status
         self.message = message
         self.body = body
+        first = body.get("first_outcome") if isinstance(body, dict) else None
+        self.first_outcome: dict[str, Any] | None = first if isinstance(first, dict) else None
 
 
 class BadRequest(APIError):
@@ -56,17 +61,7 @@ class NotFound(APIError):
 
 
 class Conflict(APIError):
-    """409: feedback for this decision id was already recorded.
-
-    Attributes
-    ----------
-    first_click : bool or None
-        The outcome recorded first, when the body states it.
-    """
-
-    def __init__(self, status: int, message: str, body: Any = None) -> None:
-        super().__init__(status, message, body)
-        self.first_click = _find_bool(body, "click")
+    """409: feedback for this decision id was already recorded (``first_outcome`` says how)."""
 
 
 class Gone(APIError):
@@ -79,14 +74,6 @@ class RateLimited(APIError):
 
 class ServerError(APIError):
     """5xx: the service (or the load balancer in front of it) failed."""
-
-
-def _find_bool(body: Any, key: str) -> bool | None:
-    """``body[key]`` or ``body["detail"][key]`` when it is a bool, else None."""
-    for obj in (body, body.get("detail") if isinstance(body, dict) else None):
-        if isinstance(obj, dict) and isinstance(obj.get(key), bool):
-            return bool(obj[key])
-    return None
 
 
 def _message(body: Any) -> str:

@@ -149,15 +149,13 @@ class _Calls:
     @staticmethod
     def feedback(decision_id: str, click: bool, wait: bool) -> _Call[FeedbackResult]:
         def reconcile(err: Conflict) -> FeedbackResult | None:
-            if err.first_click is not bool(click):
+            first = err.first_outcome or {}
+            if first.get("outcome") != ("click" if click else "no_click"):
                 return None
-            detail = err.body.get("detail") if isinstance(err.body, dict) else None
-            for candidate in (err.body, detail):
-                try:
-                    return FeedbackResult.from_json(candidate)
-                except ProtocolError:
-                    continue
-            return None
+            try:
+                return FeedbackResult.from_json({**first, "decision_id": decision_id, "click": bool(click)})
+            except ProtocolError:
+                return None
 
         return _Call(
             "POST",

@@ -55,8 +55,14 @@ FB = {"decision_id": "abc", "click": True, "model": "m", "model_version": 8}
         (410, {"detail": "reward window  passed\nat 12:00"}, Gone, "reward window passed at 12:00"),
         (401, {"detail": "missing X-API-Key"}, Unauthorized, "missing X-API-Key"),
         (403, "forbidden", Unauthorized, "forbidden"),
-        (413, {"detail": {"message": "body over 1000000 bytes"}}, BadRequest, "body over 1000000 bytes"),
+        (413, {"detail": "body over 1000000 bytes"}, BadRequest, "body over 1000000 bytes"),
         (
+            422,
+            {"detail": "features.3: Input should be a finite number", "errors": [{"loc": ["body"]}]},
+            BadRequest,
+            "features.3: Input should be a finite number",
+        ),
+        (  # FastAPI's own validation body
             422,
             {"detail": [{"loc": ["body", "features", 3], "msg": "Input should be a finite number"}]},
             BadRequest,
@@ -72,12 +78,15 @@ def test_error_bodies_map_to_exceptions(status: int, body: Any, cls: type, messa
     assert str(err) == f"HTTP {status}: {message}"
 
 
-@pytest.mark.parametrize(
-    "body", [{"detail": {"message": "already recorded", "click": False}}, {"detail": "dup", "click": False}]
-)
-def test_conflict_exposes_the_first_outcome(body: Any) -> None:
-    err = error_for(409, body)
-    assert isinstance(err, Conflict) and err.first_click is False
+def first(outcome: str, version: int | None = 8) -> dict[str, Any]:
+    return {"outcome": outcome, "model": "m", "model_version": version, "at": 1.7e9}
+
+
+@pytest.mark.parametrize(("status", "cls"), [(409, Conflict), (410, Gone)])
+def test_conflict_and_gone_expose_the_first_outcome(status: int, cls: type) -> None:
+    err = error_for(status, {"detail": "already answered", "first_outcome": first("no_click")})
+    assert isinstance(err, cls) and err.first_outcome == first("no_click")
+    assert error_for(404, {"detail": "unknown"}).first_outcome is None
 
 
 def test_answers_parse_strictly() -> None:
@@ -196,7 +205,7 @@ def test_feedback_retries_the_same_decision_id_after_503(scripted: Scripted) -> 
 
 
 def test_feedback_whose_answer_was_lost_succeeds_on_its_own_409(scripted: Scripted) -> None:
-    conflict = {"detail": {"message": "feedback already recorded", **FB}}
+    conflict = {"detail": "feedback already recorded", "first_outcome": first("click")}
     scripted.script = [drop, reply(409, conflict)]
     with Client(scripted.url, retry=FAST) as c:
         assert c.feedback("abc", True, wait=True) == FeedbackResult.from_json(FB)
@@ -204,12 +213,12 @@ def test_feedback_whose_answer_was_lost_succeeds_on_its_own_409(scripted: Script
 
 
 def test_a_real_conflict_is_raised(scripted: Scripted) -> None:
-    first_no_click = {"detail": {"message": "feedback already recorded", **FB, "click": False}}
+    first_no_click = {"detail": "feedback already recorded", "first_outcome": first("no_click", 5)}
     scripted.script = [drop, reply(409, first_no_click), reply(409, first_no_click)]
     with Client(scripted.url, retry=FAST) as c:
         with pytest.raises(Conflict) as info:
             c.feedback("abc", True)  # retried, but the first outcome was a no-click
-        assert info.value.first_click is False
+        assert info.value.first_outcome == first("no_click", 5)
         with pytest.raises(Conflict):
             c.feedback("abc", False)  # not a retry: a 409 on the first attempt is a real duplicate
 
