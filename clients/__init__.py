@@ -17,7 +17,7 @@ from clients.errors import (
     TransportError,
     Unauthorized,
 )
-from clients.models import FeedbackResult, ModelInfo, Prediction
+from clients.models import FeedbackResult, ModelCounts, ModelInfo, Prediction
 from clients.sdk import AsyncClient, Client, ModelState, Retry
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Conflict",
     "FeedbackResult",
     "Gone",
+    "ModelCounts",
     "ModelInfo",
     "ModelState",
     "NotFound",

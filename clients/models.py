@@ -80,23 +80,54 @@ class FeedbackResult:
 
 
 @dataclass(frozen=True)
-class ModelInfo:
-    """Answer of ``GET /models/{name}``: configuration, version, state checksum and counters.
+class ModelCounts:
+    """Decision counters of a model; ``ctr`` = clicks / (clicks + no_clicks), None before any answer."""
 
-    ``raw`` holds the whole body (configuration, decision / click / no-click / expired counts,
-    running CTR) as the server sent it.
+    decisions: int
+    clicks: int
+    no_clicks: int
+    expired: int
+    pending: int
+    ctr: float | None
+
+    @classmethod
+    def from_json(cls, body: Any) -> ModelCounts:
+        ctr = body.get("ctr") if isinstance(body, dict) else None
+        if ctr is not None and (not isinstance(ctr, _NUM) or isinstance(ctr, bool)):
+            raise ProtocolError(f"model counts have ctr={ctr!r}, expected a number or null")
+        return cls(
+            *(
+                _get(body, k, int, "model counts")
+                for k in ("decisions", "clicks", "no_clicks", "expired", "pending")
+            ),
+            ctr=None if ctr is None else float(ctr),
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model as ``GET /models/{name}`` describes it: configuration, version (event-log position),
+    checksum (sha256 of the canonical serialised state) and counters.
+
+    The answers of ``PUT /models/{name}/state`` carry only name, version and checksum: there
+    ``config`` is empty and ``counts`` None. ``raw`` is the whole body as sent.
     """
 
     name: str
     version: int
     checksum: str
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    config: dict[str, Any] = field(default_factory=dict)
+    counts: ModelCounts | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> ModelInfo:
+        name = _get(body, "name", str, "model")
         return cls(
-            name=_get(body, "name", str, "model"),
+            name=name,
             version=_get(body, "version", int, "model"),
             checksum=_get(body, "checksum", str, "model"),
+            config=_get(body, "config", dict, "model") if "config" in body else {},
+            counts=ModelCounts.from_json(body["counts"]) if "counts" in body else None,
             raw=dict(body),
         )

@@ -41,7 +41,7 @@ with Client("http://127.0.0.1:8000") as c:  # api_key=..., admin_key=... when th
     except Conflict as exc:
         print(exc.status, exc.first_outcome["outcome"])
     info = c.get_model("demo")
-    print(info.version, info.checksum[:16], info.raw["counts"])
+    print(info.version, info.checksum[:16], info.counts)
 """
 
 REPLAY = [

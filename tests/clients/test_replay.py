@@ -68,12 +68,12 @@ def test_cli_spreads_over_replicas_and_writes_report_and_plot(
         counts = []
         for url in (url1, url2):
             with Client(url, admin_key=ADMIN_KEY) as c:
-                counts.append(c.get_model("car").raw["counts"])
+                counts.append(c.get_model("car").counts)
     # each replica has its own memory store here: each saw exactly its half of the visits
-    assert [c["decisions"] for c in counts] == [40, 40]
-    assert [c["clicks"] + c["no_clicks"] for c in counts] == [40, 40]
+    assert [c.decisions for c in counts] == [40, 40]
+    assert [c.clicks + c.no_clicks for c in counts] == [40, 40]
     report = json.loads(out.read_text())
-    assert report["n"] == 80 and report["clicks"] == sum(c["clicks"] for c in counts)
+    assert report["n"] == 80 and report["clicks"] == sum(c.clicks for c in counts)
     assert report["accuracy"] == report["clicks"] / 80
     assert report["urls"] == [url1, url2] and report["concurrency"] == 4 and report["dataset"] == "car"
     assert report["rps"] > 0 and report["errors"] == {"predict": {}, "feedback": {}}

@@ -30,15 +30,14 @@ def test_predict_then_feedback_updates_the_model(server: str) -> None:
         p = c.predict(CAR_X, model="car")
         assert isinstance(p, Prediction) and p.model == "car"
         assert (
-            p.label in ("unacc", "acc", "good", "vgood")
-            and p.label == before.raw["config"]["labels"][p.label_index]
+            p.label in ("unacc", "acc", "good", "vgood") and p.label == before.config["labels"][p.label_index]
         )
         assert p.probability == p.probabilities[p.label_index] and abs(sum(p.probabilities) - 1) < 1e-9
         fb = c.feedback(p.decision_id, click=True, wait=True)
         assert fb == FeedbackResult(p.decision_id, True, "car", fb.model_version)
         after = c.get_model("car")
         assert after.version == fb.model_version == before.version + 1 and after.checksum != before.checksum
-        assert after.raw["counts"]["clicks"] == before.raw["counts"]["clicks"] + 1
+        assert after.counts.clicks == before.counts.clicks + 1
 
 
 def test_http_errors_become_typed_exceptions(server: str) -> None:
@@ -87,7 +86,7 @@ def test_admin_calls_round_trip(server: str) -> None:
             seed=3,
         )
         assert isinstance(info, ModelInfo) and info.name == "news" and info.version == 0
-        assert info.raw["config"]["params"] == {"gamma": 0.1}
+        assert info.config["params"] == {"gamma": 0.1}
         fresh = info.checksum
         assert {"car", "news"} <= {m.name for m in c.list_models()}
         for hour in range(5):
@@ -120,7 +119,7 @@ def test_async_client_concurrent_visits(server: str) -> None:
 
     before, results, after = asyncio.run(run())
     assert len({r.decision_id for r in results}) == 40
-    assert after.raw["counts"]["decisions"] == before.raw["counts"]["decisions"] + 40
+    assert after.counts.decisions == before.counts.decisions + 40
     assert sorted(r.model_version for r in results) == list(range(before.version + 1, before.version + 41))
 
 

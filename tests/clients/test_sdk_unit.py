@@ -26,6 +26,8 @@ from clients import (
     Conflict,
     FeedbackResult,
     Gone,
+    ModelCounts,
+    ModelInfo,
     NotFound,
     Prediction,
     ProtocolError,
@@ -99,6 +101,15 @@ def test_answers_parse_strictly() -> None:
         Prediction.from_json({**PRED, "label_index": True})
     with pytest.raises(ProtocolError, match="click=1"):
         FeedbackResult.from_json({**FB, "click": 1})
+    counts = {"decisions": 3, "clicks": 1, "no_clicks": 1, "expired": 0, "pending": 1, "ctr": 0.5}
+    full = ModelInfo.from_json(
+        {"name": "m", "version": 2, "checksum": "ab", "config": {"n_labels": 3}, "counts": counts}
+    )
+    assert full.counts == ModelCounts(3, 1, 1, 0, 1, 0.5) and full.config == {"n_labels": 3}
+    imported = ModelInfo.from_json({"name": "m", "version": 2, "checksum": "ab"})  # PUT /models/m/state
+    assert imported == ModelInfo("m", 2, "ab") and imported.counts is None
+    with pytest.raises(ProtocolError, match="ctr='n/a'"):
+        ModelInfo.from_json({"name": "m", "version": 2, "checksum": "ab", "counts": {**counts, "ctr": "n/a"}})
 
 
 def test_backoff_doubles_within_bounds_and_honours_retry_after() -> None:
