@@ -137,7 +137,11 @@ def main() -> None:
             "`python -m clients.replay` sends each example of a labelled dataset as a visit: predict, "
             "then click iff the sampled label is the true one (so CTR = online accuracy), spread over "
             "the replicas given in `--url` (comma-separated), with `--concurrency` and `--rate`. "
-            "It needs a model of the dataset's shape: `deploy/models.toml` declares `car`.",
+            "It needs a model of the dataset's shape: `deploy/models.toml` declares `car`. At "
+            "concurrency 1 a replay is deterministic and equals the offline simulator's run mistake "
+            "for mistake when the server draws its decision ids from a seed "
+            "(`CLICKBOOST_DECISION_ID_SEED`, for tests only: such ids are guessable); "
+            "`tests/clients/test_replay.py` checks both.",
             block(
                 "sh",
                 ".venv/bin/python -m service serve --demo --config deploy/models.toml &\n"
