@@ -3,7 +3,7 @@
     .venv/bin/python scripts/readme_clients.py
 
 Starts ``python -m service serve --demo --config deploy/models.toml`` on a free loopback port (the
-section shows port 8000, where ``make run`` listens), runs the curl calls, executes the SDK snippet
+section shows port 8000, where ``make run`` listens), runs the curl commands, executes the SDK snippet
 verbatim, runs the replay client (writing docs/replay-car.png) and scripts/demo-local, and rewrites
 only the text between the section's markers with the commands and their real outputs.
 """
@@ -44,10 +44,21 @@ with Client("http://127.0.0.1:8000") as c:  # api_key=..., admin_key=... when th
     print(info.version, info.checksum[:16], info.counts)
 """
 
-REPLAY = [
-    "-m", "clients.replay", "--url", SHOWN, "--model", "car", "--dataset", "car",
-    "--limit", "2000", "--seed", "0", "--json-out", "replay.json", "--plot", "docs/replay-car.png",
-]  # fmt: skip
+SERVE = ".venv/bin/python -m service serve --demo --config deploy/models.toml"
+PREDICT = (
+    f"curl -s {SHOWN}/predict -H 'content-type: application/json' \\\n"
+    """  -d '{"model": "demo", "features": {"country": "fr", "hour": 13, "mobile": true}}' \\\n"""
+    "  | python3 -m json.tool"
+)
+FEEDBACK = (
+    f"curl -s '{SHOWN}/feedback?wait=true' -H 'content-type: application/json' \\\n"
+    """  -d '{"decision_id": "ID", "click": true}' | python3 -m json.tool"""
+)
+REPLAY = (
+    f".venv/bin/python -m clients.replay --url {SHOWN} --model car --dataset car \\\n"
+    "  --json-out replay.json --plot docs/replay-car.png"
+)
+DEMO = "scripts/demo-local"
 
 
 def free_port() -> int:
@@ -60,10 +71,16 @@ def block(lang: str, text: str) -> str:
     return f"```{lang}\n{text.rstrip()}\n```"
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
-    """Stdout of ``cmd`` run in the repository (stderr, e.g. progress bars, is not shown)."""
+def sh(command: str, url: str, env: dict[str, str]) -> str:
+    """Stdout of the shell ``command`` run in the repository against the server at ``url``."""
     return subprocess.run(
-        cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600
+        ["bash", "-c", command.replace(SHOWN, url)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     ).stdout
 
 
@@ -71,18 +88,10 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_") and k != "REDIS_URL"}
+    env["PYTHON"] = sys.executable
+    py = shlex.quote(sys.executable)
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--port",
-            str(port),
-            "--demo",
-            "--config",
-            "deploy/models.toml",
-        ],
+        [*shlex.split(SERVE.replace(".venv/bin/python", py)), "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -94,22 +103,18 @@ def main() -> None:
                 if httpx.get(f"{url}/readyz").status_code == 200:
                     break
             time.sleep(0.1)
-        predict = ["curl", "-s", f"{SHOWN}/predict", "-H", "content-type: application/json", "-d"]
-        predict += ['{"model": "demo", "features": {"country": "fr", "hour": 13, "mobile": true}}']
-        out1 = run([a.replace(SHOWN, url) for a in predict])
-        decision = json.loads(out1)["decision_id"]
-        feedback = ["curl", "-s", f"{SHOWN}/feedback?wait=true", "-H", "content-type: application/json", "-d"]
-        feedback += [json.dumps({"decision_id": decision, "click": True})]
-        out2 = run([a.replace(SHOWN, url) for a in feedback])
+        predict_out = sh(PREDICT, url, env)
+        feedback = FEEDBACK.replace("ID", json.loads(predict_out)["decision_id"])
+        feedback_out = sh(feedback, url, env)
         sdk_out = io.StringIO()
         with contextlib.redirect_stdout(sdk_out):
             exec(compile(SDK_SNIPPET.replace(SHOWN, url), "README snippet", "exec"), {})
-        replay_out = run([sys.executable, *(a.replace(SHOWN, url) for a in REPLAY)], env=env)
+        replay_out = sh(REPLAY.replace(".venv/bin/python", py), url, env)
     finally:
         server.terminate()
         server.wait(timeout=15)
     (ROOT / "replay.json").unlink()
-    demo_out = run(["scripts/demo-local", "--limit", "2000"], env={**env, "PYTHON": sys.executable})
+    demo_out = sh(DEMO, url, env)
 
     section = "\n\n".join(
         [
@@ -117,13 +122,16 @@ def main() -> None:
             "## Clients: curl, Python SDK, replay load test, Docker",
             "Outputs below are real: `scripts/readme_clients.py` runs every command and rewrites this "
             "section (timings come from a shared 2-core development machine).",
+            "Start the service as `make run` does (127.0.0.1:8000, the `demo` model: named features, "
+            "labels sports / politics / music), plus the `car` model of `deploy/models.toml` that the "
+            "replay below uses:",
+            block("sh", SERVE),
             "### curl",
-            "Start the service with `make run` (127.0.0.1:8000, the `demo` model: named features, labels "
-            "sports / politics / music), then ask for a label and report the click:",
-            block("sh", shlex.join(predict)),
-            block("json", out1),
-            block("sh", shlex.join(feedback)),
-            block("json", out2),
+            "Ask for a label, then report the click for its decision id:",
+            block("sh", PREDICT),
+            block("json", predict_out),
+            block("sh", feedback),
+            block("json", feedback_out),
             "### Python SDK",
             "`clients.Client` (and `clients.AsyncClient`, the same methods as coroutines) needs only "
             "httpx. Errors are typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
@@ -142,11 +150,7 @@ def main() -> None:
             "for mistake when the server draws its decision ids from a seed "
             "(`CLICKBOOST_DECISION_ID_SEED`, for tests only: such ids are guessable); "
             "`tests/clients/test_replay.py` checks both.",
-            block(
-                "sh",
-                ".venv/bin/python -m service serve --demo --config deploy/models.toml &\n"
-                + shlex.join([".venv/bin/python", *REPLAY]),
-            ),
+            block("sh", REPLAY),
             block("text", replay_out),
             "![replay learning curve and latency](docs/replay-car.png)",
             "### docker compose",
@@ -165,7 +169,7 @@ def main() -> None:
             "specification's JSON schema and lints the `Dockerfile` with hadolint. The same topology "
             "as local processes (redis-server, two replicas on two ports, the replay client against "
             "both):",
-            block("sh", "scripts/demo-local --limit 2000"),
+            block("sh", DEMO),
             block("text", demo_out),
             END,
         ]
