@@ -251,6 +251,7 @@ def plot(result: ReplayResult, path: Path, title: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m clients.replay``."""
     parser = argparse.ArgumentParser(prog="python -m clients.replay", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="base URL(s) of the replicas, comma-separated")
     parser.add_argument("--model", required=True, help="model name on the server")
@@ -265,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a replay from the command line; returns the exit code (0, 1 or 2, see the module doc)."""
     from service.sim.datasets import load_dataset  # numpy-only; keeps `import clients` light
 
     args = build_parser().parse_args(argv)
