@@ -37,7 +37,7 @@ def encode(state: Mapping[str, Any]) -> bytes:
         if isinstance(value, np.ndarray):
             if value.dtype.kind not in _ALLOWED_KINDS:
                 raise StateFormatError(f"state[{key!r}]: dtype {value.dtype} is not numeric")
-            arr = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            arr = np.array(value, dtype=value.dtype.newbyteorder("<"), order="C")  # keeps 0-d shape
             header[key] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
             blobs.append(arr.tobytes())
         elif isinstance(value, bool | int | float | str) or value is None:
