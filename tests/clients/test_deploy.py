@@ -9,7 +9,6 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
+from service.config import load_model_file
+from service.runtime import build_learner
 from service.sim.datasets import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,10 +138,14 @@ def test_nginx_balances_over_the_compose_replicas(compose: dict[str, Any]) -> No
     assert mounted == ["./deploy/nginx.conf:/etc/nginx/nginx.conf:ro"]
 
 
-def test_declared_model_fits_the_replayed_dataset(compose: dict[str, Any]) -> None:
-    models = tomllib.loads((ROOT / "deploy" / "models.toml").read_text())["models"]
+def test_declared_model_is_valid_and_fits_the_replayed_dataset(compose: dict[str, Any]) -> None:
+    specs = load_model_file(ROOT / "deploy" / "models.toml")  # what the server reads at start-up
+    for spec in specs.values():
+        build_learner(spec)
     cmd = compose["services"]["replay"]["command"]
     model, dataset = cmd[cmd.index("--model") + 1], cmd[cmd.index("--dataset") + 1]
     ds = load_dataset(dataset)
-    assert models[model]["n_features"] == ds.d
-    assert models[model]["labels"] == ds.classes
+    assert (specs[model].n_features, specs[model].labels) == (ds.d, ds.classes)
+    env = compose["services"]["api1"]["environment"]
+    assert env["CLICKBOOST_CONFIG_FILE"] == "/etc/clickboost/models.toml"
+    assert "./deploy/models.toml:/etc/clickboost/models.toml:ro" in compose["services"]["api1"]["volumes"]
