@@ -1,0 +1,180 @@
+"""Scaling (issue 9, part 4): cost per event and model size as d, K and N grow; checkpoints.
+
+Every bandit learner of the registry runs the online loop of :func:`service.sim.stream.run_stream`
+(decision id, sampling, decide, learn) on a synthetic linear stream: ``x ~ N(0, I/d)`` and
+``y = argmax(W* x)`` for a fixed random ``W*``, so clicks happen and every update path runs. The
+cost per event is wall time over the timed rounds (after warm-up rounds), in microseconds.
+
+Model bytes are the size of the canonical state encoding (:func:`service.serial.encode`), which is
+exactly what a checkpoint stores; the checkpoint write time is encode + write to a local file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.bench import report
+from service.learners.base import Learner, learners, make_learner
+from service.sampling import DecisionIds
+from service.serial import encode
+from service.sim.stream import run_stream
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The points measured and how many rounds each."""
+
+    d: tuple[int, ...]  # at K = base_k
+    k: tuple[int, ...]  # at d = base_d
+    base_d: int
+    base_k: int
+    warmup: int
+    rounds: int
+
+
+FULL = Grid(d=(16, 128, 1024, 8192), k=(2, 10, 50, 200), base_d=128, base_k=10, warmup=200, rounds=2000)
+QUICK = Grid(d=(16, 256), k=(2, 20), base_d=64, base_k=5, warmup=20, rounds=100)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement."""
+
+    learner: str
+    d: int
+    k: int
+    us_per_event: float
+    model_bytes: int
+    checkpoint_ms: float
+
+
+def linear_stream(d: int, k: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` examples of a random linear K-class problem in dimension ``d``."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(k, d))
+    X = rng.normal(size=(n, d)) / np.sqrt(d)
+    return X, np.argmax(X @ W.T, axis=1)
+
+
+def checkpoint_ms(model: Learner, directory: Path) -> float:
+    """Milliseconds to encode ``model``'s state and write it to a file (median of 5)."""
+    times = []
+    for i in range(5):
+        start = time.perf_counter()
+        (directory / f"ckpt{i}").write_bytes(encode(model.state()))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def measure(name: str, params: Mapping[str, Any], d: int, k: int, grid: Grid, directory: Path) -> Point:
+    """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K)."""
+    X, y = linear_stream(d, k, grid.warmup + grid.rounds)
+    model = make_learner(name, d, k, params, seed=0)
+    ids = DecisionIds.for_seed(0)
+    run_stream(model, X[: grid.warmup], y[: grid.warmup], ids)
+    start = time.perf_counter()
+    run_stream(model, X[grid.warmup :], y[grid.warmup :], ids)
+    us = (time.perf_counter() - start) / grid.rounds * 1e6
+    return Point(name, d, k, us, len(encode(model.state())), checkpoint_ms(model, directory))
+
+
+def bandit_learners() -> list[str]:
+    """Names of the registered bandit-feedback learners."""
+    return [name for name, cls in learners.items() if not cls.full_information]
+
+
+def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> list[Point]:
+    """Measure every bandit learner along the d axis and the K axis of ``grid``."""
+    from service.bench.quality import SETTINGS
+
+    points = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in bandit_learners():
+            params = SETTINGS.get(name, ({}, ""))[0]
+            axis = [(d, grid.base_k) for d in grid.d] + [(grid.base_d, k) for k in grid.k]
+            for d, k in dict.fromkeys(axis):
+                points.append(measure(name, params, d, k, grid, Path(tmp)))
+                progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+    return points
+
+
+def _axis_table(points: list[Point], axis: str, fixed: int, values: tuple[int, ...]) -> str:
+    names = list(dict.fromkeys(p.learner for p in points))
+    other = "k" if axis == "d" else "d"
+    rows = []
+    for name in names:
+        cells = []
+        for v in values:
+            p = next(
+                p
+                for p in points
+                if p.learner == name and getattr(p, axis) == v and getattr(p, other) == fixed
+            )
+            cells.append(f"{p.us_per_event:,.0f} µs / {p.model_bytes / 1024:,.1f} KiB")
+        rows.append([name, *cells])
+    return report.table(["learner", *[f"{axis if axis == 'd' else 'K'}={v}" for v in values]], rows)
+
+
+def _plot(points: list[Point], grid: Grid, out_dir: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(p.learner for p in points):
+        for ax, axis, other, fixed in ((axes[0], "d", "k", grid.base_k), (axes[1], "k", "d", grid.base_d)):
+            pts = sorted(
+                (getattr(p, axis), p.us_per_event)
+                for p in points
+                if p.learner == name and getattr(p, other) == fixed
+            )
+            ax.loglog(*zip(*pts, strict=True), marker="o", label=name)
+    axes[0].set_xlabel(f"d (K={grid.base_k})")
+    axes[1].set_xlabel(f"K (d={grid.base_d})")
+    for ax in axes:
+        ax.set_ylabel("µs per event (absolute)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path, link = report.figure_path(out_dir, "scaling")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return link
+
+
+def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
+    """The markdown of the scaling section."""
+    ckpt = [
+        [p.learner, p.d, p.k, f"{p.model_bytes:,}", f"{p.checkpoint_ms:.2f}"]
+        for p in points
+        if p.d == max(grid.d) or p.k == max(grid.k)
+    ]
+    return "\n\n".join(
+        [
+            f"## Scaling\n\n`{command}`. {report.machine()}",
+            f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
+            f"rounds after {grid.warmup:,} warm-up rounds) and model size (encoded state = checkpoint) on "
+            "a synthetic linear stream with dense input.",
+            f"### Growing d (K={grid.base_k})\n\n" + _axis_table(points, "d", grid.base_k, grid.d),
+            f"### Growing K (d={grid.base_d})\n\n" + _axis_table(points, "k", grid.base_d, grid.k),
+            "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
+            "(median of 5).\n\n" + report.table(["learner", "d", "K", "bytes", "ms"], ckpt),
+            f"![scaling]({_plot(points, grid, out_dir)})",
+        ]
+    )
+
+
+def bench(quick: bool, out_dir: Path, progress: Callable[[str], None] = lambda _: None) -> str:
+    """Run the scaling benchmark and write its section of ``out_dir/BENCHMARKS.md``."""
+    grid = QUICK if quick else FULL
+    command = "python -m service bench scaling" + (" --quick" if quick else "")
+    markdown = render(run_grid(grid, progress), grid, command, out_dir)
+    report.write("scaling", markdown, out_dir)
+    return markdown

@@ -1,0 +1,47 @@
+"""Scaling benchmark: what it measures is what a checkpoint holds, and its quick mode writes a temp file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from service.bench import scaling
+from service.learners.base import make_learner
+from service.serial import decode
+
+DOCS_MD = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
+
+
+def test_linear_stream_is_labelled_by_a_linear_teacher() -> None:
+    X, y = scaling.linear_stream(7, 4, 500, seed=2)
+    assert X.shape == (500, 7) and y.shape == (500,)
+    assert set(np.unique(y)) == {0, 1, 2, 3}
+    X2, y2 = scaling.linear_stream(7, 4, 500, seed=2)
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_model_bytes_are_the_checkpoint_and_grow_with_k_times_d(tmp_path: Path) -> None:
+    grid = scaling.QUICK
+    small = scaling.measure("banditron", {}, 10, 3, grid, tmp_path)
+    big = scaling.measure("banditron", {}, 20, 3, grid, tmp_path)
+    # The weight matrix is K x d float64; everything else (header, rng, counters) is constant.
+    assert big.model_bytes - small.model_bytes == 3 * 10 * 8
+    saved = (tmp_path / "ckpt0").read_bytes()
+    assert len(saved) == big.model_bytes
+    restored = make_learner("banditron", 20, 3)
+    restored.set_state({k: v for k, v in decode(saved).items() if k != "schema_version"})
+    assert restored.t_ == grid.warmup + grid.rounds
+    assert big.us_per_event > 0 and big.checkpoint_ms > 0
+
+
+def test_quick_mode_writes_its_section_and_plot_into_the_given_directory(tmp_path: Path) -> None:
+    before = DOCS_MD.read_bytes() if DOCS_MD.exists() else None
+    md = scaling.bench(True, tmp_path)
+    written = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "<!-- BEGIN scaling -->" in written and md in written
+    assert (tmp_path / "bench" / "scaling.png").stat().st_size > 1000
+    for name in scaling.bandit_learners():
+        assert f"| {name} |" in md
+    assert (DOCS_MD.read_bytes() if DOCS_MD.exists() else None) == before
