@@ -3,7 +3,9 @@
 Every bandit learner of the registry runs the online loop of :func:`service.sim.stream.run_stream`
 (decision id, sampling, decide, learn) on a synthetic linear stream: ``x ~ N(0, I/d)`` and
 ``y = argmax(W* x)`` for a fixed random ``W*``, so clicks happen and every update path runs. The
-cost per event is wall time over the timed rounds (after warm-up rounds), in microseconds.
+cost per event is wall time over the timed rounds (after warm-up rounds), in microseconds. N is the
+number of weak learners of a booster (its ``n_learners`` hyperparameter); the d and K axes run at
+the booster's own default N.
 
 Model bytes are the size of the canonical state encoding (:func:`service.serial.encode`), which is
 exactly what a checkpoint stores; the checkpoint write time is encode + write to a local file.
@@ -33,14 +35,23 @@ class Grid:
 
     d: tuple[int, ...]  # at K = base_k
     k: tuple[int, ...]  # at d = base_d
+    n: tuple[int, ...]  # boosters' n_learners, at d = base_d and K = base_k
     base_d: int
     base_k: int
     warmup: int
     rounds: int
 
 
-FULL = Grid(d=(16, 128, 1024, 8192), k=(2, 10, 50, 200), base_d=128, base_k=10, warmup=200, rounds=2000)
-QUICK = Grid(d=(16, 256), k=(2, 20), base_d=64, base_k=5, warmup=20, rounds=100)
+FULL = Grid(
+    d=(16, 128, 1024, 8192),
+    k=(2, 10, 50, 200),
+    n=(10, 50, 100),
+    base_d=128,
+    base_k=10,
+    warmup=200,
+    rounds=2000,
+)
+QUICK = Grid(d=(16, 256), k=(2, 20), n=(2, 8), base_d=64, base_k=5, warmup=20, rounds=100)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class Point:
     learner: str
     d: int
     k: int
+    n: int | None  # n_learners when set on the N axis, else None (the learner's default)
     us_per_event: float
     model_bytes: int
     checkpoint_ms: float
@@ -82,7 +94,8 @@ def measure(name: str, params: Mapping[str, Any], d: int, k: int, grid: Grid, di
     start = time.perf_counter()
     run_stream(model, X[grid.warmup :], y[grid.warmup :], ids)
     us = (time.perf_counter() - start) / grid.rounds * 1e6
-    return Point(name, d, k, us, len(encode(model.state())), checkpoint_ms(model, directory))
+    n = params.get("n_learners")
+    return Point(name, d, k, n, us, len(encode(model.state())), checkpoint_ms(model, directory))
 
 
 def bandit_learners() -> list[str]:
@@ -102,24 +115,34 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
             for d, k in dict.fromkeys(axis):
                 points.append(measure(name, params, d, k, grid, Path(tmp)))
                 progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+            if "n_learners" in learners.get(name).Params.model_fields:
+                for n in grid.n:
+                    with_n = {**params, "n_learners": n}
+                    points.append(measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp)))
+                    progress(f"{name} N={n}: {points[-1].us_per_event:.0f} us")
     return points
 
 
-def _axis_table(points: list[Point], axis: str, fixed: int, values: tuple[int, ...]) -> str:
-    names = list(dict.fromkeys(p.learner for p in points))
-    other = "k" if axis == "d" else "d"
+def _axes(grid: Grid) -> dict[str, tuple[str, Callable[[Point], int], Callable[[Point], bool]]]:
+    """The axes of the report: title -> (column label, value of a point, whether a point lies on it)."""
+    return {
+        f"d (K={grid.base_k})": ("d", lambda p: p.d, lambda p: p.n is None and p.k == grid.base_k),
+        f"K (d={grid.base_d})": ("K", lambda p: p.k, lambda p: p.n is None and p.d == grid.base_d),
+        f"N (d={grid.base_d}, K={grid.base_k})": ("N", lambda p: p.n or 0, lambda p: p.n is not None),
+    }
+
+
+def _axis_table(points: list[Point], label: str, value: Callable[[Point], int]) -> str:
+    values = sorted({value(p) for p in points})
     rows = []
-    for name in names:
-        cells = []
-        for v in values:
-            p = next(
-                p
-                for p in points
-                if p.learner == name and getattr(p, axis) == v and getattr(p, other) == fixed
-            )
-            cells.append(f"{p.us_per_event:,.0f} µs / {p.model_bytes / 1024:,.1f} KiB")
+    for name in dict.fromkeys(p.learner for p in points):
+        at = {value(p): p for p in points if p.learner == name}
+        cells = [
+            f"{at[v].us_per_event:,.0f} µs / {at[v].model_bytes / 1024:,.1f} KiB" if v in at else "–"
+            for v in values
+        ]
         rows.append([name, *cells])
-    return report.table(["learner", *[f"{axis if axis == 'd' else 'K'}={v}" for v in values]], rows)
+    return report.table(["learner", *[f"{label}={v}" for v in values]], rows)
 
 
 def _plot(points: list[Point], grid: Grid, out_dir: Path) -> str:
@@ -128,18 +151,14 @@ def _plot(points: list[Point], grid: Grid, out_dir: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name in dict.fromkeys(p.learner for p in points):
-        for ax, axis, other, fixed in ((axes[0], "d", "k", grid.base_k), (axes[1], "k", "d", grid.base_d)):
-            pts = sorted(
-                (getattr(p, axis), p.us_per_event)
-                for p in points
-                if p.learner == name and getattr(p, other) == fixed
-            )
-            ax.loglog(*zip(*pts, strict=True), marker="o", label=name)
-    axes[0].set_xlabel(f"d (K={grid.base_k})")
-    axes[1].set_xlabel(f"K (d={grid.base_d})")
-    for ax in axes:
+    axes_spec = {t: a for t, a in _axes(grid).items() if any(a[2](p) for p in points)}
+    fig, axes = plt.subplots(1, len(axes_spec), figsize=(5 * len(axes_spec), 4), squeeze=False)
+    for ax, (title, (_, value, on_axis)) in zip(axes[0], axes_spec.items(), strict=True):
+        for name in dict.fromkeys(p.learner for p in points):
+            pts = sorted((value(p), p.us_per_event) for p in points if p.learner == name and on_axis(p))
+            if pts:
+                ax.loglog(*zip(*pts, strict=True), marker="o", label=name)
+        ax.set_xlabel(title)
         ax.set_ylabel("µs per event (absolute)")
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -152,20 +171,27 @@ def _plot(points: list[Point], grid: Grid, out_dir: Path) -> str:
 def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
     """The markdown of the scaling section."""
     ckpt = [
-        [p.learner, p.d, p.k, f"{p.model_bytes:,}", f"{p.checkpoint_ms:.2f}"]
+        [p.learner, p.d, p.k, p.n or "default", f"{p.model_bytes:,}", f"{p.checkpoint_ms:.2f}"]
         for p in points
-        if p.d == max(grid.d) or p.k == max(grid.k)
+        if p.d == max(grid.d) or p.k == max(grid.k) or p.n == max(grid.n)
     ]
+    tables = []
+    for title, (label, value, on_axis) in _axes(grid).items():
+        on = [p for p in points if on_axis(p)]
+        if on:
+            tables.append(
+                f"### Growing {title}\n\nµs per event / model size\n\n" + _axis_table(on, label, value)
+            )
     return "\n\n".join(
         [
             f"## Scaling\n\n`{command}`. {report.machine()}",
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds) and model size (encoded state = checkpoint) on "
-            "a synthetic linear stream with dense input.",
-            f"### Growing d (K={grid.base_k})\n\n" + _axis_table(points, "d", grid.base_k, grid.d),
-            f"### Growing K (d={grid.base_d})\n\n" + _axis_table(points, "k", grid.base_d, grid.k),
+            "a synthetic linear stream with dense input. N is a booster's number of weak learners; the "
+            "d and K axes use each learner's default N.",
+            *tables,
             "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
-            "(median of 5).\n\n" + report.table(["learner", "d", "K", "bytes", "ms"], ckpt),
+            "(median of 5).\n\n" + report.table(["learner", "d", "K", "N", "bytes", "ms"], ckpt),
             f"![scaling]({_plot(points, grid, out_dir)})",
         ]
     )
