@@ -208,19 +208,29 @@ def quality_table(results: list[Result], protocol: str, compared: list[System]) 
     return report.table(header, rows), verdicts
 
 
-def speed_table(results: list[Result], compared: list[System], anchor: str = "vw-eps0.05") -> str:
-    """Examples/s per dataset and system (online runs) and each of ours as a ratio to ``anchor``."""
+def speed_table(
+    results: list[Result], compared: list[System], anchor: str = "vw-eps0.05"
+) -> tuple[str, list[str]]:
+    """Examples/s per dataset and system (online runs), each of ours as a ratio to ``anchor``, and
+    one verdict line per learner of ours (on how many data sets it is slower than ``anchor``)."""
     groups = _group(results, "online")
     names = [s.name for s in compared]
     ours = [s.name for s in compared if s.kind == "ours"]
-    rows = []
+    rows, ratios = [], defaultdict(list)
     for dataset, by_system in groups.items():
         eps = {n: sum(r.T for r in rs) / sum(r.seconds for r in rs) for n, rs in by_system.items() if rs}
+        for n in ours:
+            if n in eps and anchor in eps:
+                ratios[n].append(eps[n] / eps[anchor])
         cells = [f"{eps[n]:,.0f}" if n in eps else "–" for n in names]
-        ratios = [f"{eps[n] / eps[anchor]:.2f}" if n in eps and anchor in eps else "–" for n in ours]
-        rows.append([dataset, *cells, *ratios])
+        rows.append([dataset, *cells, *[f"{ratios[n][-1]:.2f}" if ratios[n] else "–" for n in ours]])
     header = ["dataset", *names, *[f"{n} / {anchor}" for n in ours]]
-    return report.table(header, rows)
+    verdicts = [
+        f"{n}: {'slower' if np.median(r) < 1 else 'faster'} than {anchor} in the median "
+        f"(ratio {np.median(r):.2f}); slower on {sum(x < 1 for x in r)} of {len(r)} data sets"
+        for n, r in ratios.items()
+    ]
+    return report.table(header, rows), verdicts
 
 
 def _plot(results: list[Result], compared: list[System], out_dir: Path) -> str:
@@ -282,10 +292,14 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
     settings = [[s.name, s.kind, s.setting, s.source] for s in compared]
     parts.append("### Settings\n\n" + report.table(["system", "kind", "setting", "source"], settings, "llll"))
     parts.append(f"![quality]({_plot(results, compared, out_dir)})")
+    speed_tab, speed_verdicts = speed_table(results, compared)
     parts.append(
         f"## Speed vs Vowpal Wabbit\n\n`{command}`. {stamp}\n\nExamples per second (absolute, in-process, "
         "one thread, a busy shared machine: noisy) over the online runs above, all seeds; the last "
-        "columns are ratios from the same run.\n\n" + speed_table(results, compared)
+        "columns are ratios from the same run.\n\n"
+        + speed_tab
+        + "\n\n"
+        + "\n".join(f"- {v}" for v in speed_verdicts)
     )
     return "\n\n".join(parts)
 

@@ -29,6 +29,12 @@ ran. Absolute times are labelled as such; comparisons are ratios from the same r
 """
 
 
+def out_dir() -> Path:
+    """Where the parts write: ``$BENCH_DIR`` if set (tests, trial runs), else ``docs/``."""
+    env = os.environ.get("BENCH_DIR")
+    return Path(env) if env else DOCS
+
+
 def machine(extra: Sequence[str] = ()) -> str:
     """One line naming the machine, the versions that matter and the date (UTC)."""
     parts = [
@@ -49,7 +55,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | 
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def write(name: str, markdown: str, out_dir: Path = DOCS) -> Path:
+def write(name: str, markdown: str, out_dir: Path) -> Path:
     """Replace section ``name`` of ``out_dir/BENCHMARKS.md`` (created with a head if missing)."""
     path = out_dir / "BENCHMARKS.md"
     if not path.exists():

@@ -77,8 +77,9 @@ def test_speed_table_gives_ratios_from_the_same_run() -> None:
         Result(r.dataset, r.protocol, r.T, r.system, r.seed, r.value, 0.01 if r.system == "vw-x" else 0.04)
         for r in res
     ]
-    tab = quality.speed_table(res, SYSTEMS, anchor="vw-x")
+    tab, verdicts = quality.speed_table(res, SYSTEMS, anchor="vw-x")
     assert tab.splitlines()[-1] == "| toy | 2,500 | 10,000 | 2,500 | 0.25 |"
+    assert verdicts == ["ours-a: slower than vw-x in the median (ratio 0.25); slower on 1 of 1 data sets"]
 
 
 def test_quick_mode_writes_its_tables_and_plot_into_the_given_directory(tmp_path: Path) -> None:
