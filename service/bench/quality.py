@@ -199,10 +199,14 @@ def quality_table(results: list[Result], protocol: str, compared: list[System]) 
         vws = {n: m for n, m in bandit.items() if kinds[n] == "vw"}
         if ours and vws:
             o, v = pick(ours, key=ours.__getitem__), pick(vws, key=vws.__getitem__)
-            won = ours[o] < vws[v] if lower_better else ours[o] > vws[v]
+            gap = round(ours[o], 1) - round(vws[v], 1)
+            if gap == 0:
+                outcome = "tie"
+            else:
+                outcome = "we win" if (gap < 0) == lower_better else "WE LOSE"
+                outcome += f" by {abs(gap):.1f} points"
             verdicts.append(
-                f"{dataset}: {'we win' if won else 'WE LOSE'} — best of ours {o} {ours[o]:.1f}%, "
-                f"best VW {v} {vws[v]:.1f}%"
+                f"{dataset}: {outcome} — best of ours {o} {ours[o]:.1f}%, best VW {v} {vws[v]:.1f}%"
             )
     header = ["dataset", "T", "seeds", *names]
     return report.table(header, rows), verdicts
@@ -280,8 +284,9 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
         lost = sum("WE LOSE" in v for v in verdicts)
         parts.append(
             f"### {what}\n\n{tab}\n\nBold: best bandit system of the row (references excluded). "
-            f"Best of ours against best VW explorer: lost on {lost} of {len(verdicts)} data sets.\n\n"
-            + "\n".join(f"- {v}" for v in verdicts)
+            f"Best of ours against best VW explorer: lost on {lost} of {len(verdicts)} data sets "
+            "(each side's best is picked per row on these same streams, a selection both sides get; no "
+            "setting was tuned on them).\n\n" + "\n".join(f"- {v}" for v in verdicts)
         )
     dup = ", ".join(f"{k} ×{v}" for k, v in DUPLICATE.items() if k in plan.datasets)
     parts.append(

@@ -63,12 +63,15 @@ def test_quality_table_marks_the_best_bandit_system_and_says_when_we_lose() -> N
     tab, verdicts = quality.quality_table(res, "online", SYSTEMS)
     row = tab.splitlines()[-1]
     assert row == "| toy | 100 | 2 | 32.0 ± 2.8 | **21.0 ± 1.4** | 5.0 ± 0.0 |"
-    assert verdicts == ["toy: WE LOSE — best of ours ours-a 32.0%, best VW vw-x 21.0%"]
+    assert verdicts == ["toy: WE LOSE by 11.0 points — best of ours ours-a 32.0%, best VW vw-x 21.0%"]
     # last20 is an accuracy: higher wins.
     res = _results({"ours-a": [0.9, 0.9], "vw-x": [0.8, 0.8], "ref": [1.0, 1.0]}, "last20")
     tab, verdicts = quality.quality_table(res, "last20", SYSTEMS)
     assert "**90.0 ± 0.0**" in tab
-    assert verdicts[0].startswith("toy: we win")
+    assert verdicts[0].startswith("toy: we win by 10.0 points")
+    # Equal at the printed precision is a tie, not a loss.
+    res = _results({"ours-a": [0.9341], "vw-x": [0.9338], "ref": [1.0]}, "last20")
+    assert quality.quality_table(res, "last20", SYSTEMS)[1][0].startswith("toy: tie")
 
 
 def test_speed_table_gives_ratios_from_the_same_run() -> None:
