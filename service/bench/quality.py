@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from service.bench import report
+from service.bench import benches, report
 from service.bench.vw import EXPLORERS, run_vw, to_lines, vw_version
 from service.learners.base import learners, make_learner
 from service.sampling import DecisionIds
 from service.sim.datasets import load_dataset
+from service.sim.metrics import last20_accuracy, online_error
 from service.sim.stream import run_stream
 
 #: Duplication factors of seed 001's protocol (``pi224/banditboosting:run.py``, ALGORITHMS.md §2.10).
@@ -69,7 +70,7 @@ ALL_DATASETS = (
     "synsep",
     "synnonsep",
 )
-FULL = Plan(ALL_DATASETS, (0, 1, 2, 3, 4), 20_000)
+FULL = Plan(ALL_DATASETS, (0, 1, 2, 3, 4), 15_000)
 QUICK = Plan(("balance", "car", "dna"), (0, 1), 400)
 
 
@@ -130,11 +131,6 @@ def _runner(system: System, d: int, k: int) -> Callable[[np.ndarray, np.ndarray,
     return run
 
 
-def _last20(correct: np.ndarray) -> float:
-    n = max(int(0.2 * len(correct)), 1)
-    return float(np.mean(correct[-n:]))
-
-
 def run_plan(plan: Plan, progress: Callable[[str], None] = lambda _: None) -> Iterator[Result]:
     """Run every system of :func:`systems` over the streams of ``plan``; yields one result per run."""
     compared = systems()
@@ -149,10 +145,12 @@ def run_plan(plan: Plan, progress: Callable[[str], None] = lambda _: None) -> It
                     correct, seconds = _runner(system, ds.d, ds.n_labels)(X, y, lines, seed)
                     progress(f"{name} x{factor} seed {seed} {system.name}: {1 - correct.mean():.3f}")
                     if factor == 1:
-                        err = 1.0 - float(correct.mean())
+                        err = online_error(correct)
                         yield Result(name, "online", len(y), system.name, seed, err, seconds)
                     if factor == DUPLICATE.get(name, 1):
-                        yield Result(name, "last20", len(y), system.name, seed, _last20(correct), seconds)
+                        yield Result(
+                            name, "last20", len(y), system.name, seed, last20_accuracy(correct), seconds
+                        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,12 +313,12 @@ def save(results: list[Result], path: Path) -> None:
     path.write_text(json.dumps([asdict(r) for r in results], indent=0))
 
 
-def bench(quick: bool, out_dir: Path, progress: Callable[[str], None] = lambda _: None) -> str:
-    """Run the quality/speed benchmark and write its sections of ``out_dir/BENCHMARKS.md``."""
+@benches.register("quality")
+def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
+    """Run the quality/speed benchmark; plots and raw results go to :func:`report.out_dir`."""
     plan = QUICK if quick else FULL
+    out_dir = report.out_dir()
     command = "python -m service bench quality" + (" --quick" if quick else "")
-    results = list(run_plan(plan, progress))
+    results = list(run_plan(plan, progress or (lambda _: None)))
     save(results, out_dir / "bench" / "quality.json")
-    markdown = render(results, plan, command, out_dir)
-    report.write("quality", markdown, out_dir)
-    return markdown
+    return render(results, plan, command, out_dir)

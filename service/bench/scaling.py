@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from service.bench import report
+from service.bench import benches, report
 from service.learners.base import Learner, learners, make_learner
 from service.sampling import DecisionIds
 from service.serial import encode
@@ -197,10 +197,9 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
     )
 
 
-def bench(quick: bool, out_dir: Path, progress: Callable[[str], None] = lambda _: None) -> str:
-    """Run the scaling benchmark and write its section of ``out_dir/BENCHMARKS.md``."""
+@benches.register("scaling")
+def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
+    """Run the scaling benchmark; its plot goes to :func:`report.out_dir`."""
     grid = QUICK if quick else FULL
     command = "python -m service bench scaling" + (" --quick" if quick else "")
-    markdown = render(run_grid(grid, progress), grid, command, out_dir)
-    report.write("scaling", markdown, out_dir)
-    return markdown
+    return render(run_grid(grid, progress or (lambda _: None)), grid, command, report.out_dir())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from service.bench import quality
 from service.bench.quality import Result, System
 from service.bench.vw import EXPLORERS, run_vw, to_lines
+from service.cli import main
 
 DOCS_MD = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
@@ -85,13 +87,17 @@ def test_speed_table_gives_ratios_from_the_same_run() -> None:
     assert verdicts == ["ours-a: slower than vw-x in the median (ratio 0.25); slower on 1 of 1 data sets"]
 
 
-def test_quick_mode_writes_its_tables_and_plot_into_the_given_directory(tmp_path: Path) -> None:
+def test_bench_quality_quick_writes_its_tables_and_plot_into_bench_dir(
+    bench_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = DOCS_MD.read_bytes() if DOCS_MD.exists() else None
-    md = quality.bench(True, tmp_path)
-    written = (tmp_path / "BENCHMARKS.md").read_text()
-    assert md in written
+    assert main(["bench", "quality", "--quick"]) == 0
+    printed = capsys.readouterr().out
+    written = (bench_dir / "BENCHMARKS.md").read_text()
+    assert printed.strip() in written
     assert "<!-- BEGIN quality -->" in written and "## Speed vs Vowpal Wabbit" in written
-    assert (tmp_path / "bench" / "quality.png").stat().st_size > 1000
+    assert (bench_dir / "bench" / "quality.png").stat().st_size > 1000
+    assert len(json.loads((bench_dir / "bench" / "quality.json").read_text())) > 0
     header = next(line for line in written.splitlines() if line.startswith("| dataset | T |"))
     assert header.removesuffix(" |").split(" | ")[3:] == [s.name for s in quality.systems()]
     for name in quality.QUICK.datasets:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.bench import scaling
+from service.cli import main
 from service.learners.base import make_learner
 from service.serial import decode
 
@@ -36,12 +38,15 @@ def test_model_bytes_are_the_checkpoint_and_grow_with_k_times_d(tmp_path: Path) 
     assert big.us_per_event > 0 and big.checkpoint_ms > 0
 
 
-def test_quick_mode_writes_its_section_and_plot_into_the_given_directory(tmp_path: Path) -> None:
+def test_bench_scaling_quick_writes_its_section_and_plot_into_bench_dir(
+    bench_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = DOCS_MD.read_bytes() if DOCS_MD.exists() else None
-    md = scaling.bench(True, tmp_path)
-    written = (tmp_path / "BENCHMARKS.md").read_text()
+    assert main(["bench", "scaling", "--quick"]) == 0
+    md = capsys.readouterr().out.strip()
+    written = (bench_dir / "BENCHMARKS.md").read_text()
     assert "<!-- BEGIN scaling -->" in written and md in written
-    assert (tmp_path / "bench" / "scaling.png").stat().st_size > 1000
+    assert (bench_dir / "bench" / "scaling.png").stat().st_size > 1000
     for name in scaling.bandit_learners():
         assert f"| {name} |" in md
     assert (DOCS_MD.read_bytes() if DOCS_MD.exists() else None) == before
