@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,13 @@ from service.sim.stream import run_stream
 
 @dataclass(frozen=True)
 class Grid:
-    """The points measured and how many rounds each."""
+    """The points measured and how many rounds each (warm-up and rounds: multiples of 20)."""
 
     d: tuple[int, ...]  # at K = base_k
     k: tuple[int, ...]  # at d = base_d
     n: tuple[int, ...]  # boosters' n_learners, at d = base_d and K = base_k
+    bits: tuple[int, ...]  # hashed sparse input: d = 2**bits buckets, nnz ones per row, K = base_k
+    nnz: int
     base_d: int
     base_k: int
     warmup: int
@@ -46,12 +48,16 @@ FULL = Grid(
     d=(16, 128, 1024, 8192),
     k=(2, 10, 50, 200),
     n=(10, 50, 100),
+    bits=(10, 14, 18),
+    nnz=32,
     base_d=128,
     base_k=10,
     warmup=200,
     rounds=2000,
 )
-QUICK = Grid(d=(16, 256), k=(2, 20), n=(2, 8), base_d=64, base_k=5, warmup=20, rounds=100)
+QUICK = Grid(
+    d=(16, 256), k=(2, 20), n=(2, 8), bits=(6, 12), nnz=4, base_d=64, base_k=5, warmup=20, rounds=100
+)
 
 
 @dataclass(frozen=True)
@@ -62,17 +68,30 @@ class Point:
     d: int
     k: int
     n: int | None  # n_learners when set on the N axis, else None (the learner's default)
+    nnz: int | None  # non-zeros per row of hashed sparse input, None for dense input
     us_per_event: float
     model_bytes: int
     checkpoint_ms: float
 
 
-def linear_stream(d: int, k: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` examples of a random linear K-class problem in dimension ``d``."""
+def linear_stream(
+    d: int, k: int, n: int, nnz: int | None = None, seed: int = 0, chunk: int = 100
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``n`` examples of a random linear K-class problem in dimension ``d``, in chunks of ``chunk``.
+
+    Dense: ``x ~ N(0, I/d)``. Hashed sparse (``nnz`` given): ``nnz`` ones at random buckets, what
+    ``nnz`` hashed string features look like; chunks keep memory bounded at d = 2**18.
+    """
     rng = np.random.default_rng(seed)
     W = rng.normal(size=(k, d))
-    X = rng.normal(size=(n, d)) / np.sqrt(d)
-    return X, np.argmax(X @ W.T, axis=1)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        if nnz is None:
+            X = rng.normal(size=(m, d)) / np.sqrt(d)
+        else:
+            X = np.zeros((m, d))
+            X[np.arange(m)[:, None], rng.integers(0, d, size=(m, nnz))] = 1.0
+        yield X, np.argmax(X @ W.T, axis=1)
 
 
 def checkpoint_ms(model: Learner, directory: Path) -> float:
@@ -85,17 +104,28 @@ def checkpoint_ms(model: Learner, directory: Path) -> float:
     return float(np.median(times)) * 1e3
 
 
-def measure(name: str, params: Mapping[str, Any], d: int, k: int, grid: Grid, directory: Path) -> Point:
+def measure(
+    name: str,
+    params: Mapping[str, Any],
+    d: int,
+    k: int,
+    grid: Grid,
+    directory: Path,
+    nnz: int | None = None,
+) -> Point:
     """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K)."""
-    X, y = linear_stream(d, k, grid.warmup + grid.rounds)
     model = make_learner(name, d, k, params, seed=0)
     ids = DecisionIds.for_seed(0)
-    run_stream(model, X[: grid.warmup], y[: grid.warmup], ids)
-    start = time.perf_counter()
-    run_stream(model, X[grid.warmup :], y[grid.warmup :], ids)
-    us = (time.perf_counter() - start) / grid.rounds * 1e6
+    seconds, seen = 0.0, 0
+    for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=20):  # 42 MB at d = 2**18
+        start = time.perf_counter()
+        run_stream(model, X, y, ids)
+        if seen >= grid.warmup:
+            seconds += time.perf_counter() - start
+        seen += len(y)
+    us = seconds / grid.rounds * 1e6
     n = params.get("n_learners")
-    return Point(name, d, k, n, us, len(encode(model.state())), checkpoint_ms(model, directory))
+    return Point(name, d, k, n, nnz, us, len(encode(model.state())), checkpoint_ms(model, directory))
 
 
 def bandit_learners() -> list[str]:
@@ -115,6 +145,9 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
             for d, k in dict.fromkeys(axis):
                 points.append(measure(name, params, d, k, grid, Path(tmp)))
                 progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+            for b in grid.bits:
+                points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
+                progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
             if "n_learners" in learners.get(name).Params.model_fields:
                 for n in grid.n:
                     with_n = {**params, "n_learners": n}
@@ -126,8 +159,21 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
 def _axes(grid: Grid) -> dict[str, tuple[str, Callable[[Point], int], Callable[[Point], bool]]]:
     """The axes of the report: title -> (column label, value of a point, whether a point lies on it)."""
     return {
-        f"d (K={grid.base_k})": ("d", lambda p: p.d, lambda p: p.n is None and p.k == grid.base_k),
-        f"K (d={grid.base_d})": ("K", lambda p: p.k, lambda p: p.n is None and p.d == grid.base_d),
+        f"d, dense (K={grid.base_k})": (
+            "d",
+            lambda p: p.d,
+            lambda p: p.n is None and p.nnz is None and p.k == grid.base_k,
+        ),
+        f"K, dense (d={grid.base_d})": (
+            "K",
+            lambda p: p.k,
+            lambda p: p.n is None and p.nnz is None and p.d == grid.base_d,
+        ),
+        f"d = 2^b, hashed sparse, {grid.nnz} non-zeros (K={grid.base_k})": (
+            "d",
+            lambda p: p.d,
+            lambda p: p.nnz is not None,
+        ),
         f"N (d={grid.base_d}, K={grid.base_k})": ("N", lambda p: p.n or 0, lambda p: p.n is not None),
     }
 
@@ -173,7 +219,7 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
     ckpt = [
         [p.learner, p.d, p.k, p.n or "default", f"{p.model_bytes:,}", f"{p.checkpoint_ms:.2f}"]
         for p in points
-        if p.d == max(grid.d) or p.k == max(grid.k) or p.n == max(grid.n)
+        if p.d in (max(grid.d), 2 ** max(grid.bits)) or p.k == max(grid.k) or p.n == max(grid.n)
     ]
     tables = []
     for title, (label, value, on_axis) in _axes(grid).items():
@@ -187,8 +233,9 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             f"## Scaling\n\n`{command}`. {report.machine()}",
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds) and model size (encoded state = checkpoint) on "
-            "a synthetic linear stream with dense input. N is a booster's number of weak learners; the "
-            "d and K axes use each learner's default N.",
+            "a synthetic linear stream. Hashed sparse input is what the service's feature hashing hands "
+            "a learner: a vector of 2^b buckets with a few ones (the hashing itself is not timed here). "
+            "N is a booster's number of weak learners; the other axes use each learner's default N.",
             *tables,
             "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
             "(median of 5).\n\n" + report.table(["learner", "d", "K", "N", "bytes", "ms"], ckpt),

@@ -15,13 +15,16 @@ from service.serial import decode
 DOCS_MD = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
 
-def test_linear_stream_is_labelled_by_a_linear_teacher() -> None:
-    X, y = scaling.linear_stream(7, 4, 500, seed=2)
-    assert X.shape == (500, 7) and y.shape == (500,)
-    assert set(np.unique(y)) == {0, 1, 2, 3}
-    X2, y2 = scaling.linear_stream(7, 4, 500, seed=2)
-    np.testing.assert_array_equal(X, X2)
-    np.testing.assert_array_equal(y, y2)
+def test_linear_stream_is_labelled_by_a_linear_teacher_dense_or_hashed() -> None:
+    chunks = list(scaling.linear_stream(7, 4, 500, chunk=200, seed=2))
+    assert [len(y) for _, y in chunks] == [200, 200, 100]
+    X = np.concatenate([X for X, _ in chunks])
+    y = np.concatenate([y for _, y in chunks])
+    assert X.shape == (500, 7) and set(np.unique(y)) == {0, 1, 2, 3}
+    again = np.concatenate([y for _, y in scaling.linear_stream(7, 4, 500, chunk=200, seed=2)])
+    np.testing.assert_array_equal(y, again)
+    (Xh, _), *_ = scaling.linear_stream(1024, 3, 50, nnz=5, chunk=50)
+    assert Xh.shape == (50, 1024) and np.all((Xh != 0).sum(axis=1) <= 5) and set(np.unique(Xh)) == {0.0, 1.0}
 
 
 def test_model_bytes_are_the_checkpoint_and_grow_with_k_times_d(tmp_path: Path) -> None:
