@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(1.0, gt=0)
     tail_interval_seconds: float = Field(0.05, gt=0)
     checkpoint_every: int = Field(1000, ge=1)
+    checkpoint_interval_seconds: float = Field(60.0, gt=0)
 
     @property
     def api_key_set(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,12 +34,22 @@ from service.store import (
     Event,
     ModelExistsError,
     Store,
+    StoreUnavailableError,
     UnknownModelError,
 )
 
 __all__ = ["DEMO_MODEL", "ModelRuntime", "Prediction", "Runtime", "build_learner"]
 
 log = logging.getLogger("clickboost.runtime")
+
+# Replication (docs/ARCHITECTURE.md, "Replication"): a replica on a shared store blocks this long on
+# the logs per round of its tail loop, and keeps at most this many decisions it could not record
+# while the store was down (recorded when it is back; the oldest are dropped beyond that). For
+# RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision id with
+# 503 rather than 404: it may be one that another replica made during the outage and is recording.
+TAIL_BLOCK_SECONDS = 0.5
+UNSAVED_MAX = 100_000
+RECOVERY_SECONDS = 2.0
 
 DEMO_MODEL = ModelSpec(
     learner="banditron",
@@ -88,6 +99,7 @@ class ModelRuntime:
         self.learner = build_learner(spec)
         self.position = 0
         self.checkpoint_position = 0
+        self.checkpoint_at = time.monotonic()
         self.last_apply_lag = 0.0
 
     def decide(self, x: np.ndarray, decision_id: str) -> Decision:
@@ -150,6 +162,11 @@ class Runtime:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
+        self.replica_id = uuid.uuid4().hex[:12]  # holder name of this process's leases
+        self.checkpoints_written = 0
+        self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
+        self._flush_lock = asyncio.Lock()
+        self._store_down_at = -float("inf")  # time.monotonic() when the store last failed us
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -224,11 +241,30 @@ class Runtime:
                 if event.position == m.position + 1:  # a concurrent catch_up may have applied it
                     m.apply(event)
                     m.last_apply_lag = max(now - event.at, 0.0)
-        if m.position - m.checkpoint_position >= self.settings.checkpoint_every:
-            position = m.position
-            await self.store.put_checkpoint(m.name, Checkpoint(position, m.state_bytes()))
-            await self.store.trim_log(m.name, position)
-            m.checkpoint_position = position
+        await self._maybe_checkpoint(m)
+
+    async def _maybe_checkpoint(self, m: ModelRuntime) -> None:
+        """Every N events or T seconds: the holder of the model's checkpoint lease saves and trims.
+
+        Replicas that do not hold the lease only restart their count, so one replica writes
+        checkpoints while it lives and another takes over within ``3 T`` after it stops. The lease
+        saves work, not correctness: the state at a position is the same on every replica.
+        """
+        s = self.settings
+        elapsed = time.monotonic() - m.checkpoint_at
+        if m.position - m.checkpoint_position < s.checkpoint_every and not (
+            m.position > m.checkpoint_position and elapsed >= s.checkpoint_interval_seconds
+        ):
+            return
+        position, state = m.position, m.state_bytes()
+        m.checkpoint_position, m.checkpoint_at = position, time.monotonic()
+        if not await self.store.lease(
+            f"checkpoint:{m.name}", self.replica_id, 3 * s.checkpoint_interval_seconds
+        ):
+            return
+        await self.store.put_checkpoint(m.name, Checkpoint(position, state))
+        await self.store.trim_log(m.name, position)  # a new replica starts from this checkpoint
+        self.checkpoints_written += 1
 
     async def wait_applied(self, m: ModelRuntime, position: int, timeout: float = 10.0) -> bool:
         """Catch up until ``m`` has applied ``position``; False if that took longer than ``timeout``."""
@@ -241,18 +277,42 @@ class Runtime:
                 return False
             await asyncio.sleep(self.settings.tail_interval_seconds)
 
+    async def _wait_for_events(self) -> None:
+        """Until the logs may have grown: blocking on a shared store's logs, else a local wake-up."""
+        if self.store.shared:
+            positions = {name: m.position for name, m in self.models.items()}
+            await self.store.wait_log(positions, TAIL_BLOCK_SECONDS)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.settings.tail_interval_seconds)
+        self._wake.clear()
+
+    async def _save_unsaved(self) -> None:
+        """Record the decisions made while the store was down (their reward windows run as usual)."""
+        async with self._flush_lock:
+            while self._unsaved:
+                # UnknownModelError: its model was deleted meanwhile; ValueError: saved by an earlier
+                # attempt whose reply was lost.
+                with contextlib.suppress(UnknownModelError, ValueError):
+                    await self.store.put_decision(self._unsaved[0])
+                self._unsaved.popleft()
+
     async def _tail_loop(self) -> None:
         last_sync = time.monotonic()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.tail_interval_seconds)
-            self._wake.clear()
             try:
+                if self._unsaved:  # first thing once the store is back
+                    await self._save_unsaved()
+                await self._wait_for_events()
                 if time.monotonic() - last_sync > 1.0:
                     await self.sync_models()
                     last_sync = time.monotonic()
                 for m in list(self.models.values()):
                     await self.catch_up(m)
+            except StoreUnavailableError as exc:  # keep serving from memory; retry until it is back
+                self._store_down_at = time.monotonic()
+                log.warning("%s; retrying", exc)
+                await asyncio.sleep(self.settings.tail_interval_seconds)
             except Exception:  # keep serving; the next round retries
                 log.exception("applying the event log failed")
 
@@ -261,6 +321,8 @@ class Runtime:
             await asyncio.sleep(self.settings.sweep_interval_seconds)
             try:
                 await self.sweep()
+            except StoreUnavailableError as exc:  # the next round retries
+                log.warning("expiring decisions: %s", exc)
             except Exception:
                 log.exception("expiring decisions failed")
 
@@ -310,7 +372,11 @@ class Runtime:
             now,
             now + m.spec.reward_window_seconds,
         )
-        await self.store.put_decision(record)
+        try:
+            await self.store.put_decision(record)
+        except StoreUnavailableError:  # keep serving: the tail loop records it once the store is back
+            self._store_down_at = time.monotonic()
+            self._unsaved.append(record)
         return Prediction(decision_id, m.name, d, m.position, m.labels[d.label])
 
     async def feedback(self, decision_id: str, click: bool, wait: bool) -> tuple[ClaimOutcome, bool]:
@@ -318,7 +384,17 @@ class Runtime:
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
-        out = await self.store.claim_and_append(decision_id, click, self.clock())
+        try:
+            if self._unsaved:  # the decision may be one of them
+                await self._save_unsaved()
+            out = await self.store.claim_and_append(decision_id, click, self.clock())
+        except StoreUnavailableError:
+            self._store_down_at = time.monotonic()
+            raise
+        if out.status is ClaimStatus.UNKNOWN and time.monotonic() - self._store_down_at < RECOVERY_SECONDS:
+            raise StoreUnavailableError(
+                "the store is just back; decisions made meanwhile may not be saved yet"
+            )
         applied = False
         if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
             m = self.models.get(out.claim.model)

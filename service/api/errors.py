@@ -2,7 +2,8 @@
 
 Malformed JSON and an empty body -> 400; a body of the wrong shape or type, bad features or a bad
 model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410;
-body over the size limit -> 413 (:class:`BodyLimit`).
+body over the size limit -> 413 (:class:`BodyLimit`); shared store unreachable -> 503 with
+``Retry-After`` (nothing was recorded).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from service.features import FeatureError
 from service.learners.base import ParamError
 from service.registry import UnknownNameError
 from service.serial import StateFormatError
-from service.store import ModelExistsError, UnknownModelError
+from service.store import ModelExistsError, StoreUnavailableError, UnknownModelError
+
+RETRY_AFTER_SECONDS = 1
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -54,9 +57,18 @@ def _status(code: int) -> Callable[[Request, Exception], JSONResponse]:
     return handler
 
 
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The shared store is down: nothing was recorded; retry (503 with ``Retry-After``)."""
+    detail = f"shared store unavailable, nothing recorded; retry later ({exc})"
+    return JSONResponse(
+        {"detail": detail}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StoreUnavailableError, _unavailable)
     for exc, code in [
         (FeatureError, 422),
         (ParamError, 422),

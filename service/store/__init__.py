@@ -14,6 +14,7 @@ from service.store.base import (
     Event,
     ModelExistsError,
     Store,
+    StoreUnavailableError,
     UnknownModelError,
 )
 from service.store.memory import MemoryStore
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryStore",
     "ModelExistsError",
     "Store",
+    "StoreUnavailableError",
     "UnknownModelError",
     "open_store",
 ]

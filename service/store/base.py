@@ -30,6 +30,7 @@ anything slow. Times are Unix seconds (float) passed in by the caller, so tests 
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "Event",
     "ModelExistsError",
     "Store",
+    "StoreUnavailableError",
     "UnknownModelError",
 ]
 
@@ -62,6 +64,10 @@ class UnknownModelError(KeyError):
 
 class ModelExistsError(ValueError):
     """``create_model`` was asked for a name that is already taken."""
+
+
+class StoreUnavailableError(ConnectionError):
+    """The shared store cannot be reached now; the caller may retry later (HTTP 503)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,3 +295,22 @@ class Store(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 (optional hook: the memory store holds nothing)
         """Release connections."""
+
+    # -- replication (several replicas on one shared store; no-ops for one process) -------------
+
+    #: True when other processes may append to the logs (a replica must tail them).
+    shared: bool = False
+
+    async def wait_log(self, positions: Mapping[str, int], timeout: float) -> None:
+        """Return once a log in ``positions`` (model -> applied position) may have grown, or at ``timeout``.
+
+        The default sleeps; a shared store blocks on its logs (Redis: ``XREAD BLOCK``).
+        """
+        await asyncio.sleep(timeout)
+
+    async def lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Take or renew the lease ``name`` for ``holder`` for ``ttl`` seconds; False if another holds it.
+
+        One process owns every lease of the memory store, so the default always grants it.
+        """
+        return True
