@@ -42,6 +42,7 @@ class Grid:
     base_k: int
     warmup: int
     rounds: int
+    budget: float  # seconds per point: warm-up stops at a quarter of it, timing at all of it
 
 
 FULL = Grid(
@@ -54,10 +55,23 @@ FULL = Grid(
     base_k=10,
     warmup=200,
     rounds=2000,
+    budget=4.0,
 )
 QUICK = Grid(
-    d=(16, 256), k=(2, 20), n=(2, 8), bits=(6, 12), nnz=4, base_d=64, base_k=5, warmup=20, rounds=100
+    d=(16, 256),
+    k=(2, 20),
+    n=(2, 8),
+    bits=(6, 12),
+    nnz=4,
+    base_d=64,
+    base_k=5,
+    warmup=20,
+    rounds=100,
+    budget=2.0,
 )
+
+#: Points whose model would hold more weights than this (K d, times N for a booster) are skipped.
+MAX_WEIGHTS = 2**24
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class Point:
     n: int | None  # n_learners when set on the N axis, else None (the learner's default)
     nnz: int | None  # non-zeros per row of hashed sparse input, None for dense input
     us_per_event: float
+    timed: int  # rounds timed (fewer than Grid.rounds when the budget ran out)
     model_bytes: int
     checkpoint_ms: float
 
@@ -113,19 +128,28 @@ def measure(
     directory: Path,
     nnz: int | None = None,
 ) -> Point:
-    """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K)."""
+    """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K).
+
+    Warm-up rounds run until ``grid.warmup`` rounds or a quarter of ``grid.budget`` seconds, timed
+    rounds until ``grid.rounds`` or ``grid.budget`` seconds, in chunks of 10 rounds.
+    """
     model = make_learner(name, d, k, params, seed=0)
     ids = DecisionIds.for_seed(0)
-    seconds, seen = 0.0, 0
-    for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=20):  # 42 MB at d = 2**18
+    warm_rounds, warm_seconds, timed, seconds = 0, 0.0, 0, 0.0
+    for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=10):
         start = time.perf_counter()
         run_stream(model, X, y, ids)
-        if seen >= grid.warmup:
-            seconds += time.perf_counter() - start
-        seen += len(y)
-    us = seconds / grid.rounds * 1e6
+        spent = time.perf_counter() - start
+        if warm_rounds < grid.warmup and warm_seconds < grid.budget / 4:
+            warm_rounds, warm_seconds = warm_rounds + len(y), warm_seconds + spent
+            continue
+        timed, seconds = timed + len(y), seconds + spent
+        if seconds >= grid.budget:
+            break
+    us = seconds / timed * 1e6
     n = params.get("n_learners")
-    return Point(name, d, k, n, nnz, us, len(encode(model.state())), checkpoint_ms(model, directory))
+    size = len(encode(model.state()))
+    return Point(name, d, k, n, nnz, us, timed, size, checkpoint_ms(model, directory))
 
 
 def bandit_learners() -> list[str]:
@@ -142,13 +166,17 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
         for name in bandit_learners():
             params = SETTINGS.get(name, ({}, ""))[0]
             axis = [(d, grid.base_k) for d in grid.d] + [(grid.base_d, k) for k in grid.k]
+            n_default = learners.get(name).Params.model_fields.get("n_learners")
+            n = params.get("n_learners", n_default.default if n_default else 1)
             for d, k in dict.fromkeys(axis):
-                points.append(measure(name, params, d, k, grid, Path(tmp)))
-                progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+                if k * d * n <= MAX_WEIGHTS:
+                    points.append(measure(name, params, d, k, grid, Path(tmp)))
+                    progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
             for b in grid.bits:
-                points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
-                progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
-            if "n_learners" in learners.get(name).Params.model_fields:
+                if grid.base_k * 2**b * n <= MAX_WEIGHTS:
+                    points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
+                    progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
+            if n_default is not None:
                 for n in grid.n:
                     with_n = {**params, "n_learners": n}
                     points.append(measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp)))
@@ -232,10 +260,12 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
         [
             f"## Scaling\n\n`{command}`. {report.machine()}",
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
-            f"rounds after {grid.warmup:,} warm-up rounds) and model size (encoded state = checkpoint) on "
-            "a synthetic linear stream. Hashed sparse input is what the service's feature hashing hands "
-            "a learner: a vector of 2^b buckets with a few ones (the hashing itself is not timed here). "
-            "N is a booster's number of weak learners; the other axes use each learner's default N.",
+            f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
+            "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
+            "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–). "
+            "Hashed sparse input is what the service's feature hashing hands a learner: a vector of 2^b "
+            "buckets with a few ones (the hashing itself is not timed here). N is a booster's number of "
+            "weak learners; the other axes use each learner's setting of the quality part.",
             *tables,
             "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
             "(median of 5).\n\n" + report.table(["learner", "d", "K", "N", "bytes", "ms"], ckpt),
