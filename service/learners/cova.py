@@ -29,7 +29,7 @@ class COVAParams(Params):
     C: float = Field(1.0, gt=0.0)
 
 
-def pa_step(loss: np.ndarray, sqnorm: float, base: str, C: float) -> np.ndarray:
+def pa_step(loss: np.ndarray | float, sqnorm: float, base: str, C: float) -> np.ndarray | float:
     """Step sizes ``tau`` of the PA family for hinge losses ``loss`` (seed 004, eqs. 10-12)."""
     if base == "pa":
         return loss / sqnorm
@@ -94,13 +94,17 @@ class ConservativeOVA(Learner):
             return
         yhat = decision.label
         if reward:
-            ys = np.full(self.n_labels, -1.0)
-            ys[yhat] = 1.0
-            loss = np.maximum(0.0, 1.0 - ys * (self.W_ @ x))
-            tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-            self.W_ += np.outer(tau * ys, x)
+            # Scorer s takes a PA step on (x, +1 if s = yhat else -1). Only scorers with a positive
+            # hinge loss move (usually none once the margins are met): adding the others' zero
+            # steps would not change a single bit, as W starts at +0.0 and never holds -0.0. The K
+            # scores are a Python list because a loop over K values beats a few numpy calls.
+            for s, score in enumerate((self.W_ @ x).tolist()):
+                ys = 1.0 if s == yhat else -1.0
+                loss = 1.0 - ys * score
+                if loss > 0.0:
+                    self.W_[s] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * x
         else:
             loss = max(0.0, 1.0 + float(self.W_[yhat] @ x))
             if loss > 0.0:
-                tau = pa_step(np.array(loss), sqnorm, self.params.base, self.params.C)
+                tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
                 self.W_[yhat] -= float(tau) * x
