@@ -22,8 +22,10 @@ construction); learned state lives in attributes whose names end with ``_``.
 from __future__ import annotations
 
 import abc
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
@@ -64,40 +66,49 @@ def gamma_mix(k: int, greedy: int, gamma: float) -> np.ndarray:
     Off-greedy mass is ``gamma (k-1) / k``; exploration may also pick the greedy label itself
     (seed 002, Algorithm 1, with the erratum of ALGORITHMS.md §5).
     """
-    p = np.full(k, gamma / k)
+    p = [gamma / k] * k  # a list first: cheaper than numpy for K values, same floats
     p[greedy] += 1.0 - gamma
-    return p
+    return np.array(p)
 
 
 def rho_mix(k: int, greedy: int, rho: float) -> np.ndarray:
     """Zhang, Jung, Tewari 2019 eq. (2): ``p(greedy) = 1 - rho``, ``p(l) = rho / (k-1)`` otherwise."""
-    p = np.full(k, rho / (k - 1))
+    p = [rho / (k - 1)] * k
     p[greedy] = 1.0 - rho
-    return p
+    return np.array(p)
+
+
+# The three helpers below run once per decision on vectors of K values, where a few numpy calls
+# cost more than the arithmetic: they work on Python lists (same results, same draws from ``rng``).
+
+
+def _pick(s: list[float], best: float, rng: np.random.Generator) -> int:
+    if s.count(best) == 1:
+        return s.index(best)
+    ties = [i for i, a in enumerate(s) if a == best]
+    return ties[int(rng.integers(len(ties)))]
 
 
 def randargmax(v: np.ndarray, rng: np.random.Generator) -> int:
     """Index of a maximum of ``v``, uniform among ties; draws from ``rng`` only when there is a tie."""
-    i = int(np.argmax(v))
-    ties = np.flatnonzero(v == v[i])
-    if ties.size == 1:
-        return i
-    return int(ties[rng.integers(ties.size)])
+    s = v.tolist()
+    return _pick(s, max(s), rng)
 
 
 def randargmin(v: np.ndarray, rng: np.random.Generator) -> int:
     """Index of a minimum of ``v``, uniform among ties (see :func:`randargmax`)."""
-    i = int(np.argmin(v))
-    ties = np.flatnonzero(v == v[i])
-    if ties.size == 1:
-        return i
-    return int(ties[rng.integers(ties.size)])
+    s = v.tolist()
+    return _pick(s, min(s), rng)
 
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw an index from the distribution ``p`` by inverting its CDF with one uniform draw."""
-    c = np.cumsum(p)
-    return min(int(np.searchsorted(c, rng.random() * c[-1], side="right")), p.size - 1)
+    """Draw an index from the distribution ``p`` by inverting its CDF with one uniform draw.
+
+    The CDF is summed left to right, exactly as ``np.cumsum``; the index is the first CDF value
+    strictly above ``u * total`` (``searchsorted(..., side="right")``), capped at ``K - 1``.
+    """
+    c = list(accumulate(p.tolist()))
+    return min(bisect_right(c, rng.random() * c[-1]), len(c) - 1)
 
 
 # --------------------------------------------------------------------------------------------
