@@ -1,6 +1,7 @@
-"""Conservative one-versus-all with passive-aggressive bases (Chen et al., ICDM 2009; seed 004).
+"""Conservative one-versus-all (Chen et al., ICDM 2009; seed 004) with PA, Perceptron or weak-learner bases.
 
-ALGORITHMS.md §6.
+ALGORITHMS.md §6; the naive Bayes base of seed 000 Table 2 is the binary family of
+:mod:`service.learners.weak.naive_bayes` (ALGORITHMS.md §4.3).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from service.learners.base import Decision, Learner, Params, learners, randargmax
+from service.learners.weak import BinaryFamily, weak_families
 
 
 class COVAParams(Params):
@@ -18,19 +20,32 @@ class COVAParams(Params):
 
     Parameters
     ----------
-    base : {"pa", "pa1", "pa2"}, default "pa1"
-        Binary base learner: PA, PA-I or PA-II (Crammer et al. 2006, seed 004 eqs. 8-12). PA-I was
-        usually best in seed 004.
+    base : {"pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"}, default "pa1"
+        Binary base learner. Linear: PA, PA-I or PA-II (Crammer et al. 2006, seed 004 eqs. 8-12;
+        PA-I was usually best in seed 004) or the classic Perceptron (step 1 on a margin mistake,
+        seed 000 Table 2 "C-OVA (Perceptron)"). Weak-learner families with one learner:
+        ``"naive_bayes"`` (seed 000 Table 2 "C-OVA (Naive Bayes)") and ``"ogd_perceptron"``, the
+        projected OGD Perceptron family BanditBoost uses; seed000-table2 runs it to show why the
+        classic Perceptron is the C-OVA column.
     C : float, default 1.0
         Aggressiveness of PA-I and PA-II ("we arbitrarily set C equal 1", seed 004).
     """
 
-    base: Literal["pa", "pa1", "pa2"] = "pa1"
+    base: Literal["pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"] = "pa1"
     C: float = Field(1.0, gt=0.0)
 
 
+LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
+FAMILY_BASES = {"naive_bayes": "naive_bayes", "ogd_perceptron": "perceptron"}  # base -> weak family
+
+
 def pa_step(loss: np.ndarray | float, sqnorm: float, base: str, C: float) -> np.ndarray | float:
-    """Step sizes ``tau`` of the PA family for hinge losses ``loss`` (seed 004, eqs. 10-12)."""
+    """Step sizes ``tau`` for hinge losses ``loss``: the PA family (seed 004, eqs. 10-12) or the Perceptron.
+
+    The Perceptron steps by 1 exactly on margin mistakes ``y w.x <= 0``, i.e. hinge loss >= 1.
+    """
+    if base == "perceptron":
+        return np.greater_equal(loss, 1.0) * 1.0
     if base == "pa":
         return loss / sqnorm
     if base == "pa1":
@@ -49,13 +64,17 @@ class ConservativeOVA(Learner):
     * click (``yhat = y``): every scorer s takes a PA step on ``(x, +1 if s = yhat else -1)``;
     * no click: only scorer ``yhat`` takes a PA step on ``(x, -1)``.
 
-    A PA step on ``(x, y)`` is ``w += tau y x`` with ``tau`` from :func:`pa_step`; nothing
-    happens when the hinge loss is 0 or ``x = 0``.
+    A PA (or Perceptron) step on ``(x, y)`` is ``w += tau y x`` with ``tau`` from :func:`pa_step`;
+    nothing happens when the hinge loss is 0 or ``x = 0``. With a weak-learner base the scorers are
+    the K binary models of a family with one learner, ``f_s(x) = h_s(x)`` (for naive Bayes
+    ``2 P(+1 | x) - 1``, ALGORITHMS.md §4.3), and a step is that model's update with weight 1.
 
     Attributes
     ----------
     W_ : ndarray of shape (K, d)
-        Row s is the weight vector of binary scorer s.
+        Linear bases: row s is the weight vector of binary scorer s.
+    weak_ : BinaryFamily
+        Weak-learner bases: the K binary scorers.
 
     References
     ----------
@@ -79,15 +98,23 @@ class ConservativeOVA(Learner):
     params: COVAParams
 
     def _init(self) -> None:
-        self.W_ = np.zeros((self.n_labels, self.n_features))
+        if self.params.base in LINEAR_BASES:
+            self.W_ = np.zeros((self.n_labels, self.n_features))
+        else:
+            family = weak_families.get(FAMILY_BASES[self.params.base])
+            self.weak_: BinaryFamily = family(1, self.n_labels, self.n_features, self.rng_)
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        greedy = randargmax(self.W_ @ x, rng)
+        scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
+        greedy = randargmax(scores, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+        if self.params.base not in LINEAR_BASES:
+            self._learn_weak(x, decision.label, reward)
+            return
         self.t_ += 1
         sqnorm = float(x @ x)
         if sqnorm == 0.0:  # PA is 0/0 here; PA-I and PA-II would not move (ALGORITHMS.md §6)
@@ -108,3 +135,13 @@ class ConservativeOVA(Learner):
             if loss > 0.0:
                 tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
                 self.W_[yhat] -= float(tau) * x
+
+    def _learn_weak(self, x: np.ndarray, yhat: int, reward: bool) -> None:
+        """Seed 004 Algorithm 1 with weak-learner steps: all K models on a click, else model yhat."""
+        self.t_ += 1
+        one = np.ones(1)
+        if reward:
+            for s in range(self.n_labels):
+                self.weak_.update(x, s, 1.0 if s == yhat else -1.0, one, self.rng_)
+        else:
+            self.weak_.update(x, yhat, -1.0, one, self.rng_)

@@ -1,0 +1,57 @@
+"""The FastAPI application: settings -> store -> runtime in the lifespan, routers, handlers, middleware.
+
+``uvicorn service.api.app:create_app --factory`` (what ``python -m service serve`` runs) builds
+it from the environment (:class:`service.config.Settings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api import errors, health, models, predict
+from service.api.metrics import HTTPMetrics
+from service.config import Settings, load_settings
+from service.runtime import Runtime
+from service.store import Store, open_store
+
+DESCRIPTION = """Online multiclass prediction that learns from clicks.
+
+`POST /predict` samples a label and returns it with its probability and a decision id; `POST /feedback`
+reports the click bit for that id, which the model turns into an unbiased update. `/models` manages
+models (admin key). Send keys in the `X-API-Key` header when the server has keys configured.
+"""
+
+
+def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
+    """Build the app; ``settings`` default to the environment, ``store`` to :func:`open_store`."""
+    settings = settings or load_settings()
+    store = store or open_store(settings.redis_url, settings.claim_ttl_seconds)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime(store, settings)
+        app.state.runtime = runtime
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+            await store.close()
+
+    app = FastAPI(
+        title="clickboost",
+        description=DESCRIPTION,
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(predict.router)
+    app.include_router(models.router)
+    app.include_router(health.router)
+    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HTTPMetrics)
+    return app

@@ -1,0 +1,114 @@
+"""Every failure answers ``{"detail": "<one line naming the problem>"}`` with the right 4xx.
+
+Malformed JSON and an empty body -> 400; a body of the wrong shape or type, bad features or a bad
+model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410;
+body over the size limit -> 413 (:class:`BodyLimit`); shared store unreachable -> 503 with
+``Retry-After`` (nothing was recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.features import FeatureError
+from service.learners.base import ParamError
+from service.registry import UnknownNameError
+from service.serial import StateFormatError
+from service.store import ModelExistsError, StoreUnavailableError, UnknownModelError
+
+RETRY_AFTER_SECONDS = 1
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    for err in errors:
+        if err["type"] == "missing" and tuple(err["loc"]) == ("body",):
+            return JSONResponse({"detail": "empty body: expected a JSON object"}, status_code=400)
+        if err["type"] == "json_invalid":
+            reason = err.get("ctx", {}).get("error", "invalid JSON")
+            where = f" at character {err['loc'][-1]}" if isinstance(err["loc"][-1], int) else ""
+            return JSONResponse({"detail": f"malformed JSON: {reason}{where}"}, status_code=400)
+    problems = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in errors)
+    body = {
+        "detail": problems,
+        "errors": [{"loc": e["loc"], "msg": e["msg"], "type": e["type"]} for e in errors],
+    }
+    return JSONResponse(jsonable_encoder(body), status_code=422)
+
+
+def _status(code: int) -> Callable[[Request, Exception], JSONResponse]:
+    def handler(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    return handler
+
+
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The shared store is down: nothing was recorded; retry (503 with ``Retry-After``)."""
+    detail = f"shared store unavailable, nothing recorded; retry later ({exc})"
+    return JSONResponse(
+        {"detail": detail}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StoreUnavailableError, _unavailable)
+    for exc, code in [
+        (FeatureError, 422),
+        (ParamError, 422),
+        (UnknownNameError, 422),
+        (StateFormatError, 422),
+        (UnknownModelError, 404),
+        (ModelExistsError, 409),
+    ]:
+        app.add_exception_handler(exc, _status(code))
+
+
+class BodyLimit:
+    """Pure ASGI: refuse request bodies over ``max_bytes`` with 413 and a JSON ``detail``.
+
+    A declared Content-Length over the limit is answered before reading anything; a chunked body
+    is counted as it arrives and cut with an :class:`HTTPException` (413) that FastAPI turns into
+    the same JSON answer.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope["headers"]:
+            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                detail = f"body too large: {int(value)} bytes, at most {self.max_bytes}"
+                await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+                return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, f"body too large: more than {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,34 @@
+"""``/healthz`` (the process is alive), ``/readyz`` (store reachable, models loaded), ``/metrics``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from service.api import metrics
+from service.api.predict import RuntimeDep
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "Store unreachable or models not loaded yet"}})
+async def readyz(runtime: RuntimeDep) -> JSONResponse:
+    if not runtime.ready:
+        return JSONResponse({"status": "starting"}, status_code=503)
+    try:
+        await runtime.store.ping()
+    except Exception as exc:
+        return JSONResponse({"status": "store unreachable", "detail": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ready", "models": sorted(runtime.models)})
+
+
+@router.get("/metrics", response_class=Response)
+async def prometheus(runtime: RuntimeDep) -> Response:
+    """Prometheus text format (merged over workers in multiprocess mode)."""
+    data, content_type = await metrics.render(runtime)
+    return Response(data, media_type=content_type)

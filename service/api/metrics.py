@@ -1,0 +1,116 @@
+"""Prometheus metrics (prometheus-client), correct with several uvicorn workers.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set (``serve --workers N`` sets it), each worker writes its
+samples to files there and ``GET /metrics`` merges them (prometheus-client's multiprocess mode);
+gauges are per model and set from the shared store at scrape time ("mostrecent" across workers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.runtime import Runtime
+
+HTTP_SECONDS = Histogram(
+    "clickboost_http_request_duration_seconds",
+    "HTTP request latency",
+    ["method", "route", "status"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+DECISIONS = Counter("clickboost_decisions_total", "Decisions served", ["model"])
+FEEDBACK = Counter(
+    "clickboost_feedback_total",
+    "Feedback requests by outcome (click, no_click, duplicate, expired, unknown)",
+    ["outcome"],
+)
+PENDING = Gauge(
+    "clickboost_pending_decisions", "Decisions awaiting feedback", ["model"], multiprocess_mode="mostrecent"
+)
+CTR = Gauge("clickboost_ctr", "clicks / answered decisions", ["model"], multiprocess_mode="mostrecent")
+EXPIRED = Gauge(
+    "clickboost_expired_decisions",
+    "Decisions given the default reward",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+VERSION = Gauge(
+    "clickboost_model_version", "Event-log position applied", ["model"], multiprocess_mode="mostrecent"
+)
+LAG_EVENTS = Gauge(
+    "clickboost_apply_lag_events",
+    "Events in the log not yet applied here",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+LAG_SECONDS = Gauge(
+    "clickboost_apply_lag_seconds",
+    "Age of the last applied event when it was applied",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+_GAUGES = (PENDING, CTR, EXPIRED, VERSION, LAG_EVENTS, LAG_SECONDS)
+
+
+async def render(runtime: Runtime) -> tuple[bytes, str]:
+    """Refresh the per-model gauges from the store and render every metric."""
+    for gauge in _GAUGES:
+        gauge.clear()
+    for name, m in list(runtime.models.items()):
+        counts = await runtime.store.counts(name)
+        PENDING.labels(name).set(counts.pending)
+        EXPIRED.labels(name).set(counts.expired)
+        if counts.ctr is not None:
+            CTR.labels(name).set(counts.ctr)
+        VERSION.labels(name).set(m.position)
+        LAG_EVENTS.labels(name).set(await runtime.store.log_position(name) - m.position)
+        LAG_SECONDS.labels(name).set(m.last_apply_lag)
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+class HTTPMetrics:
+    """Pure ASGI middleware: latency histogram by method, route template and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._children: dict[tuple[str, str, int], Any] = {}  # labels() lookups cost ~10 us each
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            key = (scope["method"], path, status)
+            child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = HTTP_SECONDS.labels(scope["method"], path, str(status))
+            child.observe(time.perf_counter() - start)

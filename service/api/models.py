@@ -1,0 +1,97 @@
+"""``/models``: create, inspect, delete, reset, export and import models (admin key)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Response
+
+from service.api.auth import require_admin
+from service.api.predict import RuntimeDep
+from service.api.schemas import ErrorBody, ModelCounts, ModelInfo, ModelList, StateImported
+from service.config import ModelName, ModelSpec
+from service.learners.base import learners
+from service.runtime import ModelRuntime, Runtime
+
+router = APIRouter(prefix="/models", dependencies=[Depends(require_admin)], tags=["models"])
+
+NamePath = Annotated[ModelName, Path(description="Model name: letters, digits, _ . - (at most 64).")]
+
+
+async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
+    c = await runtime.store.counts(m.name)
+    counts = ModelCounts(
+        decisions=c.decisions,
+        clicks=c.clicks,
+        no_clicks=c.no_clicks,
+        expired=c.expired,
+        pending=c.pending,
+        ctr=c.ctr,
+    )
+    config = m.spec.model_dump(mode="json", exclude_none=True)
+    return ModelInfo(name=m.name, config=config, version=m.position, checksum=m.checksum(), counts=counts)
+
+
+@router.get("", response_model=ModelList, summary="List models and the bandit learners available")
+async def list_models(runtime: RuntimeDep) -> ModelList:
+    await runtime.sync_models()
+    infos = [await _info(runtime, m) for _, m in sorted(runtime.models.items())]
+    bandit = [name for name, cls in learners.items() if not cls.full_information]
+    return ModelList(models=infos, learners=bandit)
+
+
+@router.put(
+    "/{name}",
+    response_model=ModelInfo,
+    status_code=201,
+    responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    summary="Create a model",
+)
+async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> ModelInfo:
+    """Create ``name`` from ``spec``; full-information learners are refused (422), a taken name is 409."""
+    return await _info(runtime, await runtime.create_model(name, spec))
+
+
+@router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+async def get_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
+    """Config, version (log position), checksum of the state, counts and running CTR."""
+    return await _info(runtime, runtime.get(name))
+
+
+@router.delete("/{name}", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_model(name: NamePath, runtime: RuntimeDep) -> Response:
+    await runtime.delete_model(name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/reset", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
+    """Forget everything learned (through the event log; counts are kept)."""
+    return await _info(runtime, await runtime.reset_model(name))
+
+
+@router.get(
+    "/{name}/state",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorBody}},
+)
+async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
+    """The learned state in the canonical pickle-free encoding of ``service.serial``."""
+    m = runtime.get(name)
+    headers = {"X-Model-Version": str(m.position), "X-Checksum": m.checksum()}
+    return Response(m.state_bytes(), media_type="application/octet-stream", headers=headers)
+
+
+@router.put(
+    "/{name}/state",
+    response_model=StateImported,
+    responses={404: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+)
+async def import_state(
+    name: NamePath,
+    data: Annotated[bytes, Body(media_type="application/octet-stream", description="An exported state.")],
+    runtime: RuntimeDep,
+) -> StateImported:
+    """Replace the learned state by an exported one, validated first (never unpickled)."""
+    m = await runtime.import_state(name, data)
+    return StateImported(name=m.name, version=m.position, checksum=m.checksum())

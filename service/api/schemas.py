@@ -1,0 +1,160 @@
+"""Request and response bodies of the HTTP API (separate from the runtime's internal types)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictStr, Tag
+
+
+def _kind(value: Any) -> str | None:
+    """Pick the one union branch to validate against, so errors name that branch only."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "named"
+    return None
+
+
+FeatureName = Annotated[str, Field(min_length=1, max_length=200)]
+NamedValue = Annotated[
+    Annotated[StrictBool, Tag("bool")]
+    | Annotated[StrictFloat, Tag("number")]
+    | Annotated[StrictStr, Field(max_length=1000), Tag("string")],
+    Discriminator(
+        _kind,
+        custom_error_type="feature_value",
+        custom_error_message="a feature value must be a number, string or bool",
+    ),
+]
+Features = Annotated[
+    Annotated[list[StrictFloat], Tag("list")] | Annotated[dict[FeatureName, NamedValue], Tag("named")],
+    Discriminator(
+        _kind,
+        custom_error_type="features_type",
+        custom_error_message="features must be a list of numbers or an object of named features",
+    ),
+]
+
+
+class PredictRequest(BaseModel):
+    """Body of ``POST /predict``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {"model": "demo", "features": {"age": 31, "country": "fr", "mobile": True}},
+                {"model": "digits", "features": [0.0, 0.5, 1.0]},
+            ]
+        },
+    )
+
+    model: str | None = Field(None, max_length=64, description="Model name; omitted = the default model.")
+    features: Features = Field(
+        description="A list of d numbers (dense model) or named features {name: number | string | bool} "
+        "(hashed model; strings one-hot as name=value)."
+    )
+
+
+class PredictResponse(BaseModel):
+    """Body of a ``POST /predict`` answer."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ",
+                    "label": "sports",
+                    "label_index": 0,
+                    "probability": 0.9666666666666667,
+                    "probabilities": [0.9666666666666667, 0.016666666666666666, 0.016666666666666666],
+                    "model": "demo",
+                    "model_version": 0,
+                }
+            ]
+        }
+    )
+
+    decision_id: str = Field(description="Opaque id (128 random bits, URL-safe) to post the click for.")
+    label: str = Field(description="Name of the sampled label: show this one.")
+    label_index: int
+    probability: float = Field(description="Probability with which `label` was sampled.")
+    probabilities: list[float] = Field(description="The full distribution over labels.")
+    model: str
+    model_version: int = Field(description="Event-log position the model had applied when it decided.")
+
+
+class FeedbackRequest(BaseModel):
+    """Body of ``POST /feedback``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "click": True}]},
+    )
+
+    decision_id: str = Field(min_length=1, max_length=200)
+    click: StrictBool
+
+
+class FeedbackResponse(BaseModel):
+    """Body of a ``POST /feedback`` answer: the learn event is durably in the model's log."""
+
+    decision_id: str
+    click: bool
+    model: str
+    model_version: int = Field(description="Log position of this feedback's learn event.")
+
+
+class FirstOutcome(BaseModel):
+    """How a decision was first answered (body of 409 / 410 answers)."""
+
+    outcome: Literal["click", "no_click", "expired"]
+    model: str
+    model_version: int | None = Field(description="Log position of its learn event; null when dropped.")
+    at: float
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a one-line ``detail`` naming the problem."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+    first_outcome: FirstOutcome | None = None
+
+
+class ModelCounts(BaseModel):
+    decisions: int
+    clicks: int
+    no_clicks: int
+    expired: int
+    pending: int
+    ctr: float | None = Field(description="clicks / (clicks + no_clicks); null before the first answer.")
+
+
+class ModelInfo(BaseModel):
+    """Body of ``GET /models/{name}``."""
+
+    name: str
+    config: dict[str, Any]
+    version: int
+    checksum: str = Field(description="sha256 of the canonical serialised learned state.")
+    counts: ModelCounts
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+    learners: list[str] = Field(description="Bandit learners a model can use.")
+
+
+class StateImported(BaseModel):
+    name: str
+    version: int
+    checksum: str

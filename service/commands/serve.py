@@ -1,0 +1,77 @@
+"""``python -m service serve``: run the HTTP service with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import tempfile
+from pathlib import Path
+
+from service.cli import CLIError, commands
+from service.config import ConfigError, load_model_file, load_settings
+from service.runtime import build_learner
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    overrides: dict[str, object] = {}
+    if args.config is not None:
+        overrides["config_file"] = args.config
+    if args.demo:
+        overrides["demo"] = True
+    try:  # fail fast, before binding: settings, the model file and its learners
+        settings = load_settings(**overrides)
+        if settings.config_file is not None:
+            for spec in load_model_file(settings.config_file).values():
+                build_learner(spec)
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from None
+    if not _is_loopback(args.host) and not settings.has_keys and not args.insecure:
+        raise CLIError(
+            f"refusing to bind {args.host} without API keys: set CLICKBOOST_API_KEYS and "
+            "CLICKBOOST_ADMIN_KEY, or pass --insecure"
+        )
+    if args.workers > 1:
+        if not settings.redis_url:
+            raise CLIError(
+                "several workers need a shared store: set REDIS_URL (the memory store is per process)"
+            )
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="clickboost-metrics-"))
+    # The app factory (in each worker) reads its settings from the environment.
+    if args.config is not None:
+        os.environ["CLICKBOOST_CONFIG_FILE"] = str(args.config)
+    if args.demo:
+        os.environ["CLICKBOOST_DEMO"] = "true"
+    uvicorn.run(
+        "service.api.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+@commands.register("serve")
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the HTTP service (settings: CLICKBOOST_* environment variables)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--config", type=Path, help="TOML file declaring [models.NAME] created at start-up")
+    p.add_argument("--demo", action="store_true", help="create the model 'demo' (named features, 3 labels)")
+    p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without API keys")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (needs REDIS_URL)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)

@@ -1,0 +1,197 @@
+"""Settings (environment, prefix ``CLICKBOOST_``) and model specifications; both fail fast.
+
+Settings are read once at start-up by :func:`load_settings`; a bad value stops the server with one
+line naming the variable. A model is declared by a :class:`ModelSpec`, through ``PUT /models/{name}``
+or in the TOML file given by ``--config`` / ``CLICKBOOST_CONFIG_FILE``::
+
+    [models.news]
+    learner = "banditron"
+    params = { gamma = 0.05 }
+    hashing_bits = 12
+    labels = ["sports", "politics", "music"]
+    reward_window_seconds = 600
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.features import DEFAULT_HASHING_BITS, MAX_HASHING_BITS
+
+__all__ = ["ConfigError", "ModelSpec", "Settings", "load_model_file", "load_settings"]
+
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class ConfigError(ValueError):
+    """Settings or a model file are invalid; the message names every problem."""
+
+
+def _errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
+
+
+class Settings(BaseSettings):
+    """Server settings, from ``CLICKBOOST_*`` environment variables (``REDIS_URL`` unprefixed).
+
+    Attributes
+    ----------
+    redis_url : str or None
+        Shared store for several replicas; unset = the embedded memory store (one process).
+    api_keys : str
+        Comma-separated keys accepted in ``X-API-Key`` for /predict and /feedback.
+    admin_key : str or None
+        Key for /models (and accepted everywhere).
+    decision_id_seed : int or None
+        INSECURE, tests and replays only: decision ids from ``DecisionIds.for_seed(seed)``, so
+        anyone who knows the seed can predict them. Unset in production (128 random bits per id).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CLICKBOOST_", extra="ignore", frozen=True)
+
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "CLICKBOOST_REDIS_URL"))
+    api_keys: str = ""
+    admin_key: str | None = None
+    config_file: Path | None = None
+    demo: bool = False
+    default_model: str | None = None
+    decision_id_seed: int | None = Field(None, ge=0)
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    max_named_features: int = Field(1000, ge=1)
+    claim_ttl_seconds: float = Field(86_400.0, gt=0)
+    sweep_interval_seconds: float = Field(1.0, gt=0)
+    tail_interval_seconds: float = Field(0.05, gt=0)
+    checkpoint_every: int = Field(1000, ge=1)
+    checkpoint_interval_seconds: float = Field(60.0, gt=0)
+
+    @property
+    def api_key_set(self) -> frozenset[str]:
+        return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.api_key_set) and bool(self.admin_key)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment (and ``overrides``); :class:`ConfigError` with every problem."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"CLICKBOOST_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"bad settings: {problems}") from None
+
+
+class ModelSpec(BaseModel):
+    """How to build a model: the body of ``PUT /models/{name}``.
+
+    Exactly one of ``n_features`` (dense list input) and ``hashing_bits`` (named features hashed
+    into ``2**hashing_bits`` buckets, see :mod:`service.features`); ``labels`` names the labels
+    (their number is K), otherwise ``n_labels`` gives K and the labels are "0".."K-1".
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "learner": "banditron",
+                    "params": {"gamma": 0.05},
+                    "hashing_bits": 12,
+                    "labels": ["sports", "politics", "music"],
+                    "seed": 0,
+                    "reward_window_seconds": 600,
+                    "default_reward": "no_click",
+                }
+            ]
+        },
+    )
+
+    learner: str = Field(description="A bandit learner's registered name (GET /models lists them).")
+    params: dict[str, Any] = Field(default_factory=dict, description="The learner's hyperparameters.")
+    n_features: int | None = Field(None, ge=1, le=1_000_000, description="Dimension of dense inputs.")
+    hashing_bits: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_HASHING_BITS,
+        description=f"Named features -> 2**b buckets (e.g. {DEFAULT_HASHING_BITS}).",
+    )
+    labels: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, min_length=2, max_length=10_000
+    )
+    n_labels: int | None = Field(None, ge=2, le=10_000)
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the learner's own generator.")
+    reward_window_seconds: float = Field(3600.0, gt=0, le=30 * 86_400)
+    default_reward: Literal["no_click", "drop"] = Field(
+        "no_click", description="What an unanswered decision teaches when its window passes."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if (self.n_features is None) == (self.hashing_bits is None):
+            raise ValueError("give exactly one of n_features (dense lists) and hashing_bits (named features)")
+        if self.labels is None and self.n_labels is None:
+            raise ValueError("give labels or n_labels")
+        if self.labels is not None:
+            if len(set(self.labels)) != len(self.labels):
+                raise ValueError("labels must be distinct")
+            if self.n_labels is not None and self.n_labels != len(self.labels):
+                raise ValueError(f"n_labels is {self.n_labels} but {len(self.labels)} labels are named")
+        return self
+
+    @property
+    def k(self) -> int:
+        return len(self.labels) if self.labels is not None else int(self.n_labels or 0)
+
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.labels) if self.labels is not None else [str(i) for i in range(self.k)]
+
+    @property
+    def dim(self) -> int:
+        return self.n_features if self.n_features is not None else 1 << int(self.hashing_bits or 0)
+
+
+def load_model_file(path: Path) -> dict[str, ModelSpec]:
+    """The ``[models.NAME]`` tables of a TOML file; :class:`ConfigError` naming the bad entries."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    models = data.get("models", {})
+    if set(data) - {"models"} or not isinstance(models, dict):
+        raise ConfigError(f"{path}: expected only [models.NAME] tables")
+    out: dict[str, ModelSpec] = {}
+    problems = []
+    for name, spec in models.items():
+        try:
+            out[_model_name(name)] = ModelSpec.model_validate(spec)
+        except (ValidationError, ValueError) as exc:
+            msg = _errors(exc) if isinstance(exc, ValidationError) else str(exc)
+            problems.append(f"models.{name}: {msg}")
+    if problems:
+        raise ConfigError(f"{path}: " + "; ".join(problems))
+    return out
+
+
+class _Name(BaseModel):
+    name: ModelName
+
+
+def _model_name(name: str) -> str:
+    try:
+        return _Name(name=name).name
+    except ValidationError:
+        raise ValueError(f"invalid model name {name!r} (letters, digits, _ . -; at most 64)") from None

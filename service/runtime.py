@@ -1,0 +1,433 @@
+"""Models at run time: decide -> record; feedback -> event; events applied in log order.
+
+A :class:`Runtime` serves every model of a store in one process (one replica). Each model is a
+:class:`ModelRuntime`: the learner, its featuriser and the log position it has applied, which is
+the model version. Every change of the learned state goes through the store's event log (learn,
+reset, import), and each replica applies the log in order, so replicas that applied the same
+prefix hold bit-identical models (same :meth:`ModelRuntime.checksum`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.config import ModelSpec, Settings, load_model_file
+from service.features import FeatureValue, Featuriser
+from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
+from service.sampling import DecisionIds, decision_rng
+from service.serial import checksum, decode, encode
+from service.store import (
+    Checkpoint,
+    ClaimOutcome,
+    ClaimStatus,
+    DecisionRecord,
+    Event,
+    ModelExistsError,
+    Store,
+    StoreUnavailableError,
+    UnknownModelError,
+)
+
+__all__ = ["DEMO_MODEL", "ModelRuntime", "Prediction", "Runtime", "build_learner"]
+
+log = logging.getLogger("clickboost.runtime")
+
+# Replication (docs/ARCHITECTURE.md, "Replication"): a replica on a shared store blocks this long on
+# the logs per round of its tail loop, and keeps at most this many decisions it could not record
+# while the store was down (recorded when it is back; the oldest are dropped beyond that). For
+# RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision id with
+# 503 rather than 404: it may be one that another replica made during the outage and is recording.
+TAIL_BLOCK_SECONDS = 0.5
+UNSAVED_MAX = 100_000
+RECOVERY_SECONDS = 2.0
+
+DEMO_MODEL = ModelSpec(
+    learner="banditron",
+    params={"gamma": 0.05},
+    hashing_bits=10,
+    labels=["sports", "politics", "music"],
+    reward_window_seconds=600,
+)
+
+
+def build_learner(spec: ModelSpec) -> Learner:
+    """A fresh learner for ``spec``; :class:`ParamError` if unknown, full-information or misconfigured."""
+    try:
+        cls = learners.get(spec.learner)
+    except KeyError as exc:
+        raise ParamError(str(exc)) from None
+    if cls.full_information:
+        bandit = ", ".join(n for n, c in learners.items() if not c.full_information)
+        raise ParamError(
+            f"learner {spec.learner!r} needs the true label (full information) and cannot learn from clicks; "
+            f"bandit learners: {bandit}"
+        )
+    return make_learner(spec.learner, spec.dim, spec.k, spec.params, seed=spec.seed)
+
+
+class ModelRuntime:
+    """One model in this process: learner + featuriser + applied log position.
+
+    Parameters
+    ----------
+    name : str
+        The model's name.
+    spec : ModelSpec
+        Its configuration.
+    incarnation : str
+        Random id of this creation of ``name`` (a deleted and re-created model is a new one).
+    max_named : int
+        Limit on named features per request.
+    """
+
+    def __init__(self, name: str, spec: ModelSpec, incarnation: str, max_named: int) -> None:
+        self.name = name
+        self.spec = spec
+        self.incarnation = incarnation
+        self.featurise = Featuriser(spec.n_features, spec.hashing_bits, max_named)
+        self.labels = spec.label_names
+        self.learner = build_learner(spec)
+        self.position = 0
+        self.checkpoint_position = 0
+        self.checkpoint_at = time.monotonic()
+        self.last_apply_lag = 0.0
+
+    def decide(self, x: np.ndarray, decision_id: str) -> Decision:
+        """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change)."""
+        return self.learner.decide(x, decision_rng(decision_id))
+
+    def apply(self, event: Event) -> None:
+        """Apply the next event of the log (its position must be ``self.position + 1``)."""
+        if event.kind == "learn":
+            assert event.x is not None and event.decision is not None and event.reward is not None
+            x = self.featurise.unpack(event.x)
+            self.learner.learn(x, Decision.from_state(event.decision), event.reward)
+        elif event.kind == "reset":
+            self.learner = build_learner(self.spec)
+        else:
+            assert event.state is not None
+            self.learner = learner_from_state(self.learner.config(), decode(event.state))
+        self.position = event.position
+
+    def state_bytes(self) -> bytes:
+        """Canonical serialised learned state (:mod:`service.serial`)."""
+        return encode(self.learner.state())
+
+    def checksum(self) -> str:
+        """sha256 of the canonical serialised state: equal on every replica at the same version."""
+        return checksum(self.learner.state())
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What ``POST /predict`` returns."""
+
+    decision_id: str
+    model: str
+    decision: Decision
+    model_version: int
+    label: str
+
+
+class Runtime:
+    """All models of a store, served by this process.
+
+    Parameters
+    ----------
+    store : Store
+        Shared storage (memory or Redis).
+    settings : Settings
+        Server settings.
+    clock : callable
+        Unix time in seconds (tests pass a fake clock).
+    """
+
+    def __init__(self, store: Store, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.models: dict[str, ModelRuntime] = {}
+        seed = settings.decision_id_seed
+        self.ids = DecisionIds() if seed is None else DecisionIds.for_seed(seed)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ready = False
+        self.replica_id = uuid.uuid4().hex[:12]  # holder name of this process's leases
+        self.checkpoints_written = 0
+        self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
+        self._flush_lock = asyncio.Lock()
+        self._store_down_at = -float("inf")  # time.monotonic() when the store last failed us
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the declared models (config file, demo), load all models, start the loops."""
+        declared: dict[str, ModelSpec] = {}
+        if self.settings.config_file is not None:
+            declared.update(load_model_file(self.settings.config_file))
+        if self.settings.demo:
+            declared.setdefault("demo", DEMO_MODEL)
+        for name, spec in declared.items():
+            build_learner(spec)  # fail fast on a bad learner / params in the file
+            with contextlib.suppress(ModelExistsError):
+                await self.store.create_model(name, self._config(spec))
+        await self.sync_models()
+        self._tasks = [asyncio.create_task(self._tail_loop()), asyncio.create_task(self._sweep_loop())]
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Stop the background loops."""
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def _config(self, spec: ModelSpec) -> dict[str, Any]:
+        return {
+            "spec": spec.model_dump(mode="json"),
+            "incarnation": uuid.uuid4().hex,
+            "created_at": self.clock(),
+        }
+
+    async def sync_models(self) -> None:
+        """Load models created elsewhere, drop deleted ones, reload re-created ones."""
+        configs = await self.store.list_models()
+        for name in list(self.models):
+            if name not in configs or configs[name]["incarnation"] != self.models[name].incarnation:
+                del self.models[name]
+        for name, config in configs.items():
+            if name not in self.models:
+                self.models[name] = await self._load(name, config)
+
+    async def _load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
+        spec = ModelSpec.model_validate(config["spec"])
+        m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features)
+        await self._from_checkpoint(m)
+        await self.catch_up(m)
+        return m
+
+    async def _from_checkpoint(self, m: ModelRuntime) -> None:
+        cp = await self.store.get_checkpoint(m.name)
+        if cp is not None:
+            m.learner = learner_from_state(m.learner.config(), decode(cp.state))
+            m.position = m.checkpoint_position = cp.position
+
+    # -- applying the log -----------------------------------------------------------------------
+
+    async def catch_up(self, m: ModelRuntime) -> None:
+        """Apply the log events after ``m.position`` in order; checkpoint every N events."""
+        while True:
+            events = await self.store.read_log(m.name, m.position)
+            if not events:
+                break
+            if events[0].position > m.position + 1:  # trimmed below us: start from the checkpoint
+                await self._from_checkpoint(m)
+                continue
+            now = self.clock()
+            for event in events:
+                if event.position == m.position + 1:  # a concurrent catch_up may have applied it
+                    m.apply(event)
+                    m.last_apply_lag = max(now - event.at, 0.0)
+        await self._maybe_checkpoint(m)
+
+    async def _maybe_checkpoint(self, m: ModelRuntime) -> None:
+        """Every N events or T seconds: the holder of the model's checkpoint lease saves and trims.
+
+        Replicas that do not hold the lease only restart their count, so one replica writes
+        checkpoints while it lives and another takes over within ``3 T`` after it stops. The lease
+        saves work, not correctness: the state at a position is the same on every replica.
+        """
+        s = self.settings
+        elapsed = time.monotonic() - m.checkpoint_at
+        if m.position - m.checkpoint_position < s.checkpoint_every and not (
+            m.position > m.checkpoint_position and elapsed >= s.checkpoint_interval_seconds
+        ):
+            return
+        position, state = m.position, m.state_bytes()
+        m.checkpoint_position, m.checkpoint_at = position, time.monotonic()
+        if not await self.store.lease(
+            f"checkpoint:{m.name}", self.replica_id, 3 * s.checkpoint_interval_seconds
+        ):
+            return
+        await self.store.put_checkpoint(m.name, Checkpoint(position, state))
+        await self.store.trim_log(m.name, position)  # a new replica starts from this checkpoint
+        self.checkpoints_written += 1
+
+    async def wait_applied(self, m: ModelRuntime, position: int, timeout: float = 10.0) -> bool:
+        """Catch up until ``m`` has applied ``position``; False if that took longer than ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.catch_up(m)
+            if m.position >= position:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(self.settings.tail_interval_seconds)
+
+    async def _wait_for_events(self) -> None:
+        """Until the logs may have grown: blocking on a shared store's logs, else a local wake-up."""
+        if self.store.shared:
+            positions = {name: m.position for name, m in self.models.items()}
+            await self.store.wait_log(positions, TAIL_BLOCK_SECONDS)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.settings.tail_interval_seconds)
+        self._wake.clear()
+
+    async def _save_unsaved(self) -> None:
+        """Record the decisions made while the store was down (their reward windows run as usual)."""
+        async with self._flush_lock:
+            while self._unsaved:
+                # UnknownModelError: its model was deleted meanwhile; ValueError: saved by an earlier
+                # attempt whose reply was lost.
+                with contextlib.suppress(UnknownModelError, ValueError):
+                    await self.store.put_decision(self._unsaved[0])
+                self._unsaved.popleft()
+
+    async def _tail_loop(self) -> None:
+        last_sync = time.monotonic()
+        while True:
+            try:
+                if self._unsaved:  # first thing once the store is back
+                    await self._save_unsaved()
+                await self._wait_for_events()
+                if time.monotonic() - last_sync > 1.0:
+                    await self.sync_models()
+                    last_sync = time.monotonic()
+                for m in list(self.models.values()):
+                    await self.catch_up(m)
+            except StoreUnavailableError as exc:  # keep serving from memory; retry until it is back
+                self._store_down_at = time.monotonic()
+                log.warning("%s; retrying", exc)
+                await asyncio.sleep(self.settings.tail_interval_seconds)
+            except Exception:  # keep serving; the next round retries
+                log.exception("applying the event log failed")
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sweep_interval_seconds)
+            try:
+                await self.sweep()
+            except StoreUnavailableError as exc:  # the next round retries
+                log.warning("expiring decisions: %s", exc)
+            except Exception:
+                log.exception("expiring decisions failed")
+
+    async def sweep(self) -> int:
+        """Give every decision whose reward window passed its model's default reward; return how many."""
+        n = 0
+        now = self.clock()
+        for m in list(self.models.values()):
+            claims = await self.store.expire_due(m.name, now, m.spec.default_reward)
+            n += len(claims)
+            if claims:
+                await self.catch_up(m)
+        return n
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def get(self, name: str | None) -> ModelRuntime:
+        """The model called ``name``, or the default model; :class:`UnknownModelError` if none."""
+        if name is None:
+            name = self.settings.default_model or ("demo" if self.settings.demo else None)
+            if name is None:
+                if len(self.models) != 1:
+                    raise UnknownModelError(
+                        f"no model given and no default model; known: {sorted(self.models)}"
+                    )
+                return next(iter(self.models.values()))
+        try:
+            return self.models[name]
+        except KeyError:
+            raise UnknownModelError(f"unknown model {name!r}; known: {sorted(self.models)}") from None
+
+    async def predict(
+        self, name: str | None, features: Sequence[float] | Mapping[str, FeatureValue]
+    ) -> Prediction:
+        """Featurise, decide, record the pending decision (the reward window starts now)."""
+        m = self.get(name)
+        x = m.featurise(features)
+        decision_id = self.ids.new()
+        d = m.decide(x, decision_id)
+        now = self.clock()
+        record = DecisionRecord(
+            decision_id,
+            m.name,
+            m.featurise.pack(x),
+            d.to_state(),
+            m.position,
+            now,
+            now + m.spec.reward_window_seconds,
+        )
+        try:
+            await self.store.put_decision(record)
+        except StoreUnavailableError:  # keep serving: the tail loop records it once the store is back
+            self._store_down_at = time.monotonic()
+            self._unsaved.append(record)
+        return Prediction(decision_id, m.name, d, m.position, m.labels[d.label])
+
+    async def feedback(self, decision_id: str, click: bool, wait: bool) -> tuple[ClaimOutcome, bool]:
+        """Claim the decision and append its learn event; with ``wait``, apply it here first.
+
+        Returns the store's outcome and whether the event has been applied by this process.
+        """
+        try:
+            if self._unsaved:  # the decision may be one of them
+                await self._save_unsaved()
+            out = await self.store.claim_and_append(decision_id, click, self.clock())
+        except StoreUnavailableError:
+            self._store_down_at = time.monotonic()
+            raise
+        if out.status is ClaimStatus.UNKNOWN and time.monotonic() - self._store_down_at < RECOVERY_SECONDS:
+            raise StoreUnavailableError(
+                "the store is just back; decisions made meanwhile may not be saved yet"
+            )
+        applied = False
+        if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
+            m = self.models.get(out.claim.model)
+            if wait and m is not None and out.claim.position is not None:
+                applied = await self.wait_applied(m, out.claim.position)
+            else:
+                self._wake.set()
+        return out, applied
+
+    # -- administration -------------------------------------------------------------------------
+
+    async def create_model(self, name: str, spec: ModelSpec) -> ModelRuntime:
+        """Create ``name`` (:class:`ModelExistsError` if taken, :class:`ParamError` if invalid)."""
+        build_learner(spec)
+        await self.store.create_model(name, self._config(spec))
+        await self.sync_models()
+        return self.models[name]
+
+    async def delete_model(self, name: str) -> None:
+        await self.store.delete_model(name)
+        self.models.pop(name, None)
+
+    async def reset_model(self, name: str) -> ModelRuntime:
+        """Replace the learned state by a fresh learner's, through the log (counts are kept)."""
+        m = self.get(name)
+        position = await self.store.append(name, Event(0, "reset", at=self.clock()))
+        await self.wait_applied(m, position)
+        return m
+
+    async def import_state(self, name: str, data: bytes) -> ModelRuntime:
+        """Replace the learned state by ``data`` (validated first; never unpickled)."""
+        m = self.get(name)
+        learner_from_state(m.learner.config(), decode(data))  # raises StateFormatError / ParamError
+        position = await self.store.append(name, Event(0, "import", at=self.clock(), state=data))
+        await self.wait_applied(m, position)
+        return m

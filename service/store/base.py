@@ -1,0 +1,316 @@
+"""The store interface: what every replica shares (DESIGN.md, "Request flow").
+
+One interface, two implementations: :mod:`service.store.memory` (the embedded default, one
+process) and ``service.store.redis`` (several replicas). Both pass ``tests/store/test_contract.py``.
+
+What the store holds, per model ``name``:
+
+decision records
+    ``{x, decision, model version, created_at, expires_at}`` written by ``POST /predict``, pending
+    until claimed by feedback or by expiry. Implementations may forget a pending record after
+    ``expires_at + grace`` (a TTL), never before.
+claims
+    ``decision_id -> first outcome`` (click / no_click / expired), written in the same atomic step
+    that appends the learn event, so a decision is learned from at most once. Kept for
+    ``claim_ttl`` seconds so late duplicates get 409 (after that they get 404).
+an append-only event log
+    Positions 1, 2, 3, ... with no gaps. Every change of a model's learned state is an event
+    (``learn``, ``reset``, ``import``), and every replica applies the log in order, so the model
+    version is the log position and replicas that applied the same prefix hold identical models.
+checkpoints
+    ``(position, serialised state)``: the model after applying events ``1..position``. A replica
+    starts from the latest checkpoint and replays the log after it.
+model configs and counters
+    The JSON config a model was created with, and decision/click/no-click/expired counts.
+
+All methods are ``async`` (redis-py's asyncio client for Redis); the memory store never awaits
+anything slow. Times are Unix seconds (float) passed in by the caller, so tests control the clock.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "Claim",
+    "ClaimOutcome",
+    "ClaimStatus",
+    "Counts",
+    "DecisionRecord",
+    "Event",
+    "ModelExistsError",
+    "Store",
+    "StoreUnavailableError",
+    "UnknownModelError",
+]
+
+EventKind = Literal["learn", "reset", "import"]
+Outcome = Literal["click", "no_click", "expired"]
+
+
+class UnknownModelError(KeyError):
+    """The store holds no model of this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ModelExistsError(ValueError):
+    """``create_model`` was asked for a name that is already taken."""
+
+
+class StoreUnavailableError(ConnectionError):
+    """The shared store cannot be reached now; the caller may retry later (HTTP 503)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """A pending decision: everything the learn event needs, saved at ``POST /predict``.
+
+    Attributes
+    ----------
+    decision_id : str
+        The opaque id returned to the client.
+    model : str
+        Name of the model that decided.
+    x : ndarray, float64
+        The featurised context as ``decide`` saw it, in the runtime's compact form
+        (:meth:`service.features.Featuriser.pack`: the dense vector, or for hashed features the
+        non-zero buckets); the store keeps it bit for bit.
+    decision : dict
+        ``Decision.to_state()``: probabilities, sampled label and memo.
+    model_version : int
+        Log position of the model when it decided.
+    created_at, expires_at : float
+        Unix seconds; feedback after ``expires_at`` is refused and the default reward applies.
+    """
+
+    decision_id: str
+    model: str
+    x: np.ndarray
+    decision: dict[str, Any]
+    model_version: int
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a model's append-only log.
+
+    Attributes
+    ----------
+    position : int
+        1-based position in the model's log; the model version after applying this event.
+    kind : {"learn", "reset", "import"}
+        ``learn``: apply ``learner.learn(x, decision, reward)``. ``reset``: replace the model by
+        a fresh one from its config. ``import``: replace the learned state by ``state``.
+    decision_id : str
+        For ``learn``: the decision learned from; empty otherwise.
+    x, decision, reward
+        For ``learn``: the record's features and decision, and the click bit (the default reward
+        for expired decisions). ``None`` otherwise.
+    outcome : {"click", "no_click", "expired"} or None
+        For ``learn``: why the reward is what it is.
+    state : bytes or None
+        For ``import``: the state encoded by :func:`service.serial.encode`.
+    at : float
+        Unix seconds when the event was appended.
+    """
+
+    position: int
+    kind: EventKind
+    at: float
+    decision_id: str = ""
+    x: np.ndarray | None = None
+    decision: dict[str, Any] | None = None
+    reward: bool | None = None
+    outcome: Outcome | None = None
+    state: bytes | None = None
+
+
+class ClaimStatus(enum.Enum):
+    """Result of :meth:`Store.claim_and_append`."""
+
+    ACCEPTED = "accepted"  # claimed now; the learn event is in the log at ``position``
+    DUPLICATE = "duplicate"  # claimed before by feedback; ``claim`` says the first outcome
+    EXPIRED = "expired"  # reward window passed (claimed by expiry, or due to be)
+    UNKNOWN = "unknown"  # no such pending decision and no claim (never existed, or forgotten)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The first (and only) outcome of a decision."""
+
+    decision_id: str
+    model: str
+    outcome: Outcome
+    position: int | None  # log position of its learn event; None when the default reward is "drop"
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """What :meth:`Store.claim_and_append` did; ``claim`` is set unless the status is UNKNOWN."""
+
+    status: ClaimStatus
+    claim: Claim | None = None
+
+
+@dataclass(slots=True)
+class Counts:
+    """Per-model counters, shared by every replica."""
+
+    decisions: int = 0
+    clicks: int = 0
+    no_clicks: int = 0
+    expired: int = 0
+    pending: int = 0
+
+    @property
+    def ctr(self) -> float | None:
+        """Clicks / answered decisions (expired ones excluded); ``None`` before the first answer."""
+        answered = self.clicks + self.no_clicks
+        return self.clicks / answered if answered else None
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """A model's serialised state after applying log positions ``1..position``."""
+
+    position: int
+    state: bytes = field(repr=False)
+
+
+class Store(abc.ABC):
+    """Shared storage of models, decisions, event logs and checkpoints (see module docstring).
+
+    Parameters
+    ----------
+    claim_ttl : float
+        Seconds a claim is remembered after it was made (duplicates within it get 409).
+    """
+
+    def __init__(self, claim_ttl: float = 86_400.0) -> None:
+        self.claim_ttl = claim_ttl
+
+    # -- models -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_model(self, name: str, config: Mapping[str, Any]) -> None:
+        """Store ``config`` (a JSON-able dict) for a new model; :class:`ModelExistsError` if taken."""
+
+    @abc.abstractmethod
+    async def get_model(self, name: str) -> dict[str, Any]:
+        """The config of ``name``; :class:`UnknownModelError` if none."""
+
+    @abc.abstractmethod
+    async def list_models(self) -> dict[str, dict[str, Any]]:
+        """All configs by name."""
+
+    @abc.abstractmethod
+    async def delete_model(self, name: str) -> None:
+        """Remove the config, log, checkpoint, counters and pending decisions of ``name``.
+
+        Raises :class:`UnknownModelError` if there is no such model.
+        """
+
+    @abc.abstractmethod
+    async def counts(self, name: str) -> Counts:
+        """The counters of ``name`` (all zero for a new model)."""
+
+    # -- decisions and feedback -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_decision(self, record: DecisionRecord) -> None:
+        """Save a pending decision and count it; the id must be new."""
+
+    @abc.abstractmethod
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        """The pending record of ``decision_id`` (``None`` once claimed or forgotten)."""
+
+    @abc.abstractmethod
+    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+        """Atomically claim a pending decision for feedback and append its learn event.
+
+        In one atomic step: if ``decision_id`` was claimed before, return DUPLICATE (or EXPIRED
+        when the first claim was the expiry) with the first claim; if there is no pending record,
+        UNKNOWN; if ``now >= expires_at``, EXPIRED without claiming (:meth:`expire_due` will);
+        otherwise remove the pending record, record the claim, append
+        ``Event(kind="learn", reward=click, outcome="click"|"no_click")`` to the model's log,
+        bump the click / no-click counter and return ACCEPTED with the claim (its ``position`` is
+        the event's). Exactly one of any number of concurrent callers gets ACCEPTED.
+        """
+
+    @abc.abstractmethod
+    async def expire_due(
+        self, model: str, now: float, default_reward: Literal["no_click", "drop"]
+    ) -> list[Claim]:
+        """Claim every pending decision of ``model`` with ``expires_at <= now`` as expired.
+
+        Each is claimed atomically (a concurrent feedback cannot also claim it) with outcome
+        ``expired``; with ``default_reward="no_click"`` a learn event with ``reward=False`` is
+        appended for it, with ``"drop"`` nothing is appended (``position`` is ``None``). The
+        expired counter is bumped. Returns the claims made, in log order.
+        """
+
+    # -- event log and checkpoints ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append(self, model: str, event: Event) -> int:
+        """Append a ``reset`` or ``import`` event (its ``position`` is ignored); return the position."""
+
+    @abc.abstractmethod
+    async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
+        """Events of ``model`` with positions ``after+1 ..`` in order, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def log_position(self, model: str) -> int:
+        """Position of the last appended event of ``model`` (0 for an empty log)."""
+
+    @abc.abstractmethod
+    async def put_checkpoint(self, model: str, checkpoint: Checkpoint) -> None:
+        """Save ``checkpoint`` unless one at a later position is already stored."""
+
+    @abc.abstractmethod
+    async def get_checkpoint(self, model: str) -> Checkpoint | None:
+        """The latest checkpoint of ``model``, if any."""
+
+    @abc.abstractmethod
+    async def trim_log(self, model: str, upto: int) -> None:
+        """Forget events at positions ``<= upto`` (they are covered by a checkpoint)."""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise if the store is unreachable (``GET /readyz``)."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook: the memory store holds nothing)
+        """Release connections."""
+
+    # -- replication (several replicas on one shared store; no-ops for one process) -------------
+
+    #: True when other processes may append to the logs (a replica must tail them).
+    shared: bool = False
+
+    async def wait_log(self, positions: Mapping[str, int], timeout: float) -> None:
+        """Return once a log in ``positions`` (model -> applied position) may have grown, or at ``timeout``.
+
+        The default sleeps; a shared store blocks on its logs (Redis: ``XREAD BLOCK``).
+        """
+        await asyncio.sleep(timeout)
+
+    async def lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Take or renew the lease ``name`` for ``holder`` for ``ttl`` seconds; False if another holds it.
+
+        One process owns every lease of the memory store, so the default always grants it.
+        """
+        return True

@@ -1,0 +1,200 @@
+"""The embedded default store: everything in this process's memory (one replica, no Redis).
+
+Atomicity comes from asyncio: no method awaits, so each runs to completion on the event loop
+before any other request is served. The contract is :class:`service.store.base.Store`.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
+
+from service.store.base import (
+    Checkpoint,
+    Claim,
+    ClaimOutcome,
+    ClaimStatus,
+    Counts,
+    DecisionRecord,
+    Event,
+    ModelExistsError,
+    Store,
+    UnknownModelError,
+)
+
+
+class _Model:
+    """Everything the store keeps for one model."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.log: deque[Event] = deque()  # positions first_position .. last, contiguous
+        self.last = 0
+        self.checkpoint: Checkpoint | None = None
+        self.counts = Counts()
+        self.pending: set[str] = set()
+        # Heap of (expires_at, decision_id); entries of decisions claimed by feedback stay until due
+        # and are skipped then, so the heap holds at most one reward window of decisions.
+        self.due: list[tuple[float, str]] = []
+
+
+class MemoryStore(Store):
+    """In-process implementation of :class:`~service.store.base.Store`."""
+
+    def __init__(self, claim_ttl: float = 86_400.0) -> None:
+        super().__init__(claim_ttl)
+        self._models: dict[str, _Model] = {}
+        self._pending: dict[str, DecisionRecord] = {}
+        self._claims: dict[str, Claim] = {}
+        self._claim_order: deque[tuple[float, str]] = deque()  # (forget_at, id), made in time order
+
+    def _model(self, name: str) -> _Model:
+        try:
+            return self._models[name]
+        except KeyError:
+            raise UnknownModelError(f"unknown model {name!r}") from None
+
+    # -- models -----------------------------------------------------------------------------
+
+    async def create_model(self, name: str, config: Mapping[str, Any]) -> None:
+        if name in self._models:
+            raise ModelExistsError(f"model {name!r} already exists")
+        self._models[name] = _Model(copy.deepcopy(dict(config)))
+
+    async def get_model(self, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self._model(name).config)
+
+    async def list_models(self) -> dict[str, dict[str, Any]]:
+        return {name: copy.deepcopy(m.config) for name, m in self._models.items()}
+
+    async def delete_model(self, name: str) -> None:
+        m = self._model(name)
+        for decision_id in m.pending:
+            del self._pending[decision_id]
+        del self._models[name]
+
+    async def counts(self, name: str) -> Counts:
+        m = self._model(name)
+        return replace(m.counts, pending=len(m.pending))
+
+    # -- decisions and feedback -------------------------------------------------------------
+
+    async def put_decision(self, record: DecisionRecord) -> None:
+        m = self._model(record.model)
+        if record.decision_id in self._pending or record.decision_id in self._claims:
+            raise ValueError(f"decision id {record.decision_id!r} is not new")
+        self._pending[record.decision_id] = record
+        m.pending.add(record.decision_id)
+        heapq.heappush(m.due, (record.expires_at, record.decision_id))
+        m.counts.decisions += 1
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        return self._pending.get(decision_id)
+
+    def _forget_old_claims(self, now: float) -> None:
+        while self._claim_order and self._claim_order[0][0] <= now:
+            _, decision_id = self._claim_order.popleft()
+            self._claims.pop(decision_id, None)
+
+    def _claim(self, record: DecisionRecord, outcome: str, reward: bool | None, now: float) -> Claim:
+        """Remove the pending record, append its learn event (unless ``reward`` is None), record the claim."""
+        m = self._models[record.model]
+        del self._pending[record.decision_id]
+        m.pending.discard(record.decision_id)
+        position = None
+        if reward is not None:
+            m.last += 1
+            position = m.last
+            m.log.append(
+                Event(
+                    position=position,
+                    kind="learn",
+                    at=now,
+                    decision_id=record.decision_id,
+                    x=record.x,
+                    decision=record.decision,
+                    reward=reward,
+                    outcome=outcome,  # type: ignore[arg-type]
+                )
+            )
+        claim = Claim(record.decision_id, record.model, outcome, position, now)  # type: ignore[arg-type]
+        self._claims[record.decision_id] = claim
+        self._claim_order.append((now + self.claim_ttl, record.decision_id))
+        return claim
+
+    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+        self._forget_old_claims(now)
+        claim = self._claims.get(decision_id)
+        if claim is not None:
+            status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
+            return ClaimOutcome(status, claim)
+        record = self._pending.get(decision_id)
+        if record is None:
+            return ClaimOutcome(ClaimStatus.UNKNOWN)
+        if now >= record.expires_at:
+            pending = Claim(decision_id, record.model, "expired", None, record.expires_at)
+            return ClaimOutcome(ClaimStatus.EXPIRED, pending)
+        m = self._models[record.model]
+        claim = self._claim(record, "click" if click else "no_click", bool(click), now)
+        if click:
+            m.counts.clicks += 1
+        else:
+            m.counts.no_clicks += 1
+        return ClaimOutcome(ClaimStatus.ACCEPTED, claim)
+
+    async def expire_due(
+        self, model: str, now: float, default_reward: Literal["no_click", "drop"]
+    ) -> list[Claim]:
+        self._forget_old_claims(now)
+        m = self._model(model)
+        out: list[Claim] = []
+        while m.due and m.due[0][0] <= now:
+            _, decision_id = heapq.heappop(m.due)
+            record = self._pending.get(decision_id)
+            if record is None:  # claimed by feedback in time
+                continue
+            reward = False if default_reward == "no_click" else None
+            out.append(self._claim(record, "expired", reward, now))
+            m.counts.expired += 1
+        return out
+
+    # -- event log and checkpoints ------------------------------------------------------------
+
+    async def append(self, model: str, event: Event) -> int:
+        m = self._model(model)
+        if event.kind == "learn":
+            raise ValueError("learn events are appended by claim_and_append / expire_due only")
+        m.last += 1
+        m.log.append(replace(event, position=m.last))
+        return m.last
+
+    async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
+        m = self._model(model)
+        if not m.log:
+            return []
+        first = m.log[0].position
+        start = max(after + 1 - first, 0)
+        return [m.log[i] for i in range(start, min(start + limit, len(m.log)))]
+
+    async def log_position(self, model: str) -> int:
+        return self._model(model).last
+
+    async def put_checkpoint(self, model: str, checkpoint: Checkpoint) -> None:
+        m = self._model(model)
+        if m.checkpoint is None or checkpoint.position >= m.checkpoint.position:
+            m.checkpoint = checkpoint
+
+    async def get_checkpoint(self, model: str) -> Checkpoint | None:
+        return self._model(model).checkpoint
+
+    async def trim_log(self, model: str, upto: int) -> None:
+        m = self._model(model)
+        while m.log and m.log[0].position <= upto:
+            m.log.popleft()
+
+    async def ping(self) -> None:
+        return None

@@ -1,0 +1,71 @@
+"""Fixtures for the HTTP tests: the app in-process (httpx ASGI transport, lifespan run) and a real
+uvicorn server in a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from service.api.app import create_app
+from service.config import Settings
+from tests.conftest import free_port
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_app(**settings: Any) -> FastAPI:
+    """A fresh app on its own memory store, with ``Settings(**settings)``."""
+    return create_app(Settings(**settings))
+
+
+@asynccontextmanager
+async def app_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client talking to ``app`` in-process, with its lifespan (runtime) running."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+@contextmanager
+def uvicorn_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Iterator[str]:
+    """``python -m service serve`` in a subprocess; yields its base URL once /readyz answers 200."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--port", str(port), "--log-level", "warning", *args],
+        env=full_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready in 30 s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,102 @@
+"""Featurisation: stable hashing (oracle + other processes), one-hot strings, exact float round trips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from service.features import FeatureError, Featuriser, bucket
+
+
+def oracle_bucket(key: str, bits: int) -> int:
+    """Textbook: first 8 bytes of blake2b, little-endian, modulo 2**bits."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") % 2**bits
+
+
+@pytest.mark.parametrize("key", ["age", "country=fr", "é=ü", "", "x" * 300])
+@pytest.mark.parametrize("bits", [1, 10, 18])
+def test_bucket_matches_the_oracle(key: str, bits: int) -> None:
+    assert bucket(key, bits) == oracle_bucket(key, bits)
+
+
+def test_hashing_is_the_same_in_other_processes() -> None:
+    code = (
+        "from service.features import Featuriser; "
+        "print(Featuriser(None, 16, 10)({'country': 'fr', 'age': 3}).nonzero()[0].tolist())"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
+    here = Featuriser(None, 16, 10)({"country": "fr", "age": 3}).nonzero()[0].tolist()
+    assert outs == {f"{here}\n"}
+
+
+def test_named_features_semantics() -> None:
+    f = Featuriser(None, 12, 10)
+    x = f({"age": 31.5, "country": "fr", "mobile": True, "desktop": False})
+    expected = np.zeros(4096)
+    expected[oracle_bucket("age", 12)] += 31.5
+    expected[oracle_bucket("country=fr", 12)] += 1.0
+    expected[oracle_bucket("mobile", 12)] += 1.0
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_colliding_features_add_up() -> None:
+    f = Featuriser(None, 1, 100)
+    names = [f"f{i}" for i in range(10)]
+    x = f(dict.fromkeys(names, 1.0))
+    assert x.sum() == 10.0 and x.shape == (2,)
+
+
+def test_dense_float64_round_trips_through_json_exactly() -> None:
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=100) * 10.0 ** rng.integers(-300, 9, size=100), [5e-324, -0.0, 1e9]])
+    sent = json.loads(json.dumps({"features": x.tolist()}))["features"]
+    got = Featuriser(x.size, None, 10)(sent)
+    assert got.tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("features", "words"),
+    [
+        ([1.0, 2.0], "expected 3 values, got 2"),
+        ([1.0, float("nan"), 2.0], "features.1"),
+        ({"a": 1.0}, "list of 3 numbers"),
+    ],
+)
+def test_dense_errors(features: object, words: str) -> None:
+    with pytest.raises(FeatureError, match=words):
+        Featuriser(3, None, 10)(features)  # type: ignore[arg-type]
+
+
+def test_named_errors() -> None:
+    f = Featuriser(None, 4, 2)
+    with pytest.raises(FeatureError, match="3 named features, at most 2"):
+        f({"a": 1, "b": 2, "c": 3})
+    with pytest.raises(FeatureError, match="object"):
+        f([1.0])
+    with pytest.raises(FeatureError, match=r"features\.a"):
+        f({"a": float("inf")})
+
+
+def test_pack_keeps_the_nonzero_buckets_and_unpacks_bit_for_bit() -> None:
+    f = Featuriser(None, 18, 10)
+    x = f({"a": 0.1, "b": "x", "c": -3e-310, "d": 0.0, "e": False})
+    packed = f.pack(x)
+    assert packed.shape == (2, 3)
+    assert f.unpack(packed).tobytes() == x.tobytes()
+    dense = Featuriser(3, None, 10)
+    y = dense([1.0, -0.0, 2.0])
+    assert dense.unpack(dense.pack(y)).tobytes() == y.tobytes()
