@@ -67,7 +67,8 @@ class Settings(BaseSettings):
     decision_id_seed: int | None = Field(None, ge=0)
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_named_features: int = Field(1000, ge=1)
-    claim_ttl_seconds: float = Field(86_400.0, gt=0)
+    # Answered ids are remembered this long (409 for duplicates, then 404); memory grows with rate x TTL.
+    claim_ttl_seconds: float = Field(3600.0, gt=0)
     sweep_interval_seconds: float = Field(1.0, gt=0)
     tail_interval_seconds: float = Field(0.05, gt=0)
     checkpoint_every: int = Field(1000, ge=1)

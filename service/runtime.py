@@ -188,11 +188,12 @@ class Runtime:
     async def stop(self) -> None:
         """Stop the background loops."""
         self.ready = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Cancel until done: on Python 3.11 ``asyncio.wait_for`` can swallow a cancellation that
+        # arrives as the awaited event fires, and the loop would then run on (shutdown would hang).
+        while any(not t.done() for t in self._tasks):
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.wait(self._tasks, timeout=0.1)
         self._tasks = []
 
     def _config(self, spec: ModelSpec) -> dict[str, Any]:

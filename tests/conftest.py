@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,11 @@ def redis_url() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def bench_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$BENCH_DIR`` for every test: ``python -m service bench`` never writes into docs/ from a test."""
+    path = tmp_path_factory.mktemp("bench")
+    monkeypatch.setenv("BENCH_DIR", str(path))
+    return path

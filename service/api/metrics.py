@@ -108,7 +108,11 @@ class HTTPMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
+            # FastAPI sets the route (its path is the template); the plain hot-path routes have no
+            # path parameters, so their path is the template; unmatched paths are not labelled.
+            path = getattr(scope.get("route"), "path", None) or (
+                scope["path"] if "endpoint" in scope else "unmatched"
+            )
             key = (scope["method"], path, status)
             child = self._children.get(key)
             if child is None:

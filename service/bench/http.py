@@ -124,8 +124,10 @@ async def _roundtrip(
 Step = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
-async def _load(url: str, step: Step, seconds: float) -> tuple[int, float, np.ndarray]:
-    """``step(reader, writer, i)`` on CONNECTIONS connections for ``seconds``: (count, secs, latencies)."""
+async def _load(
+    url: str, step: Step, seconds: float, connections: int = CONNECTIONS
+) -> tuple[int, float, np.ndarray]:
+    """``step(reader, writer, i)`` on ``connections`` connections for ``seconds``: (count, s, latencies)."""
     host, port = url.removeprefix("http://").split(":")
     latencies: list[float] = []
     stop = time.perf_counter() + seconds
@@ -142,7 +144,7 @@ async def _load(url: str, step: Step, seconds: float) -> tuple[int, float, np.nd
             writer.close()
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+    await asyncio.gather(*(worker() for _ in range(connections)))
     elapsed = time.perf_counter() - start
     return len(latencies), elapsed, np.array(latencies)
 

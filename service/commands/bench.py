@@ -1,10 +1,14 @@
-"""``python -m service bench NAME [--quick]``: run one benchmark part, or ``all`` of them in turn."""
+"""``python -m service bench NAME [--quick]``: run one benchmark part, or ``all`` of them in turn.
+
+Each part's markdown is printed and replaces that part's section of ``BENCHMARKS.md`` in
+``$BENCH_DIR`` (default ``docs/``), so ``bench all`` regenerates the whole file.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from service.bench import benches
+from service.bench import benches, report
 from service.cli import commands
 
 
@@ -19,5 +23,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     parts = [name for name, _ in benches.items()] if args.name == "all" else [args.name]
     for name in parts:
-        print(benches.get(name)(args.quick), flush=True)
+        markdown = benches.get(name)(args.quick)
+        print(markdown, flush=True)
+        report.write(name, markdown, report.out_dir())  # its section of BENCHMARKS.md
     return 0

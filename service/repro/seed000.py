@@ -89,8 +89,8 @@ def _verdict(ours: float, ours_sd: float, paper: float, paper_sd: float) -> str:
     return f"**miss** (+{ours - paper:.1f})"
 
 
-CSV_NAME = "seed000_delta_sweep.csv"
-PNG_NAME = "seed000_delta_sweep.png"
+CSV_NAME = "repro/seed000_delta_sweep.csv"  # relative to the output directory, like the other reproductions
+PNG_NAME = "repro/seed000_delta_sweep.png"
 
 Errors = dict[tuple[str, int, float | None], dict[int, float]]  # (data, column, delta) -> {ordering: %}
 

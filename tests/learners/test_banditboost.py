@@ -234,7 +234,7 @@ def test_reproduce_quick_writes_to_the_given_path(tmp_path: Path) -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "REPRODUCTION.md"
     before = docs.read_bytes() if docs.exists() else None
     md = reproductions.get("seed000-table2")(True, tmp_path)
-    assert (tmp_path / "seed000_delta_sweep.png").stat().st_size > 1000
+    assert (tmp_path / "repro" / "seed000_delta_sweep.png").stat().st_size > 1000
     text = (tmp_path / "REPRODUCTION.md").read_text()
     assert "<!-- BEGIN seed000-table2 -->" in text and md.strip() in text
     for row in ("| Car (", "| Dna (", "| Nursery (", "| Connect4 (", "| Reuters4 |"):

@@ -1,0 +1,34 @@
+# clickboost service image: `python -m service serve` on port 8000 (docker-compose.yml runs two of
+# these behind nginx, with Redis). Lint: `hadolint Dockerfile` (a test runs it).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies in their own layer, read from pyproject.toml alone: code changes do not reinstall them.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+COPY README.md ./
+COPY service ./service
+COPY clients ./clients
+RUN pip install --no-cache-dir --no-deps . \
+    && groupadd --gid 10001 clickboost \
+    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin clickboost
+
+# Numeric ids: the runtime can check that the user is not root without reading /etc/passwd.
+USER 10001:10001
+EXPOSE 8000
+
+# Ready = store reachable and models loaded: what the load balancer's depends_on waits for.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
+
+ENTRYPOINT ["python", "-m", "service", "serve"]
+CMD ["--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,133 @@
+"""Typed answers of the service (API contract of issue 3) as frozen dataclasses.
+
+Plain dataclasses instead of pydantic keep the SDK's only dependency httpx. Each ``from_json``
+checks the fields the contract promises and raises :class:`~clients.errors.ProtocolError` naming the
+first missing or mistyped one; fields the server adds beyond the contract are kept in ``raw``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from clients.errors import ProtocolError
+
+T = TypeVar("T")
+
+
+def _get(body: Any, key: str, kind: type[T] | tuple[type, ...], what: str) -> Any:
+    if not isinstance(body, dict) or key not in body:
+        raise ProtocolError(f"{what} answer lacks {key!r}: {body!r:.200}")
+    value = body[key]
+    # bool is an int in Python: never accept it where a number is expected.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+        raise ProtocolError(f"{what} answer has {key}={value!r}, expected {kind}")
+    return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+_NUM = (int, float)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Answer of ``POST /predict``: one sampled label, its probability and the decision id."""
+
+    decision_id: str
+    label: str
+    label_index: int
+    probability: float
+    probabilities: tuple[float, ...]
+    model: str
+    model_version: int
+
+    @classmethod
+    def from_json(cls, body: Any) -> Prediction:
+        probs = _get(body, "probabilities", list, "predict")
+        if not all(isinstance(p, _NUM) and not isinstance(p, bool) for p in probs):
+            raise ProtocolError(f"predict answer has non-numeric probabilities: {probs!r:.200}")
+        return cls(
+            decision_id=_get(body, "decision_id", str, "predict"),
+            label=_get(body, "label", str, "predict"),
+            label_index=_get(body, "label_index", int, "predict"),
+            probability=float(_get(body, "probability", _NUM, "predict")),
+            probabilities=tuple(float(p) for p in probs),
+            model=_get(body, "model", str, "predict"),
+            model_version=_get(body, "model_version", int, "predict"),
+        )
+
+
+@dataclass(frozen=True)
+class FeedbackResult:
+    """Answer of ``POST /feedback``: the event is durably recorded (and applied, with ``wait``)."""
+
+    decision_id: str
+    click: bool
+    model: str
+    model_version: int
+
+    @classmethod
+    def from_json(cls, body: Any) -> FeedbackResult:
+        return cls(
+            decision_id=_get(body, "decision_id", str, "feedback"),
+            click=_get(body, "click", bool, "feedback"),
+            model=_get(body, "model", str, "feedback"),
+            model_version=_get(body, "model_version", int, "feedback"),
+        )
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Decision counters of a model; ``ctr`` = clicks / (clicks + no_clicks), None before any answer."""
+
+    decisions: int
+    clicks: int
+    no_clicks: int
+    expired: int
+    pending: int
+    ctr: float | None
+
+    @classmethod
+    def from_json(cls, body: Any) -> ModelCounts:
+        ctr = body.get("ctr") if isinstance(body, dict) else None
+        if ctr is not None and (not isinstance(ctr, _NUM) or isinstance(ctr, bool)):
+            raise ProtocolError(f"model counts have ctr={ctr!r}, expected a number or null")
+        return cls(
+            *(
+                _get(body, k, int, "model counts")
+                for k in ("decisions", "clicks", "no_clicks", "expired", "pending")
+            ),
+            ctr=None if ctr is None else float(ctr),
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model as ``GET /models/{name}`` describes it: configuration, version (event-log position),
+    checksum (sha256 of the canonical serialised state) and counters.
+
+    The answers of ``PUT /models/{name}/state`` carry only name, version and checksum: there
+    ``config`` is empty and ``counts`` None. ``raw`` is the whole body as sent.
+    """
+
+    name: str
+    version: int
+    checksum: str
+    config: dict[str, Any] = field(default_factory=dict)
+    counts: ModelCounts | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: Any) -> ModelInfo:
+        name = _get(body, "name", str, "model")
+        return cls(
+            name=name,
+            version=_get(body, "version", int, "model"),
+            checksum=_get(body, "checksum", str, "model"),
+            config=_get(body, "config", dict, "model") if "config" in body else {},
+            counts=ModelCounts.from_json(body["counts"]) if "counts" in body else None,
+            raw=dict(body),
+        )

@@ -1,0 +1,106 @@
+"""AdaBandit (Zhang, Jung, Tewari, AISTATS 2019, Algorithm 3; seed 001, ALGORITHMS.md §2.7)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.learners.base import Decision, learners, rho_mix, sample
+from service.learners.booster_costs import (
+    BanditTreeBoosterParams,
+    TreeBooster,
+    hedge_update,
+    logistic_alpha_grad,
+    logistic_cost_matrices,
+    loss_estimate,
+    rand_rows_argmax,
+)
+
+
+class AdaBanditParams(BanditTreeBoosterParams):
+    """Hyperparameters of :class:`AdaBandit` (see :class:`BanditTreeBoosterParams`)."""
+
+
+@learners.register("adabandit")
+class AdaBandit(TreeBooster):
+    """Adaptive online boosting from bandit feedback with Hoeffding-tree weak learners.
+
+    Decide (Algorithm 1 with Algorithm 3's settings): tree ``i`` predicts ``l^i`` (randargmax of its
+    class distribution); votes ``s^i = sum_{j <= i} alpha^j e_{l^j}``; expert ``i`` predicts
+    ``randargmax s^i``; an expert index ``i_t`` is drawn with probability ``v^i / sum v``; its
+    prediction is the greedy label ``yhat`` explored with eq. (2).
+
+    Learn from the click bit: ``ell_hat`` by eq. (4) and ``iota_hat = 1 - ell_hat``; tree ``i`` gets
+    the cost vector ``Gamma^i iota_hat`` (eqs. (5), (10) at ``s^{i-1}``) through the (label, weight)
+    reduction of §2.8; ``alpha^i`` takes a projected SGD step (11) with the correct derivative and
+    ``eta_t = rho / (k^2 sqrt t)``; Hedge with rate 1 on ``ell_hat[yhat^i]`` in the log domain.
+
+    All quantities of the round (weak predictions, ``alpha``, votes, expert predictions and index)
+    come from the decision memo, so the update is exact even when the model moved since the decision.
+    The SGD step is applied to the current ``alpha`` with the gradient taken at the decision's.
+
+    Attributes
+    ----------
+    alpha_ : ndarray of shape (N,)
+        Learner weights in [-2, 2], initially 0.
+    log_v_ : ndarray of shape (N,)
+        Log expert weights (maximum 0), initially 0.
+
+    References
+    ----------
+    D. Zhang, Y. H. Jung, A. Tewari. Online multiclass boosting with bandit feedback. AISTATS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from service.learners import make_learner
+    >>> m = make_learner("adabandit", 2, 3, {"n_learners": 4, "rho": 0.3}, seed=0)
+    >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
+    >>> float(d.probs.max()), sorted(d.memo)
+    (0.7, ['alpha', 'expert', 'experts', 'greedy', 'leaves', 'tree_nodes', 'votes', 'weak'])
+    """
+
+    name = "adabandit"
+    Params = AdaBanditParams
+    params: AdaBanditParams
+
+    def _init(self) -> None:
+        super()._init()
+        self.alpha_ = np.zeros(self.params.n_learners)
+        self.log_v_ = np.zeros(self.params.n_learners)
+
+    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+        dist, where = self._weak_distribution(x)
+        weak = rand_rows_argmax(dist, rng)
+        votes = np.zeros((weak.size, self.n_labels))
+        votes[np.arange(weak.size), weak] = self.alpha_
+        votes = np.cumsum(votes, axis=0)
+        experts = rand_rows_argmax(votes, rng)
+        v = np.exp(self.log_v_)
+        expert = sample(v / v.sum(), rng)
+        greedy = int(experts[expert])
+        p = rho_mix(self.n_labels, greedy, self.params.rho)
+        memo = {
+            "greedy": greedy,
+            "weak": weak,
+            "alpha": self.alpha_.copy(),
+            "votes": votes,
+            "experts": experts,
+            "expert": expert,
+            **where,
+        }
+        return Decision(p, sample(p, rng), memo)
+
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+        self.t_ += 1
+        m = decision.memo
+        weak, alpha, votes = np.asarray(m["weak"]), np.asarray(m["alpha"]), np.asarray(m["votes"])
+        ell = loss_estimate(decision.probs, decision.label, int(m["greedy"]), reward)
+        iota = 1.0 - ell
+        prev = np.vstack([np.zeros((1, self.n_labels)), votes[:-1]])  # s^{i-1}
+        self._train_trees(
+            x, logistic_cost_matrices(prev) @ iota, decision.label if reward else None, decision.memo
+        )
+        eta = self.params.rho / (self.n_labels**2 * np.sqrt(self.t_))
+        grad = logistic_alpha_grad(prev, weak, alpha, iota)
+        self.alpha_ = np.clip(self.alpha_ - eta * grad, -2.0, 2.0)
+        self.log_v_ = hedge_update(self.log_v_, ell[np.asarray(m["experts"])])

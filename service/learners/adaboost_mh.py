@@ -1,0 +1,173 @@
+"""A boosted policy retrained from click logs: bandit-aided AdaBoost.MH served with ε-exploration.
+
+Seed 003 (ALGORITHMS.md §7) is a batch algorithm; this learner turns it into a service policy. The
+served model is an AdaBoost.MH stump ensemble; every ``retrain_every`` feedback events it is
+retrained from scratch on the logged decisions, with the stump search of ``search`` (UCB1 or EXP3.P
+keeps each retrain cheap: one feature per iteration instead of all of them).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from service.boosting.mh import StumpData, StumpEnsemble
+from service.boosting.train import train
+from service.learners.base import Decision, Learner, Params, gamma_mix, learners, randargmax, sample
+
+
+class AdaBoostMHParams(Params):
+    """Hyperparameters of :class:`AdaBoostMH`.
+
+    Parameters
+    ----------
+    epsilon : float, default 0.05
+        Exploration: ``p(r) = (1 - epsilon) 1[r = greedy] + epsilon / K`` (the Banditron's form).
+    retrain_every : int, default 500
+        Feedback events between two retrains.
+    iterations : int, default 100
+        Boosting iterations T of every retrain.
+    search : {"ucb", "exp3p", "full"}, default "ucb"
+        Stump search of the retrain (§7.2-7.4).
+    max_log : int, default 10000
+        The retrain uses the most recent ``max_log`` logged rows (bounds its cost and the state).
+    """
+
+    epsilon: float = Field(0.05, gt=0.0, lt=1.0)
+    retrain_every: int = Field(500, ge=1)
+    iterations: int = Field(100, ge=1)
+    search: Literal["ucb", "exp3p", "full"] = "ucb"
+    max_log: int = Field(10000, ge=2)
+
+
+@learners.register("adaboost-mh")
+class AdaBoostMH(Learner):
+    """ε-greedy over an AdaBoost.MH stump ensemble retrained from importance-weighted click logs.
+
+    Logging. Decision t shows label ``l`` with probability ``p = P(l)``. The click bit reveals one
+    entry of the AdaBoost.MH label matrix: ``Y[t, l] = +1`` on a click, ``-1`` otherwise; nothing
+    about the other labels. That entry gets the weight ``c / p`` with the share-point constant
+    ``c = 1/2`` if ``Y = +1`` and ``c = 1/(2(K-1))`` if ``Y = -1`` (§7.1), every other entry weight 0.
+    Over the draw of ``l`` the expected weight matrix is exactly the share-point initial weights
+    of the fully labelled row, so the exponential loss of the logged data is an unbiased estimate
+    of the full-information one, and the retrain is AdaBoost.MH on it (weights normalised to 1).
+
+    Retraining. Every ``retrain_every`` events the model is replaced by ``iterations`` rounds of
+    AdaBoost.MH (``epsilon_alpha = 0.01 / n``, MultiBoost) on the last ``max_log`` rows; EXP3.P
+    draws come from ``rng_``, so the retrain is deterministic given the state.
+
+    Warm start. :meth:`warm_start` logs labelled rows with every entry of ``Y`` known and the
+    share-point weights, then retrains.
+
+    Attributes
+    ----------
+    X_log_, Y_log_, W_log_ : ndarray of shapes (capacity, d), (capacity, K), (capacity, K)
+        Ring buffer of logged rows (capacity doubles up to ``max_log``); row ``i`` of the
+        ``min(n_logged_, max_log)`` valid ones holds x, the revealed signs (0 = unknown) and the
+        initial weights.
+    n_logged_ : int
+        Rows logged so far (the next goes to row ``n_logged_ % max_log``).
+    features_, thresholds_, alphas_, votes_ : ndarray of shapes (T,), (T,), (T,), (T, K)
+        The served ensemble ``f_l(x) = sum_t alphas_t votes_tl (+1 if x[features_t] > thresholds_t
+        else -1)``; empty (all scores 0, uniform greedy tie) before the first retrain.
+
+    References
+    ----------
+    R. Busa-Fekete, B. Kégl. Fast boosting using adversarial bandits. ICML 2010 (seed 003).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from service.learners import make_learner
+    >>> m = make_learner("adaboost-mh", 2, 3, {"epsilon": 0.3}, seed=0)
+    >>> m.warm_start(np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]), np.array([0, 1, 2]))
+    >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
+    >>> d.probs.round(2).tolist()
+    [0.8, 0.1, 0.1]
+    """
+
+    name = "adaboost-mh"
+    Params = AdaBoostMHParams
+    params: AdaBoostMHParams
+    _growable: ClassVar[frozenset[str]] = frozenset(
+        {"X_log_", "Y_log_", "W_log_", "features_", "thresholds_", "alphas_", "votes_"}
+    )
+
+    def _init(self) -> None:
+        d, K = self.n_features, self.n_labels
+        self.X_log_ = np.zeros((0, d))
+        self.Y_log_ = np.zeros((0, K), dtype=np.int8)
+        self.W_log_ = np.zeros((0, K))
+        self.n_logged_ = 0
+        self._set_model(StumpEnsemble(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros((0, K))))
+
+    def _set_model(self, model: StumpEnsemble) -> None:
+        self.features_ = model.features
+        self.thresholds_ = model.thresholds
+        self.alphas_ = model.alphas
+        self.votes_ = model.votes
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """``f(x)``, shape (K,)."""
+        model = StumpEnsemble(self.features_, self.thresholds_, self.alphas_, self.votes_)
+        return model.scores(x[None, :])[0]
+
+    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+        greedy = randargmax(self.scores(x), rng)
+        p = gamma_mix(self.n_labels, greedy, self.params.epsilon)
+        return Decision(p, sample(p, rng))
+
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+        self.t_ += 1
+        K, label = self.n_labels, decision.label
+        y_row = np.zeros(K, dtype=np.int8)
+        w_row = np.zeros(K)
+        y_row[label] = 1 if reward else -1
+        share = 0.5 if reward else 0.5 / (K - 1)
+        w_row[label] = share / decision.probs[label]  # importance weight 1/p (snapshot of decide)
+        self._log(x[None, :], y_row[None, :], w_row[None, :])
+        if self.t_ % self.params.retrain_every == 0:
+            self.retrain()
+
+    def warm_start(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Log fully labelled rows (every sign known, share-point weights) and retrain."""
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.int64)
+        K = self.n_labels
+        Y = np.full((y.size, K), -1, dtype=np.int8)
+        Y[np.arange(y.size), y] = 1
+        W = np.where(Y > 0, 0.5, 0.5 / (K - 1))
+        for lo in range(0, y.size, self.params.max_log):
+            self._log(
+                X[lo : lo + self.params.max_log],
+                Y[lo : lo + self.params.max_log],
+                W[lo : lo + self.params.max_log],
+            )
+        self.retrain()
+
+    def _log(self, X: np.ndarray, Y: np.ndarray, W: np.ndarray) -> None:
+        """Append rows (at most ``max_log``) to the ring buffer, growing it by doubling."""
+        cap, m = self.params.max_log, X.shape[0]
+        need = min(cap, self.n_logged_ + m)
+        if need > self.X_log_.shape[0]:
+            size = min(cap, max(need, 2 * self.X_log_.shape[0], 16))
+            grow = size - self.X_log_.shape[0]
+            self.X_log_ = np.concatenate([self.X_log_, np.zeros((grow, self.n_features))])
+            self.Y_log_ = np.concatenate([self.Y_log_, np.zeros((grow, self.n_labels), dtype=np.int8)])
+            self.W_log_ = np.concatenate([self.W_log_, np.zeros((grow, self.n_labels))])
+        rows = (self.n_logged_ + np.arange(m)) % cap
+        self.X_log_[rows] = X
+        self.Y_log_[rows] = Y
+        self.W_log_[rows] = W
+        self.n_logged_ += m
+
+    def retrain(self) -> None:
+        """Replace the model by AdaBoost.MH trained on the logged rows (§7; deterministic)."""
+        n = min(self.n_logged_, self.params.max_log)
+        if n < 2:
+            return
+        data = StumpData(self.X_log_[:n], self.Y_log_[:n], self.W_log_[:n])
+        p = self.params
+        self._set_model(train(data, p.iterations, p.search, self.rng_, 0.01 / n))

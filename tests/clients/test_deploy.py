@@ -1,0 +1,149 @@
+"""Deployment files: Dockerfile (hadolint), docker-compose.yml (the compose JSON schema + topology),
+nginx.conf and the declared models. No Docker engine runs here, so these are static checks."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from service.config import load_model_file
+from service.runtime import build_learner
+from service.sim.datasets import load_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC_DIR = Path(__file__).parent / "compose_spec"
+SPEC_SHA256 = "0dc04bd346dcfee1b1419628fff79937bbf076925f298f272a2b490e2b112bac"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Validator:
+    raw = (SPEC_DIR / "compose_spec.json").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == SPEC_SHA256, (
+        "vendored schema differs from docker-compose 1.29.2"
+    )
+    schema = json.loads(raw)
+    assert schema["$schema"].startswith("http://json-schema.org/draft/2019-09/")  # spelled without https
+    cls = jsonschema.Draft201909Validator
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def test_dockerfile_is_hadolint_clean() -> None:
+    hadolint = Path(sys.executable).with_name("hadolint")
+    proc = subprocess.run(
+        [str(hadolint), "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+
+
+def test_dockerfile_runs_the_service_as_non_root_with_a_healthcheck() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    assert re.search(r"^USER 10001:10001$", text, re.M)
+    assert re.search(r"^HEALTHCHECK .*\n.*/readyz", text, re.M)
+    assert '\nENTRYPOINT ["python", "-m", "service", "serve"]\n' in text
+    # dependency layer before the code layer: installing deps must not depend on service/ or clients/
+    assert text.index("-r /tmp/requirements.txt") < text.index("COPY service")
+
+
+def test_dockerignore_admits_exactly_what_the_dockerfile_copies() -> None:
+    copied = set(re.findall(r"^COPY (\S+)", (ROOT / "Dockerfile").read_text(), re.M))
+    admitted = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line[:1] == "!"
+    }
+    assert copied == admitted == {"pyproject.toml", "README.md", "service", "clients"}
+
+
+def test_compose_file_matches_the_compose_schema(
+    compose: dict[str, Any], validator: jsonschema.Validator
+) -> None:
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose)]
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("services", "api1", "depends_on", "redis", "condition"), "service_ready"),
+        (("services", "redis", "healthcheck", "retries"), "ten"),
+        (("services", "lb", "profile"), ["replay"]),
+    ],
+)
+def test_the_schema_check_catches_mistakes(
+    compose: dict[str, Any], validator: jsonschema.Validator, path: tuple[str, ...], value: Any
+) -> None:
+    broken = copy.deepcopy(compose)
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert list(validator.iter_errors(broken)), f"schema accepted {path} = {value!r}"
+
+
+def test_compose_topology(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    redis = s["redis"]
+    # fsync "always": feedback acknowledged by a replica survives a Redis crash (README, Several replicas)
+    assert " ".join(redis["command"]).endswith("--appendonly yes --appendfsync always")
+    assert redis["healthcheck"]["test"][-1] == "ping"
+    assert redis["volumes"] == ["redis-data:/data"] and "redis-data" in compose["volumes"]
+    for api in ("api1", "api2"):
+        assert s[api]["depends_on"] == {"redis": {"condition": "service_healthy"}}
+        assert s[api]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+        assert "profiles" not in s[api]
+    assert s["lb"]["ports"] == ["8000:8000"]
+    assert s["lb"]["depends_on"] == {a: {"condition": "service_healthy"} for a in ("api1", "api2")}
+    assert s["replay"]["profiles"] == ["replay"]
+    assert s["replay"]["entrypoint"] == ["python", "-m", "clients.replay"]
+    assert s["replay"]["command"][s["replay"]["command"].index("--url") + 1] == "http://lb:8000"
+
+
+def test_compose_secrets_are_required_variables(compose: dict[str, Any]) -> None:
+    envs = [svc.get("environment", {}) for svc in compose["services"].values()]
+    keys = {k: v for env in envs for k, v in env.items() if k.endswith(("_KEY", "_KEYS"))}
+    assert set(keys) == {"CLICKBOOST_API_KEYS", "CLICKBOOST_ADMIN_KEY", "CLICKBOOST_API_KEY"}
+    for name, value in keys.items():
+        assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", value), (
+            f"{name} must be ${{VAR:?message}}, is {value!r}"
+        )
+
+
+def test_nginx_balances_over_the_compose_replicas(compose: dict[str, Any]) -> None:
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    upstream = re.search(r"upstream clickboost \{(.*?)\}", conf, re.S)
+    assert upstream is not None
+    servers = re.findall(r"^\s*server (\S+):8000\b", upstream.group(1), re.M)
+    assert servers == ["api1", "api2"] and all(name in compose["services"] for name in servers)
+    assert re.search(r"^\s*listen 8000;", conf, re.M)
+    assert "non_idempotent" not in conf  # a POST that reached a replica is never re-sent
+    mounted = compose["services"]["lb"]["volumes"]
+    assert mounted == ["./deploy/nginx.conf:/etc/nginx/nginx.conf:ro"]
+
+
+def test_declared_model_is_valid_and_fits_the_replayed_dataset(compose: dict[str, Any]) -> None:
+    specs = load_model_file(ROOT / "deploy" / "models.toml")  # what the server reads at start-up
+    for spec in specs.values():
+        build_learner(spec)
+    cmd = compose["services"]["replay"]["command"]
+    model, dataset = cmd[cmd.index("--model") + 1], cmd[cmd.index("--dataset") + 1]
+    ds = load_dataset(dataset)
+    assert (specs[model].n_features, specs[model].labels) == (ds.d, ds.classes)
+    env = compose["services"]["api1"]["environment"]
+    assert env["CLICKBOOST_CONFIG_FILE"] == "/etc/clickboost/models.toml"
+    assert "./deploy/models.toml:/etc/clickboost/models.toml:ro" in compose["services"]["api1"]["volumes"]
