@@ -102,7 +102,11 @@ def main() -> None:
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{url}/readyz").status_code == 200:
                     break
+            if server.poll() is not None:
+                raise SystemExit(f"the server exited with {server.returncode}: {SERVE}")
             time.sleep(0.1)
+        else:
+            raise SystemExit(f"the server was not ready after 60 s: {SERVE}")
         predict_out = sh(PREDICT, url, env)
         feedback = FEEDBACK.replace("ID", json.loads(predict_out)["decision_id"])
         feedback_out = sh(feedback, url, env)

@@ -289,8 +289,12 @@ What we know about the gaps (none of these was tuned away):
   sum_l (c[l] - c[y]) (the same reduction, ALGORITHMS.md §3.1), not the reference code's
   randomly scaled heuristics (§3.3); the weight scale against the grace period changes how fast
   the trees grow, which matters most on balance's four numeric features.
+- AdaBandit's spread on mice is large: one evaluation seed ends far below the others (the ± column),
+  while the sweep seed reached the paper's value; with 300 units of weight between split checks a
+  seed whose early trees split on a poor feature recovers slowly. Twenty seeds, as in the paper,
+  would tell whether this is a rare event.
 - Our trees use Gaussian estimators with 10 candidate thresholds on numeric features; the
-  cross-check below shows where they trail river's trees on numeric data.
+  cross-check below shows how they compare with river's trees on the same streams.
 
 VFDT cross-check (one tree, unit-free weights as given, tie 0.05, δ = 1e-7, prequential accuracy
 of the predicted class on the duplicated, shuffled stream of seed 0) against river's

@@ -127,3 +127,26 @@ def test_hyperparameter_draws_respect_their_ranges() -> None:
     assert t.min() >= 0.01 and t.max() <= 0.9
     assert d.min() >= 1e-11 and d.max() <= 1e-10
     assert 0.3 < np.mean(np.log10(t) < np.log10(0.0949)) < 0.7  # log-uniform: median at the geometric mean
+
+
+def test_binary_family_scores_and_saves_mid_growth() -> None:
+    from service.learners import make_learner
+    from service.learners.weak import weak_families
+    from service.sampling import DecisionIds
+    from service.sim.stream import run_stream
+
+    family = weak_families.get("hoeffding_tree")(3, 4, 2, np.random.default_rng(0))
+    np.testing.assert_array_equal(family.scores(np.zeros(2)), np.zeros((3, 4)))  # empty trees: P = 1/2
+    family.update(np.zeros(2), 1, 1.0, np.array([1.0, 2.0, 3.0]), np.random.default_rng(0))
+    np.testing.assert_allclose(family.scores(np.zeros(2))[:, 1], [1 / 3, 2 / 4, 3 / 5])
+    assert not family.scores(np.zeros(2))[:, [0, 2, 3]].any()
+
+    ds = load_dataset("car")
+    X, y = ds.stream(0, 2, limit=2400)
+    a = make_learner("binbandit", ds.d, ds.n_labels, {"n_learners": 4, "delta": 0.2}, seed=1)
+    run_stream(a, X[:1800], y[:1800], DecisionIds.for_seed(0))
+    assert a.weak_.forest_.n_leaves_.max() > 1
+    b = type(a).from_state(a.config(), decode(encode(a.state())))
+    ca = run_stream(a, X[1800:], y[1800:], DecisionIds.for_seed(1))
+    cb = run_stream(b, X[1800:], y[1800:], DecisionIds.for_seed(1))
+    assert (ca == cb).all() and encode(a.state()) == encode(b.state())
