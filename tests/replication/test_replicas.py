@@ -252,6 +252,18 @@ class Load:
         await asyncio.gather(*(worker() for _ in range(workers)))
 
 
+async def until_acked(load: Load, n: int, running: asyncio.Task[None]) -> None:
+    """Wait until ``load`` has ``n`` acknowledged feedbacks, so a fault lands mid-load on any machine.
+
+    A fixed sleep does not: on a quiet machine the whole load can finish before it ends.
+    """
+    deadline = time.monotonic() + 30
+    while len(load.acked) < n:
+        assert not running.done(), "the load ended before the fault was injected"
+        assert time.monotonic() < deadline, "the load made no progress"
+        await asyncio.sleep(0.01)
+
+
 async def assert_nothing_acknowledged_was_lost(redis_url: str, model: str, load: Load) -> int:
     """Every 200 is a stored claim with its outcome; the log holds exactly the answered decisions."""
     store = RedisStore(redis_url)
@@ -279,8 +291,8 @@ async def test_kill_9_of_a_replica_during_load_loses_nothing_and_it_catches_up(
         await create_everywhere(http, replicas, "crash", "banditron")
         load = Load(http, "crash", seed=3)
         victim = replicas[2]
-        running = asyncio.create_task(load.run(200, 6, replicas, replicas[:2]))
-        await asyncio.sleep(0.5)
+        running = asyncio.create_task(load.run(600, 6, replicas, replicas[:2]))
+        await until_acked(load, 30, running)
         victim.kill()  # kill -9 mid-load: in-flight requests to it fail
         await asyncio.sleep(0.5)
         victim.start()  # same port; loads the checkpoint and replays the log tail
@@ -310,8 +322,8 @@ async def test_redis_restart_with_aof_during_load(tmp_path: Path, http: httpx.As
     try:
         await create_everywhere(http, replicas, "aof", "banditron")
         load = Load(http, "aof", seed=4)
-        running = asyncio.create_task(load.run(120, 4, replicas, replicas))
-        await asyncio.sleep(0.5)
+        running = asyncio.create_task(load.run(600, 4, replicas, replicas))
+        await until_acked(load, 20, running)
         server.kill()  # kill -9: only what the AOF holds survives (fsync before every reply)
         # Down: predictions keep coming from the in-memory models; feedback is refused, never faked.
         data = Contexts(seed=5)
