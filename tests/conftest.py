@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from service.cluster import free_port
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port"]
 
 
 def redis_server_binary() -> str:
