@@ -155,15 +155,14 @@ def _bodies(n: int) -> tuple[list[bytes], np.ndarray]:
     return [json.dumps({"model": "digits", "features": x.tolist()}).encode() for x in X], y
 
 
-@benches.register("http")
-def bench_http(quick: bool) -> str:
-    """Echo vs predict vs predict+feedback over loopback; markdown table with the target check."""
-    seconds, rounds = (2.0, 1) if quick else (5.0, 3)
+def steps() -> tuple[Step, Step, Step]:
+    """The three loads on one keep-alive connection: echo, predict, and predict then feedback.
+
+    Request i uses MNIST row i (mod 2000); the click is ``sampled label == true label``.
+    """
     bodies, labels = _bodies(2000)
     predicts = [_request("/predict", b) for b in bodies]
     echoes = [_request("/echo", b) for b in bodies]
-    py = sys.executable
-    uv = ["--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
         status, _ = await _roundtrip(reader, writer, echoes[i % len(echoes)])
@@ -181,6 +180,17 @@ def bench_http(quick: bool) -> str:
         fb = json.dumps({"decision_id": d["decision_id"], "click": click}).encode()
         status, _ = await _roundtrip(reader, writer, _request("/feedback", fb))
         assert status == 200, status
+
+    return echo, predict, pair
+
+
+@benches.register("http")
+def bench_http(quick: bool) -> str:
+    """Echo vs predict vs predict+feedback over loopback; markdown table with the target check."""
+    seconds, rounds = (2.0, 1) if quick else (5.0, 3)
+    echo, predict, pair = steps()
+    py = sys.executable
+    uv = ["--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
 
     spec = {
         "learner": "banditron",

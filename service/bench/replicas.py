@@ -11,7 +11,6 @@ are split evenly between them. Client, Redis and replicas share the machine's co
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ import httpx
 import numpy as np
 
 from service.bench import benches, report
-from service.bench.http import CONNECTIONS, Step, _bodies, _load, _request, _roundtrip, _server
+from service.bench.http import CONNECTIONS, Step, _load, _server, steps
 from service.cluster import RedisServer, start_replicas
 
 SPEC = {
@@ -52,25 +51,7 @@ def _wait_model(urls: list[str]) -> None:
 def bench(quick: bool) -> str:
     """Rates and latency percentiles of echo, predict, predict+feedback with 1 and 2 Redis replicas."""
     seconds = 2.0 if quick else 8.0
-    bodies, labels = _bodies(2000)
-    predicts = [_request("/predict", b) for b in bodies]
-    echoes = [_request("/echo", b) for b in bodies]
-
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
-        status, _ = await _roundtrip(reader, writer, echoes[i % len(echoes)])
-        assert status == 200, status
-
-    async def predict(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
-        status, _ = await _roundtrip(reader, writer, predicts[i % len(predicts)])
-        assert status == 200, status
-
-    async def pair(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
-        status, body = await _roundtrip(reader, writer, predicts[i % len(predicts)])
-        assert status == 200, status
-        d = json.loads(body)
-        fb = {"decision_id": d["decision_id"], "click": d["label_index"] == int(labels[i % len(labels)])}
-        status, _ = await _roundtrip(reader, writer, _request("/feedback", json.dumps(fb).encode()))
-        assert status == 200, status
+    echo, predict, pair = steps()
 
     uv = ["--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
     echo_cmd = [sys.executable, "-m", "uvicorn", "service.bench.http:echo_app", "--factory", *uv]
