@@ -72,6 +72,9 @@ QUICK = Grid(
 
 #: Points whose model would hold more weights than this (K d, times N for a booster) are skipped.
 MAX_WEIGHTS = 2**24
+#: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
+#: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
+MAX_K = {"banditbbm": 20}
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,7 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
             n_default = learners.get(name).Params.model_fields.get("n_learners")
             n = params.get("n_learners", n_default.default if n_default else 1)
             for d, k in dict.fromkeys(axis):
-                if k * d * n <= MAX_WEIGHTS:
+                if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
                     points.append(measure(name, params, d, k, grid, Path(tmp)))
                     progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
             for b in grid.bits:
@@ -262,7 +265,9 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
             "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
-            "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–). "
+            "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–), nor "
+            + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
+            + " (its exact boost-by-majority potential costs grow as a high power of K). "
             "Hashed sparse input is what the service's feature hashing hands a learner: a vector of 2^b "
             "buckets with a few ones (the hashing itself is not timed here). N is a booster's number of "
             "weak learners; the other axes use each learner's setting of the quality part.",
