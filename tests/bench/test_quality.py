@@ -103,3 +103,18 @@ def test_bench_quality_quick_writes_its_tables_and_plot_into_bench_dir(
     for name in quality.QUICK.datasets:
         assert f"| {name} | {quality.QUICK.limit} | {len(quality.QUICK.seeds)} |" in written
     assert (DOCS_MD.read_bytes() if DOCS_MD.exists() else None) == before
+
+
+def test_cached_run_plan_resumes_with_the_same_results_without_running_again(tmp_path: Path) -> None:
+    plan = quality.Plan(("balance",), (0,), 200)
+    first = list(quality.run_plan(plan, cache=tmp_path))
+    stored = sorted(tmp_path.iterdir())
+    assert len(stored) == len(first) > 0  # balance: one online run (x1) and one last20 run (x10) each
+    for path in stored:  # a second run must read these, not recompute them
+        got = json.loads(path.read_text())
+        path.write_text(json.dumps({**got, "seconds": -1.0}))
+    second = list(quality.run_plan(plan, cache=tmp_path))
+    assert [(r.system, r.protocol, r.value) for r in second] == [
+        (r.system, r.protocol, r.value) for r in first
+    ]
+    assert all(r.seconds == -1.0 for r in second)
