@@ -109,7 +109,7 @@ ALL_DATASETS = (
     "synsep",
     "synnonsep",
 )
-FULL = Plan(ALL_DATASETS, (0, 1, 2), None)
+FULL = Plan(ALL_DATASETS, (0, 1, 2), 20_000)
 QUICK = Plan(("balance", "car", "dna"), (0, 1), 400)
 
 
@@ -217,7 +217,8 @@ def run_plan(
                 for system in compared:
                     if name in SKIP.get(system.name, (frozenset(), ""))[0]:
                         continue
-                    key = json.dumps([name, factor, seed, plan.limit, asdict(system), code])
+                    cut = plan.limit if plan.limit is not None and plan.limit < ds.n * factor else None
+                    key = json.dumps([name, factor, seed, cut, asdict(system), code])  # cut: None if whole
                     path = (
                         None
                         if cache is None
