@@ -70,9 +70,9 @@ SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
 #: Systems too slow for the full run on some data sets (shown as "–" and named in the report).
 _WIDE = frozenset({"isolet", "mnist", "synsep", "synnonsep"})
 _TREES = (
-    "Hoeffding-tree booster with the small-data tree ranges (grace 5-20): every leaf keeps d x K "
-    "Gaussian statistics and a split check scans all of them, so on the d >= 400 data sets one "
-    "whole stream takes hours here (seed001-table1 runs isolet with its own, slower-growing ranges)"
+    "Hoeffding-tree boosters: every leaf keeps d x K Gaussian statistics and a split check scans all "
+    "of them, so on the d >= 400 data sets one whole stream takes hours here (seed001-table1 runs "
+    "isolet with the reference's slower-growing tree ranges)"
 )
 SKIP: dict[str, tuple[frozenset[str], str]] = {
     "banditboost": (
@@ -383,9 +383,11 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
         "every run (checked by `run_vw`)."
     )
     chosen = set(plan.datasets)
-    skipped = [
-        f"{n} on {', '.join(sorted(ds & chosen))}: {why}" for n, (ds, why) in SKIP.items() if ds & chosen
-    ]
+    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for n, (ds, why) in SKIP.items():
+        if ds & chosen:
+            by_reason[(", ".join(sorted(ds & chosen)), why)].append(n)
+    skipped = [f"{', '.join(names)} on {where}: {why}" for (where, why), names in by_reason.items()]
     if skipped:
         parts.append("Not run (– in the tables): " + "; ".join(skipped) + ".")
     settings = [[s.name, s.kind, s.setting, s.source] for s in compared]
@@ -394,7 +396,8 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
     speed_tab, speed_verdicts = speed_table(results, compared)
     parts.append(
         f"## Speed vs Vowpal Wabbit\n\n`{command}`. {stamp}\n\nExamples per second (absolute, in-process, "
-        "one thread, a busy shared machine: noisy) over the online runs above, all seeds; the last "
+        "one thread; other jobs may run on the machine's other cores, so noisy; a run read from the "
+        "cache keeps the time of the run that made it) over the online runs above, all seeds; the last "
         "columns are ratios from the same run.\n\n"
         + speed_tab
         + "\n\n"
