@@ -13,6 +13,7 @@ exactly what a checkpoint stores; the checkpoint write time is encode + write to
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -75,6 +76,8 @@ MAX_WEIGHTS = 2**24
 #: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
 #: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
 MAX_K = {"banditbbm": 20}
+#: Largest N run per learner on the N axis, for the same reason (the potential's n is N - i).
+MAX_N = {"banditbbm": 20}
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
                     points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
                     progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
             if n_default is not None:
-                for n in grid.n:
+                for n in (v for v in grid.n if v <= MAX_N.get(name, v)):
                     with_n = {**params, "n_learners": n}
                     points.append(measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp)))
                     progress(f"{name} N={n}: {points[-1].us_per_event:.0f} us")
@@ -267,6 +270,8 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
             "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–), nor "
             + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
+            + ", "
+            + ", ".join(f"{n} above N={v}" for n, v in MAX_N.items())
             + " (its exact boost-by-majority potential costs grow as a high power of K). "
             "Hashed sparse input is what the service's feature hashing hands a learner: a vector of 2^b "
             "buckets with a few ones (the hashing itself is not timed here). N is a booster's number of "
@@ -284,4 +289,8 @@ def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
     """Run the scaling benchmark; its plot goes to :func:`report.out_dir`."""
     grid = QUICK if quick else FULL
     command = "python -m service bench scaling" + (" --quick" if quick else "")
-    return render(run_grid(grid, progress or (lambda _: None)), grid, command, report.out_dir())
+
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return render(run_grid(grid, progress or to_stderr), grid, command, report.out_dir())
