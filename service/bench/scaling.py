@@ -133,6 +133,7 @@ def measure(
     grid: Grid,
     directory: Path,
     nnz: int | None = None,
+    n_axis: bool = False,
 ) -> Point:
     """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K).
 
@@ -153,7 +154,7 @@ def measure(
         if seconds >= grid.budget:
             break
     us = seconds / timed * 1e6
-    n = params.get("n_learners")
+    n = params.get("n_learners") if n_axis else None  # None: a point of the d, K or hashed axis
     size = len(encode(model.state()))
     return Point(name, d, k, n, nnz, us, timed, size, checkpoint_ms(model, directory))
 
@@ -185,7 +186,9 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
             if n_default is not None:
                 for n in (v for v in grid.n if v <= MAX_N.get(name, v)):
                     with_n = {**params, "n_learners": n}
-                    points.append(measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp)))
+                    points.append(
+                        measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp), n_axis=True)
+                    )
                     progress(f"{name} N={n}: {points[-1].us_per_event:.0f} us")
     return points
 

@@ -530,9 +530,9 @@ GAPS = """What we know about the gaps (none of these was tuned away):
   is never undone. The rate is the reference code's (ALGORITHMS.md §2.7, marked TODO there). A
   scratch rerun of such a seed with the reference code's α-gradient (the §2.7 erratum) collapsed as
   well, so the erratum does not explain it. The medians show the cells without such runs.
-- AdaBandit on car and nursery (nursery takes car's setting) stays a few points below the paper with
-  no collapsed run: not explained. A scratch rerun of car with the reference code's α-gradient did
-  no better, and the sweep's ρ for it is the grid's smallest value.
+- AdaBandit on car stays a few points below the paper with no collapsed run: not explained. A
+  scratch rerun of car with the reference code's α-gradient did no better, and the sweep's ρ for it
+  is the grid's smallest value.
 - BinBandit on mice: the sweep's best ρ is the grid's largest value; more exploration helps it
   there, so a wider grid may close part of the gap.
 - The sweep used two shuffles per setting; with the spread the table shows on mice, its choice is
