@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ import numpy as np
 from service.bench import benches, report
 from service.bench.vw import EXPLORERS, run_vw, to_lines, vw_version
 from service.learners.base import learners, make_learner
+from service.runcache import cached
+from service.runcache import progress as report_progress
 from service.sampling import DecisionIds
 from service.sim.datasets import load_dataset
 from service.sim.metrics import last20_accuracy, online_error
@@ -219,18 +221,7 @@ def run_plan(
                         continue
                     cut = plan.limit if plan.limit is not None and plan.limit < ds.n * factor else None
                     key = json.dumps([name, factor, seed, cut, asdict(system), code])  # cut: None if whole
-                    path = (
-                        None
-                        if cache is None
-                        else cache / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
-                    )
-                    if path is not None and path.is_file():
-                        got = json.loads(path.read_text())
-                    else:
-                        got = _run_one(ds, factor, seed, plan.limit, system, stream)
-                        if path is not None:
-                            path.parent.mkdir(parents=True, exist_ok=True)
-                            path.write_text(json.dumps(got))
+                    got = cached(cache, key, partial(_run_one, ds, factor, seed, plan.limit, system, stream))
                     progress(f"{name} x{factor} seed {seed} {system.name}: {got['online']:.3f}")
                     if factor == 1:
                         yield Result(
@@ -419,9 +410,6 @@ def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
     out_dir = report.out_dir()
     command = "python -m service bench quality" + (" --quick" if quick else "")
 
-    def to_stderr(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    results = list(run_plan(plan, progress or to_stderr, None if quick else CACHE))
+    results = list(run_plan(plan, progress or report_progress, None if quick else CACHE))
     save(results, out_dir / "bench" / "quality.json")
     return render(results, plan, command, out_dir)

@@ -13,7 +13,6 @@ exactly what a checkpoint stores; the checkpoint write time is encode + write to
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +24,7 @@ import numpy as np
 
 from service.bench import benches, report
 from service.learners.base import Learner, learners, make_learner
+from service.runcache import progress as report_progress
 from service.sampling import DecisionIds
 from service.serial import encode
 from service.sim.stream import run_stream
@@ -293,7 +293,4 @@ def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
     grid = QUICK if quick else FULL
     command = "python -m service bench scaling" + (" --quick" if quick else "")
 
-    def to_stderr(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    return render(run_grid(grid, progress or to_stderr), grid, command, report.out_dir())
+    return render(run_grid(grid, progress or report_progress), grid, command, report.out_dir())

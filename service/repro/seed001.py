@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ import numpy as np
 
 from service.learners.base import learners, make_learner
 from service.repro import DOCS, reproductions
+from service.runcache import cached, progress
 from service.sampling import DecisionIds
 from service.sim.datasets import load_dataset
+from service.sim.metrics import last20_accuracy
 from service.sim.stream import run_stream
 
 NAME = "seed001-table1"
@@ -123,20 +125,17 @@ def run_cell(
 ) -> tuple[float, float]:
     """Last-20% accuracy of the sampled label for one run, and its wall time in seconds (cached)."""
     key = json.dumps([learner, dataset, params, seed, limit, _fingerprint(learner)], sort_keys=True)
-    path = cache / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
-    if path.is_file():
-        got = json.loads(path.read_text())
-        return float(got["accuracy"]), float(got["seconds"])
-    data = load_dataset(dataset)
-    X, y = data.stream(seed, DATASETS[dataset][0], limit)
-    model = make_learner(learner, data.d, data.n_labels, params, seed=seed)
-    start = time.perf_counter()
-    correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
-    seconds = time.perf_counter() - start
-    acc = float(correct[-int(0.2 * len(correct)) :].mean())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "accuracy": acc, "seconds": seconds}))
-    return acc, seconds
+
+    def compute() -> dict[str, float]:
+        data = load_dataset(dataset)
+        X, y = data.stream(seed, DATASETS[dataset][0], limit)
+        model = make_learner(learner, data.d, data.n_labels, params, seed=seed)
+        start = time.perf_counter()
+        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
+        return {"accuracy": last20_accuracy(correct), "seconds": time.perf_counter() - start}
+
+    got = cached(cache, key, compute)
+    return float(got["accuracy"]), float(got["seconds"])
 
 
 def _params(dataset: str, learner: str, rho: float | None, n: int) -> dict[str, Any]:
@@ -181,68 +180,51 @@ def _vfdt_cross_check(quick: bool) -> list[str]:
     return lines
 
 
-def _cached_or_run(task: tuple) -> tuple[float, float]:
-    return run_cell(*task)
-
-
 def run_all(tasks: list[tuple], n_jobs: int) -> None:
-    """Run every ``run_cell`` task not cached yet, ``n_jobs`` at a time, longest first (cache only)."""
-    key = {"isolet": 1e6}
+    """Run every :func:`run_cell` task (its arguments) not cached yet, ``n_jobs`` at a time, the
+    longest first (isolet's, then by stream length x N); results land in the cache only."""
+    unique = list({json.dumps(t, sort_keys=True, default=str): t for t in tasks}.values())
+    lengths = {ds: DATASETS[ds][0] * load_dataset(ds).n for ds in {t[1] for t in unique}}
 
-    def cost(t: tuple) -> float:
+    def cost(t: tuple) -> tuple[bool, int]:
         _, ds, params, _, limit = t[:5]
-        length = DATASETS[ds][0] * load_dataset(ds).n if limit is None else limit
-        return key.get(ds, 0.0) + length * params.get("n_learners", 10)
+        return ds == "isolet", (limit or lengths[ds]) * params.get("n_learners", 10)
 
-    todo = sorted(set(map(_freeze, tasks)), key=lambda t: -cost(_thaw(t)))
+    todo = sorted(unique, key=cost, reverse=True)
     if n_jobs == 1 or len(todo) <= 1:
-        for i, t in enumerate(todo):
-            _progress(i, len(todo), _thaw(t), run_cell(*_thaw(t)))
+        _report(todo, (run_cell(*t) for t in todo))
         return
     with ProcessPoolExecutor(n_jobs) as pool:
-        for i, (t, got) in enumerate(zip(todo, pool.map(_cached_or_run, map(_thaw, todo)), strict=True)):
-            _progress(i, len(todo), _thaw(t), got)
+        _report(todo, pool.map(run_cell, *zip(*todo, strict=True)))
 
 
-def _freeze(task: tuple) -> tuple:
-    learner, ds, params, seed, limit, cache = task
-    return (learner, ds, json.dumps(params, sort_keys=True), seed, limit, str(cache))
-
-
-def _thaw(task: tuple) -> tuple:
-    learner, ds, params, seed, limit, cache = task
-    return (learner, ds, json.loads(params), seed, limit, Path(cache))
-
-
-def _progress(i: int, n: int, task: tuple, got: tuple[float, float]) -> None:
-    learner, ds, params, seed = task[:4]
-    print(
-        f"[{i + 1}/{n}] {learner} {ds} seed {seed} {params}: {got[0]:.3f} ({got[1]:.0f} s)", file=sys.stderr
-    )
+def _report(tasks: list[tuple], results: Iterable[tuple[float, float]]) -> None:
+    """One progress line per finished task on stderr."""
+    for i, (task, (acc, seconds)) in enumerate(zip(tasks, results, strict=True)):
+        learner, ds, params, seed = task[:4]
+        progress(f"[{i + 1}/{len(tasks)}] {learner} {ds} seed {seed} {params}: {acc:.3f} ({seconds:.0f} s)")
 
 
 def probe(learner: str, dataset: str, params: dict[str, Any], examples: int, cache: Path = CACHE) -> dict:
     """Examples/s and tree-table size of ``learner`` over the first ``examples`` rounds (cached)."""
     key = json.dumps(["probe", learner, dataset, params, examples, _fingerprint(learner)], sort_keys=True)
-    path = cache / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
-    if path.is_file():
-        return json.loads(path.read_text())
-    data = load_dataset(dataset)
-    X, y = data.stream(0, DATASETS[dataset][0], examples)
-    model = make_learner(learner, data.d, data.n_labels, params, seed=0)
-    start = time.perf_counter()
-    run_stream(model, X, y, DecisionIds.for_seed(0))
-    seconds = time.perf_counter() - start
-    trees = model.trees_
-    got = {
-        "rate": examples / seconds,
-        "leaves": int(trees.n_leaves_.max()),
-        "mb": sum(a.nbytes for a in (trees.mean_, trees.m2_)) / 1e6,
-        "stream": DATASETS[dataset][0] * data.n,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(got))
-    return got
+
+    def compute() -> dict[str, float]:
+        data = load_dataset(dataset)
+        X, y = data.stream(0, DATASETS[dataset][0], examples)
+        model = make_learner(learner, data.d, data.n_labels, params, seed=0)
+        start = time.perf_counter()
+        run_stream(model, X, y, DecisionIds.for_seed(0))
+        seconds = time.perf_counter() - start
+        trees = model.trees_
+        return {
+            "rate": examples / seconds,
+            "leaves": int(trees.n_leaves_.max()),
+            "mb": sum(a.nbytes for a in (trees.mean_, trees.m2_)) / 1e6,
+            "stream": DATASETS[dataset][0] * data.n,
+        }
+
+    return cached(cache, key, compute)
 
 
 @reproductions.register(NAME)
@@ -283,8 +265,8 @@ def reproduce(quick: bool, out_dir: Path) -> str:
                 )
                 for n, r in grid[col]
             ]
-            chosen[(col, ds)] = grid[col][int(np.argmax(accs))]
             best = int(np.argmax(accs))
+            chosen[(col, ds)] = grid[col][best]
             cells = [f"**{a:.3f}**" if i == best else f"{a:.3f}" for i, a in enumerate(accs)]
             sweep_lines.append(f"| {col} | {ds} | " + " | ".join(cells) + " |")
 
