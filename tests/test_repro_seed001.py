@@ -21,3 +21,15 @@ def test_quick_mode_writes_a_table_with_every_available_cell(tmp_path: Path) -> 
             assert 0.4 < ours <= 1.0
     assert "| car | 800 |" in markdown  # the VFDT cross-check against river ran
     assert any(p.suffix == ".json" for p in (tmp_path / "cache" / "seed001").iterdir())
+
+
+def test_coding_ablation_quick_mode_runs_both_codings(tmp_path: Path) -> None:
+    markdown = reproductions.get("seed001-coding")(True, tmp_path)
+    assert "quick mode, not the paper's protocol" in markdown
+    onehot = next(line for line in markdown.splitlines() if line.startswith("| car | one-hot"))
+    ordinal = next(line for line in markdown.splitlines() if line.startswith("| car | ordinal ("))
+    assert "| 21 | 1 |" in onehot and "| 6 | 1 |" in ordinal
+    for row in (onehot, ordinal):
+        accs = [float(c.split("**")[1]) for c in row.split("|")[5:10]]
+        assert len(accs) == 5 and all(0.4 < a <= 1.0 for a in accs)
+    assert "| car | ordinal − one-hot |" in markdown

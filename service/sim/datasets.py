@@ -43,6 +43,7 @@ class Dataset:
     y: np.ndarray
     n_labels: int
     classes: list[str] = field(default_factory=list)
+    feature_names: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -63,6 +64,40 @@ class Dataset:
         if limit is not None:
             idx = idx[:limit]
         return self.X[idx], self.y[idx]
+
+    def ordinal(self) -> Dataset:
+        """The same rows with every one-hot group collapsed into one ordinal column.
+
+        A group is the run of features named ``attr=value`` with the same ``attr`` (the datasets'
+        one-hot encoding of a categorical attribute); its column holds the index of the row's value
+        in the order the values are listed (for car and nursery, the UCI order, which is the
+        attribute's natural order: ``buying=vhigh, high, med, low``, ``safety=low, med, high``, ...).
+        Features without ``=`` are kept as they are. This is how the seed-001 reference code saw
+        these data sets: one column per attribute, not one per value (ALGORITHMS.md §2.10).
+
+        Raises
+        ------
+        ValueError
+            When the data set has no feature names, or a row does not have exactly one value set in
+            a group.
+        """
+        if len(self.feature_names) != self.d:
+            raise ValueError(f"{self.name}: ordinal coding needs one feature name per column")
+        groups: dict[str, list[int]] = {}
+        for j, name in enumerate(self.feature_names):
+            groups.setdefault(name.split("=", 1)[0] if "=" in name else name, []).append(j)
+        cols = []
+        for attr, idx in groups.items():
+            block = self.X[:, idx]
+            if "=" not in self.feature_names[idx[0]]:
+                cols.append(block[:, 0])
+                continue
+            if not np.all(block.sum(axis=1) == 1.0):
+                raise ValueError(f"{self.name}: attribute {attr!r} is not one-hot in every row")
+            cols.append(block.argmax(axis=1).astype(np.float64))
+        return Dataset(
+            f"{self.name}-ordinal", np.stack(cols, axis=1), self.y, self.n_labels, self.classes, list(groups)
+        )
 
 
 @dataclass(frozen=True)
@@ -179,7 +214,10 @@ def load_dataset(name_or_path: str) -> Dataset:
     np.nan_to_num(X, copy=False, nan=0.0)  # seed 001 fed NaN as 0 (mice); in place: mnist is 440 MB
     meta_path = path.with_suffix(".json")
     classes: list[str] = []
+    names: list[str] = []
     if meta_path.is_file():
-        classes = [str(c) for c in json.loads(meta_path.read_text()).get("classes", [])]
+        meta = json.loads(meta_path.read_text())
+        classes = [str(c) for c in meta.get("classes", [])]
+        names = [str(f) for f in meta.get("feature_names") or []]
     n_labels = max(int(y.max()) + 1 if y.size else 0, len(classes), 2)
-    return Dataset(path.stem, X, y, n_labels, classes)
+    return Dataset(path.stem, X, y, n_labels, classes, names if len(names) == X.shape[1] else [])

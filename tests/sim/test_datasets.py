@@ -31,6 +31,34 @@ def test_stream_is_duplicate_then_permute() -> None:
     assert np.array_equal(np.bincount(full_y), 3 * np.bincount(data.y))
 
 
+def test_ordinal_coding_is_one_column_per_attribute_in_listed_value_order() -> None:
+    data = load_dataset("car")
+    assert data.feature_names[:2] == ["buying=vhigh", "buying=high"] and data.d == 21
+    ords = data.ordinal()
+    assert ords.feature_names == ["buying", "maint", "doors", "persons", "lug_boot", "safety"]
+    assert ords.X.shape == (1728, 6) and np.array_equal(ords.y, data.y)
+    # each column is the position of the row's value within its one-hot group, in listed order
+    start = 0
+    for j, size in enumerate((4, 4, 4, 3, 3, 3)):
+        assert np.array_equal(ords.X[:, j], data.X[:, start : start + size].argmax(axis=1))
+        start += size
+    # car is the full Cartesian product of its attribute values: every combination once
+    assert len({tuple(r) for r in ords.X}) == 4 * 4 * 4 * 3 * 3 * 3
+    # a data set without one-hot groups is unchanged
+    balance = load_dataset("balance")
+    assert np.array_equal(balance.ordinal().X, balance.X)
+
+
+def test_ordinal_coding_refuses_unnamed_or_broken_groups(tmp_path) -> None:
+    path = tmp_path / "tiny.npz"
+    np.savez(path, X=np.array([[1.0, 0.0], [1.0, 1.0]]), y=np.array([0, 1]))
+    with pytest.raises(ValueError, match="one feature name per column"):
+        load_dataset(str(path)).ordinal()
+    (tmp_path / "tiny.json").write_text('{"feature_names": ["a=x", "a=y"]}')
+    with pytest.raises(ValueError, match="not one-hot in every row"):
+        load_dataset(str(path)).ordinal()
+
+
 def test_explicit_npz_path_and_missing_name(tmp_path) -> None:
     path = tmp_path / "tiny.npz"
     np.savez(path, X=np.array([[1.0, np.nan], [0.0, 2.0]]), y=np.array([0, 2]))
