@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from service.learners.base import Decision, learners, rho_mix, sample
 from service.learners.booster_costs import (
@@ -17,7 +18,17 @@ from service.learners.booster_costs import (
 
 
 class AdaBanditParams(BanditTreeBoosterParams):
-    """Hyperparameters of :class:`AdaBandit` (see :class:`BanditTreeBoosterParams`)."""
+    """Hyperparameters of :class:`AdaBandit` (see :class:`BanditTreeBoosterParams`).
+
+    Parameters
+    ----------
+    lr_scale : float, default 1
+        The constant ``c`` of the alpha learning rate ``eta_t = c rho / (k^2 sqrt t)`` (ALGORITHMS.md
+        §2.7: the paper's rate has the form ``Theta(rho / (k^2 sqrt t))``; ``c = 1`` is the reference
+        code's rate).
+    """
+
+    lr_scale: float = Field(1.0, gt=0.0)
 
 
 @learners.register("adabandit")
@@ -32,7 +43,7 @@ class AdaBandit(TreeBooster):
     Learn from the click bit: ``ell_hat`` by eq. (4) and ``iota_hat = 1 - ell_hat``; tree ``i`` gets
     the cost vector ``Gamma^i iota_hat`` (eqs. (5), (10) at ``s^{i-1}``) through the (label, weight)
     reduction of §2.8; ``alpha^i`` takes a projected SGD step (11) with the correct derivative and
-    ``eta_t = rho / (k^2 sqrt t)``; Hedge with rate 1 on ``ell_hat[yhat^i]`` in the log domain.
+    ``eta_t = lr_scale * rho / (k^2 sqrt t)``; Hedge with rate 1 on ``ell_hat[yhat^i]`` in the log domain.
 
     All quantities of the round (weak predictions, ``alpha``, votes, expert predictions and index)
     come from the decision memo, so the update is exact even when the model moved since the decision.
@@ -100,7 +111,7 @@ class AdaBandit(TreeBooster):
         self._train_trees(
             x, logistic_cost_matrices(prev) @ iota, decision.label if reward else None, decision.memo
         )
-        eta = self.params.rho / (self.n_labels**2 * np.sqrt(self.t_))
+        eta = self.params.lr_scale * self.params.rho / (self.n_labels**2 * np.sqrt(self.t_))
         grad = logistic_alpha_grad(prev, weak, alpha, iota)
         self.alpha_ = np.clip(self.alpha_ - eta * grad, -2.0, 2.0)
         self.log_v_ = hedge_update(self.log_v_, ell[np.asarray(m["experts"])])

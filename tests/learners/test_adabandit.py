@@ -158,3 +158,26 @@ def test_adabandit_learns_car() -> None:
     m = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 5, "rho": 0.02}, seed=0)
     correct = run_stream(m, X, y, DecisionIds.for_seed(0))
     assert correct[-1000:].mean() > 0.8 > np.mean(y == 0)  # well above the majority class
+
+
+def test_lr_scale_multiplies_the_alpha_step_exactly() -> None:
+    """``eta_t = lr_scale * rho / (k^2 sqrt t)`` (ALGORITHMS.md §2.7): from one state and one decision,
+    a model with ``lr_scale=3`` moves every alpha three times as far as one with the default 1."""
+    from service.learners.base import learner_from_state
+
+    ds = load_dataset("car")
+    X, y = ds.stream(1, 1, limit=300)
+    m1 = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 4, "rho": 0.2}, seed=0)
+    assert m1.params.lr_scale == 1.0
+    run_stream(m1, X[:-1], y[:-1], DecisionIds.for_seed(0))
+    config = m1.config()
+    config["params"] = {**config["params"], "lr_scale": 3.0}
+    m3 = learner_from_state(config, m1.state())
+    before = m1.alpha_.copy()
+    assert np.array_equal(m3.alpha_, before) and np.abs(before).max() < 1.0
+    d = m1.decide(X[-1], np.random.default_rng(9))
+    for m in (m1, m3):
+        m.learn(X[-1], d, d.label == y[-1])
+    step1, step3 = m1.alpha_ - before, m3.alpha_ - before
+    assert np.abs(step1).max() > 0.0
+    np.testing.assert_allclose(step3, 3.0 * step1, rtol=1e-12, atol=0.0)
