@@ -31,12 +31,18 @@ class BanditBBMParams(BanditTreeBoosterParams):
     ties : {"random", "pessimistic"}, default "random"
         Tie convention of the zero-one loss inside the potential (random: the bandit reference code
         and the prediction rule).
+    unclicked_label : {"argmin", "random"}, default "argmin"
+        Label a tree gets on an unclicked round: the minimiser of its cost vector (the §2.8
+        reduction, the paper), or, for comparison with the reference code's BBM path (§2.8, §3.3;
+        not in the paper), a label uniform among those other than the greedy one. The weights are
+        the reduction's either way.
     """
 
     n_learners: int = Field(20, ge=1, le=150)
     gamma: float = Field(0.1, gt=0.0, lt=1.0)
     potential: Literal["exact", "mc"] = "exact"
     ties: Ties = "random"
+    unclicked_label: Literal["argmin", "random"] = "argmin"
 
 
 def bbm_costs(
@@ -96,4 +102,8 @@ class BanditBBM(TreeBooster):
         ell = loss_estimate(decision.probs, decision.label, int(decision.memo["greedy"]), reward)
         mc = self.rng_ if p.potential == "mc" else None
         C = bbm_costs(np.asarray(decision.memo["weak"]), self.n_labels, p.gamma, p.ties, 1.0 - ell, mc)
-        self._train_trees(x, C, decision.label if reward else None, decision.memo)
+        if reward or p.unclicked_label == "argmin":
+            self._train_trees(x, C, decision.label if reward else None, decision.memo)
+            return
+        others = np.delete(np.arange(self.n_labels), int(decision.memo["greedy"]))
+        self._train_trees(x, C, None, decision.memo, labels=self.rng_.choice(others, size=C.shape[0]))

@@ -392,10 +392,13 @@ class TreeBooster(Learner):
         dist, nodes = self.trees_.distribution(x)
         return dist, {"leaves": nodes, "tree_nodes": self.trees_.n_nodes_.copy()}
 
-    def _train_trees(self, x: np.ndarray, C: np.ndarray, prefer: int | None, memo: dict) -> None:
-        """Feed every tree its cost vector through the (label, weight) reduction (§2.8)."""
-        labels, weights = costs_to_examples(
-            C, self.params.cost_clip, self.rng_, prefer, self.params.weight_divide
-        )
+    def _train_trees(
+        self, x: np.ndarray, C: np.ndarray, prefer: int | None, memo: dict, labels: np.ndarray | None = None
+    ) -> None:
+        """Feed every tree its cost vector through the (label, weight) reduction (§2.8); ``labels``,
+        when given, replace the reduction's labels (the weights stay)."""
+        p = self.params
+        found, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
+        labels = found if labels is None else labels
         same = np.array_equal(np.asarray(memo["tree_nodes"]), self.trees_.n_nodes_)
         self.trees_.update(x, labels, weights, np.asarray(memo["leaves"]) if same else None)

@@ -500,17 +500,15 @@ points and tree sizes differ:
 #: What we know about the gaps (prose; revised with every full run)
 GAPS = """What we know about the gaps (none of these was tuned away):
 
-- OptBandit (BanditBBM) misses most where the trees use the reference's slow-growing ranges for the
-  bandit boosters on mice and isolet (grace 300 units of weight, tie 0.7-0.8, split confidence about
-  1e-10); on balance, car and nursery, whose trees check for splits every 5-20 units, it is within
-  the tolerance or at its edge. It implements the paper's estimator (4), cost vectors (5) with the
-  potential costs (9) and the §2.8 (label, weight) reduction. Its cost entries are potentials in [0,
-  1], so a clicked round gives a tree a weight of the order of the potential differences, and an
-  unclicked explore round none: its trees split rarely under a 300-unit grace period, far more
-  rarely than AdaBandit's, whose logistic costs are of the order of k. The reference code's BBM path
-  differs from the paper: it skips explore-miss rounds, relabels unclicked examples at random among
-  the labels other than the greedy one and scales the weight by a random constant (ALGORITHMS.md
-  §2.8, §3.3); we do not copy that.
+- OptBandit (BanditBBM) on mice and isolet: not explained. It implements the paper's estimator (4),
+  cost vectors (5) with the potential costs (9) and the §2.8 (label, weight) reduction. The
+  `seed001-optbandit` section below tests three candidate causes on mice and car, one at a time:
+  the reference's slow-growing trees on mice (grace 300), the clipping of explore-hit cost vectors,
+  and the labels of unclicked rounds. Its table shows which of them moves the accuracy. The
+  reference code's BBM path differs from the paper in more ways than the one tested there: it also
+  skips explore-miss rounds, evaluates the potential on the estimated loss vector rather than the
+  zero-one loss, and scales the weight by a random constant (ALGORITHMS.md §2.6, §2.8, §3.3). We do
+  not copy these, so the table keeps the paper's algorithm.
 - Isolet: the reference read `isolet50.csv`, which suggests a 50-feature Isolet (ALGORITHMS.md
   §2.10; the preprocessing is not recoverable), while we use all 617 features. Trees over 617
   features need more weight before a split is both found and trusted, and their leaf statistics are

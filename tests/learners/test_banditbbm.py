@@ -85,3 +85,41 @@ def test_online_mbbm_reads_the_true_label(car) -> None:
     assert m.full_information and d.probability == 1.0
     with pytest.raises(NotImplementedError):
         m.learn(X[0], d, True)
+
+
+@pytest.mark.parametrize("rule", ["argmin", "random"])
+def test_unclicked_label_rule(rule: str, car) -> None:
+    """``unclicked_label``: on an unclicked round every tree gets the minimiser of its cost vector
+    (the paper's reduction) or, with the reference code's rule, a label other than the greedy one;
+    the weights are the reduction's either way, and clicked rounds are unaffected."""
+    from service.learners.booster_costs import costs_to_examples
+
+    ds, X, y = car
+    params = {"n_learners": 6, "rho": 0.3, "unclicked_label": rule}
+    m = make_learner("banditbbm", ds.d, ds.n_labels, params, seed=3)
+    run_stream(m, X[:200], y[:200], DecisionIds.for_seed(1))
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    update = m.trees_.update
+    m.trees_.update = lambda x, labels, weights, leaves=None: (  # type: ignore[method-assign]
+        seen.append((labels.copy(), weights.copy())),
+        update(x, labels, weights, leaves),
+    )
+    rounds = 0
+    for x in X[200:260]:
+        d = m.decide(x, np.random.default_rng(rounds))
+        ell = loss_estimate(d.probs, d.label, int(d.memo["greedy"]), False)
+        C = bbm_costs(np.asarray(d.memo["weak"]), ds.n_labels, 0.1, "random", 1.0 - ell, None)
+        rng_copy = np.random.Generator(type(m.rng_.bit_generator)())
+        rng_copy.bit_generator.state = m.rng_.bit_generator.state
+        want_labels, want_weights = costs_to_examples(C, 100.0, rng_copy)
+        m.learn(x, d, False)
+        labels, weights = seen[-1]
+        np.testing.assert_array_equal(weights, want_weights)
+        if rule == "argmin":
+            np.testing.assert_array_equal(labels, want_labels)
+        else:
+            assert (labels != int(d.memo["greedy"])).all()
+        rounds += 1
+    assert rounds == 60
+    if rule == "random":  # labels are drawn per tree, not one label for the round
+        assert any(len(set(labels.tolist())) > 1 for labels, _ in seen[-60:])
