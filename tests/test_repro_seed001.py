@@ -43,3 +43,12 @@ def test_optbandit_ablation_quick_mode_runs_every_variant(tmp_path: Path) -> Non
         acc = float(rows[variant].split("**")[1])
         assert 0.3 < acc <= 1.0
     assert "— (the table's)" in rows["trees"]  # car already uses the fast-growing ranges
+
+
+def test_binbandit_wider_grid_quick_mode_evaluates_both_choices(tmp_path: Path) -> None:
+    markdown = reproductions.get("seed001-binbandit")(True, tmp_path)
+    assert "quick mode, not the paper's protocol" in markdown
+    rows = [line for line in markdown.splitlines() if line.startswith("| car | ")]
+    assert [r.split(" | ")[1] for r in rows] == ["table grid", "wider grid"]
+    for row in rows:
+        assert 0.4 < float(row.split("**")[1]) <= 1.0
