@@ -35,14 +35,19 @@ def test_coding_ablation_quick_mode_runs_both_codings(tmp_path: Path) -> None:
     assert "| car | ordinal − one-hot |" in markdown
 
 
-def test_optbandit_ablation_quick_mode_runs_every_variant(tmp_path: Path) -> None:
-    markdown = reproductions.get("seed001-optbandit")(True, tmp_path)
+def test_variants_quick_mode_runs_every_variant(tmp_path: Path) -> None:
+    from service.repro.seed001_variants import EXPERIMENTS
+
+    markdown = reproductions.get("seed001-variants")(True, tmp_path)
     assert "quick mode, not the paper's protocol" in markdown
-    rows = {line.split(" | ")[0][2:]: line for line in markdown.splitlines() if line.startswith("| ")}
-    for variant in ("table", "no clip", "reference labels"):
-        acc = float(rows[variant].split("**")[1])
-        assert 0.3 < acc <= 1.0
-    assert "— (the table's)" in rows["trees"]  # car already uses the fast-growing ranges
+    rows = [
+        line for line in markdown.splitlines() if line.startswith(("| OptBandit", "| AdaFull", "| AdaBandit"))
+    ]
+    assert len(rows) == sum(len(e.variants) for e in EXPERIMENTS)
+    for row in rows:
+        assert 0.1 < float(row.split("**")[1]) <= 1.0
+    firsts = [row for row in rows if "| table: " in row]
+    assert len(firsts) == len(EXPERIMENTS) and all("| +0.000 |" in row for row in firsts)
 
 
 def test_binbandit_wider_grid_quick_mode_evaluates_both_choices(tmp_path: Path) -> None:

@@ -502,7 +502,7 @@ GAPS = """What we know about the gaps (none of these was tuned away):
 
 - OptBandit (BanditBBM) on mice and isolet: not explained. It implements the paper's estimator (4),
   cost vectors (5) with the potential costs (9) and the §2.8 (label, weight) reduction. The
-  `seed001-optbandit` section below tests three candidate causes on mice and car, one at a time:
+  `seed001-variants` section below tests three candidate causes on mice and car, one at a time:
   the reference's slow-growing trees on mice (grace 300), the clipping of explore-hit cost vectors,
   and the labels of unclicked rounds. Its table shows which of them moves the accuracy. The
   reference code's BBM path differs from the paper in more ways than the one tested there: it also
@@ -516,14 +516,16 @@ GAPS = """What we know about the gaps (none of these was tuned away):
 - The full-information references feed their trees the true label with weight Σ_l (c[l] − c[y]) (the
   same reduction, ALGORITHMS.md §3.1), not the reference code's randomly scaled heuristics (§3.3);
   the weight scale against the grace period changes how fast the trees grow, which matters most on
-  balance's four numeric features.
+  balance's four numeric features. The `seed001-variants` section reruns AdaFull on balance with
+  trees that check for splits every 5-20 units of weight instead of 50-200.
 - AdaBandit can collapse: in a run that ends below chance (listed above), every α turns negative
   early in the stream, so the ensemble votes against its trees. An explore-hit round moves α by up
   to about η_t (k−1)/ρ = (k−1)/(k²√t), while with η_t = ρ/(k²√t) the whole stream moves it by at
   most about 2ρ√T/k² in total through the small exploit rounds, so at small ρ one unlucky early step
   is never undone. The rate is the reference code's (ALGORITHMS.md §2.7, marked TODO there). A
   scratch rerun of such a seed with the reference code's α-gradient (the §2.7 erratum) collapsed as
-  well, so the erratum does not explain it. The medians show the cells without such runs.
+  well, so the erratum does not explain it. The medians show the cells without such runs. The
+  `seed001-variants` section reruns AdaBandit on balance with a larger rate constant (`lr_scale`).
 - AdaBandit on car: the input coding. The stored car and nursery are one-hot (21 and 27 binary
   columns), while the seed-001 code read one column per attribute, so its trees split on a whole
   attribute at once. The next section (`reproduce seed001-coding`) reruns car and nursery with one
