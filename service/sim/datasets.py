@@ -72,8 +72,9 @@ class Dataset:
         one-hot encoding of a categorical attribute); its column holds the index of the row's value
         in the order the values are listed (for car and nursery, the UCI order, which is the
         attribute's natural order: ``buying=vhigh, high, med, low``, ``safety=low, med, high``, ...).
-        Features without ``=`` are kept as they are. This is how the seed-001 reference code saw
-        these data sets: one column per attribute, not one per value (ALGORITHMS.md §2.10).
+        Features without ``=`` are kept as they are. The seed-001 reference code read car and
+        nursery with one column per attribute (the authors' csv files, see the datasets README),
+        though as nominal attributes with multiway splits, which our Hoeffding trees do not have.
 
         Raises
         ------
