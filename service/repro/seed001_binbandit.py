@@ -24,8 +24,10 @@ from service.repro.seed001 import (
     TOLERANCE,
     _params,
     jobs,
+    paper_cell,
     run_all,
     run_cell,
+    section_head,
 )
 
 NAME = "seed001-binbandit"
@@ -58,13 +60,13 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         n_jobs,
     )
     choices: dict[str, dict[str, tuple[int, float]]] = {}
+    total = 0.0
     for ds in data:
-        score = {
-            (n, r): np.mean(
-                [run_cell("binbandit", ds, params(ds, n, r), s, limit, cache)[0] for s in sweep_seeds]
-            )
-            for n, r in grid
-        }
+        score = {}
+        for n, r in grid:
+            runs = [run_cell("binbandit", ds, params(ds, n, r), s, limit, cache) for s in sweep_seeds]
+            score[(n, r)] = np.mean([a for a, _ in runs])
+            total += sum(t for _, t in runs)
         narrow = max((g for g in grid if g[1] in RHO_GRID), key=score.__getitem__)
         choices[ds] = {"table grid": narrow, "wider grid": max(grid, key=score.__getitem__)}
     seeds = {ds: 1 if quick else SEEDS[ds] for ds in data}
@@ -75,7 +77,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         for s in range(seeds[ds])
     ]
     run_all(tasks, n_jobs)
-    rows, total = [], 0.0
+    rows = []
     misses: dict[str, list[str]] = {"table grid": [], "wider grid": []}
     for ds in data:
         paper = DATASETS[ds][2][2]
@@ -83,11 +85,9 @@ def reproduce(quick: bool, out_dir: Path) -> str:
             runs = [run_cell("binbandit", ds, params(ds, n, r), s, limit, cache) for s in range(seeds[ds])]
             accs = np.array([a for a, _ in runs])
             total += sum(t for _, t in runs)
-            mark = "" if accs.mean() - paper >= -TOLERANCE else " ✗"
-            if mark:
+            cell, missed = paper_cell(paper, accs)
+            if missed:
                 misses[grid_name].append(ds)
-            spread = f" ± {accs.std():.3f}, median {np.median(accs):.3f}" if accs.size > 1 else ""
-            cell = f"{paper:.2f} / **{accs.mean():.3f}**{spread}{mark}"
             rows.append(f"| {ds} | {grid_name} | N={n}, ρ={r:g} | {seeds[ds]} | {cell} |")
     closed = [ds for ds in misses["table grid"] if ds not in misses["wider grid"]]
     summary = (
@@ -96,13 +96,8 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         f"{', '.join(misses['wider grid']) or 'none'}. Brought within the tolerance by the wider grid: "
         f"{', '.join(closed) or 'none'}."
     )
-    cmd = f"python -m service reproduce {NAME}{' --quick' if quick else ''}"
-    mode = " — **quick mode, not the paper's protocol**" if quick else ""
-    return f"""## Seed 001, Table 1: BinBandit with a wider exploration grid{mode}
-
-Command: `{cmd}` ({n_jobs} worker process{"es" if n_jobs > 1 else ""}; runs share the
-`seed001-table1` cache). Total learner time of the evaluation runs {total:,.0f} s (this invocation's
-wall time {time.perf_counter() - start:,.0f} s, cached runs excluded).
+    title = "Seed 001, Table 1: BinBandit with a wider exploration grid"
+    return f"""{section_head(title, NAME, quick, n_jobs, total, start)}
 
 The table's sweep chose BinBandit's largest exploration rate on balance and mice, the edge of its
 grid. This section reruns that sweep: N over {list(n_grid)} and ρ over {list(WIDE_RHO)} (δ = ρk/(k−1)),

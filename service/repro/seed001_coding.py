@@ -20,7 +20,18 @@ from typing import Any
 import numpy as np
 
 from service.repro import reproductions
-from service.repro.seed001 import ALGOS, CACHE, DATASETS, TOLERANCE, _params, jobs, run_all, run_cell
+from service.repro.seed001 import (
+    ALGOS,
+    CACHE,
+    DATASETS,
+    TOLERANCE,
+    _params,
+    jobs,
+    paper_cell,
+    run_all,
+    run_cell,
+    section_head,
+)
 from service.sim.datasets import load_dataset
 
 NAME = "seed001-coding"
@@ -74,11 +85,10 @@ def reproduce(quick: bool, out_dir: Path) -> str:
                 accs = np.array([a for a, _ in runs])
                 total += sum(t for _, t in runs)
                 means.setdefault(col, []).append(float(accs.mean()))
-                mark = "" if accs.mean() - paper[j] >= -TOLERANCE else " ✗"
-                if mark:
+                cell, miss = paper_cell(paper[j], accs)
+                if miss:
                     missed[coding].append(f"{col} on {ds}")
-                spread = f" ± {accs.std():.3f}, median {np.median(accs):.3f}" if accs.size > 1 else ""
-                cells.append(f"{paper[j]:.2f} / **{accs.mean():.3f}**{spread}{mark}")
+                cells.append(cell)
             rows.append(f"| {ds} | {CODING_TEXT[coding]} | {d} | {n_seeds} | " + " | ".join(cells) + " |")
         delta = " | ".join(f"{m[1] - m[0]:+.3f}" for m in means.values())
         rows.append(f"| {ds} | ordinal − one-hot | | | {delta} |")
@@ -94,8 +104,6 @@ def reproduce(quick: bool, out_dir: Path) -> str:
 
 
 def _render(quick: bool, start: float, n_jobs: int, total: float, rows: list[str], summary: str) -> str:
-    cmd = f"python -m service reproduce {NAME}{' --quick' if quick else ''}"
-    mode = " — **quick mode, not the paper's protocol**" if quick else ""
     settings = (
         "N = 3 trees and ρ = 0.05 for every booster (quick mode)"
         if quick
@@ -103,11 +111,8 @@ def _render(quick: bool, start: float, n_jobs: int, total: float, rows: list[str
     )
     head = "| data | coding | d | seeds | " + " | ".join(f"{c} (paper / ours)" for c in ALGOS) + " |"
     sep = "|---|---|---:|---:|" + "---|" * len(ALGOS)
-    return f"""## Seed 001, Table 1: car and nursery with the reference's attribute coding{mode}
-
-Command: `{cmd}` ({n_jobs} worker process{"es" if n_jobs > 1 else ""}; runs share the
-`seed001-table1` cache). Total learner time {total:,.0f} s (this invocation's wall time
-{time.perf_counter() - start:,.0f} s, cached runs excluded).
+    title = "Seed 001, Table 1: car and nursery with the reference's attribute coding"
+    return f"""{section_head(title, NAME, quick, n_jobs, total, start)}
 
 The stored car and nursery are one-hot: 21 and 27 binary columns. The seed-001 reference code read
 the authors' csv files, with one column per categorical attribute (nominal strings, and numbers for

@@ -30,8 +30,10 @@ from service.repro.seed001 import (
     TOLERANCE,
     _params,
     jobs,
+    paper_cell,
     run_all,
     run_cell,
+    section_head,
     tree_ranges,
 )
 from service.sim.datasets import load_dataset
@@ -143,23 +145,17 @@ def reproduce(quick: bool, out_dir: Path) -> str:
             accs = np.array([a for a, _ in runs])
             total += sum(t for _, t in runs)
             base = accs.mean() if base is None else base
-            mark = "" if accs.mean() - paper >= -TOLERANCE else " ✗"
-            spread = f" ± {accs.std():.3f}, median {np.median(accs):.3f}" if accs.size > 1 else ""
+            cell, _ = paper_cell(paper, accs)
             setting = f"N={3 if quick else e.n}" + (
                 "" if e.rho is None else f", ρ={0.05 if quick else e.rho:g}"
             )
             rows.append(
                 f"| {e.column} | {e.dataset} | {setting} | {name}: {change} | {accs.size} "
-                f"| {paper:.2f} / **{accs.mean():.3f}**{spread}{mark} | {accs.mean() - base:+.3f} "
+                f"| {cell} | {accs.mean() - base:+.3f} "
                 f"| {int((accs < chance).sum())} |"
             )
-    cmd = f"python -m service reproduce {NAME}{' --quick' if quick else ''}"
-    mode = " — **quick mode, not the paper's protocol**" if quick else ""
-    return f"""## Seed 001, Table 1: single changes to the table's setting{mode}
-
-Command: `{cmd}` ({n_jobs} worker process{"es" if n_jobs > 1 else ""}; runs share the
-`seed001-table1` cache). Total learner time {total:,.0f} s (this invocation's wall time
-{time.perf_counter() - start:,.0f} s, cached runs excluded).
+    title = "Seed 001, Table 1: single changes to the table's setting"
+    return f"""{section_head(title, NAME, quick, n_jobs, total, start)}
 
 Each block reruns one cell of the table at the setting the `seed001-table1` sweep chose for it, on
 seeds 0..S-1 with the table's protocol, then again with one change at a time. Each change tests a
