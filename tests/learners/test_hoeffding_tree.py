@@ -54,8 +54,8 @@ def test_splits_on_the_informative_binary_feature_with_exact_branch_weights() ->
     assert f.feature_[0, 0] == 1 and f.threshold_[0, 0] == pytest.approx(0.5)
     left, right = f.child_[0, 0]
     # the split happened at the first evaluation with both classes present; children inherit exact counts
-    assert f.class_w_[0, f.slot_[0, left], 1] == 0.0
-    assert f.class_w_[0, f.slot_[0, right], 0] == 0.0
+    assert f.class_w_[f.slot_[0, left], 1] == 0.0
+    assert f.class_w_[f.slot_[0, right], 0] == 0.0
     assert f.distribution(np.array([0.0, 1.0, 0.0]))[0][0].argmax() == 1
     assert f.distribution(np.array([1.0, 0.0, 1.0]))[0][0].argmax() == 0
 
@@ -117,6 +117,24 @@ def test_save_load_mid_growth_is_bit_identical() -> None:
         a.update(X[i], labels(i), np.full(4, 2.0))
         b.update(X[i], labels(i), np.full(4, 2.0))
     assert encode(a.get_state()) == encode(b.get_state())
+
+
+def test_leaf_pool_grows_with_the_total_number_of_leaves_not_with_the_largest_tree() -> None:
+    """Only tree 0 learns: the leaf statistics grow with its leaves alone (no padding per tree)."""
+    ds = load_dataset("mice")
+    X, y = ds.stream(0, 1, limit=1000)
+    n = 8
+    f = forest(ds.d, ds.n_labels, n=n, grace=10.0, tie=0.5, delta=0.1)
+    for x, label in zip(X, y, strict=True):
+        f.update(x, np.array([label]), np.array([5.0]), trees=np.array([0]))
+    assert f.n_leaves_[0] > 8 and (f.n_leaves_[1:] == 1).all()
+    assert f.n_rows_ == f.n_leaves_.sum()
+    rows = f.mean_.shape[0]
+    assert f.n_rows_ <= rows < 2 * f.n_rows_  # doubled only when full
+    # every leaf of every tree owns its own row of the pool
+    used = [slice(0, int(m)) for m in f.n_nodes_]
+    leaves = np.concatenate([f.slot_[i, u][f.feature_[i, u] < 0] for i, u in enumerate(used)])
+    assert sorted(leaves.tolist()) == list(range(f.n_rows_))
 
 
 def test_hyperparameter_draws_respect_their_ranges() -> None:

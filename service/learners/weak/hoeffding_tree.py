@@ -12,11 +12,13 @@ thresholds evenly spaced inside the leaf's observed range. Features whose values
 or 1 (the one-hot encoded attributes of car and nursery) are split at 0.5 with exact branch
 weights, which is the multiway nominal split of the reference for a binary attribute.
 
-A :class:`HoeffdingForest` holds ``N`` independent trees in padded node and leaf tables with a
-leading tree axis, so routing, prediction and the statistics update of all trees are single numpy
-operations; only split evaluation (every ``grace`` weight) runs per tree. The state is a set of
-numpy arrays (:class:`~service.learners.base.Stateful` with growable tables), so a forest saves
-without pickle and reloads bit-identically mid-growth.
+A :class:`HoeffdingForest` holds ``N`` independent trees: node tables with a leading tree axis
+(padded to the largest tree: a node is a few numbers), and one pool of leaf rows shared by all
+trees (a leaf holds ``k x d`` Gaussian statistics, so leaves are not padded: the pool grows with the
+total number of leaves, not with N times the largest tree). Routing, prediction and the statistics
+update of all trees are single numpy operations; only split evaluation (every ``grace`` weight)
+runs per tree. The state is a set of numpy arrays (:class:`~service.learners.base.Stateful` with
+growable tables), so a forest saves without pickle and reloads bit-identically mid-growth.
 """
 
 from __future__ import annotations
@@ -72,14 +74,16 @@ class HoeffdingForest(Stateful):
     ----------
     feature_, threshold_, child_, slot_ : node tables, shape (N, nodes[, 2])
         Split feature (-1 at a leaf), threshold (``x[f] <= threshold`` goes left), children, and the
-        leaf-table row of a leaf (-1 at internal nodes).
-    class_w_ : ndarray of shape (N, leaves, k)
+        row of a leaf in the leaf pool (-1 at internal nodes).
+    n_rows_ : int
+        Rows of the leaf pool in use (the leaves of all trees; tree ``i``'s root starts at row ``i``).
+    class_w_ : ndarray of shape (rows, k)
         Class weights a leaf predicts from (inherited estimate at creation plus observed weight).
-    stat_w_, mean_, m2_ : leaf statistics
+    stat_w_, mean_, m2_ : leaf statistics, shapes (rows, k) and (rows, k, d)
         Weight per class, weighted mean and sum of squared deviations per class and feature.
-    lo_, hi_ : ndarray of shape (N, leaves, d)
+    lo_, hi_ : ndarray of shape (rows, d)
         Observed feature range at the leaf (candidate thresholds lie inside it).
-    seen_, evaluated_ : ndarray of shape (N, leaves)
+    seen_, evaluated_ : ndarray of shape (rows,)
         Weight seen by the leaf, and at its last split evaluation.
     binary_ : ndarray of shape (d,), bool
         Whether every value seen so far of the feature was 0 or 1.
@@ -98,29 +102,30 @@ class HoeffdingForest(Stateful):
         self.grace_ = np.asarray(grace, dtype=np.float64).copy()
         self.tie_ = np.asarray(tie, dtype=np.float64).copy()
         self.delta_ = np.asarray(delta, dtype=np.float64).copy()
-        cap = 2
-        self.feature_ = np.full((n, 2 * cap), -1, dtype=np.int64)
-        self.threshold_ = np.zeros((n, 2 * cap))
-        self.child_ = np.zeros((n, 2 * cap, 2), dtype=np.int64)
-        self.slot_ = np.full((n, 2 * cap), -1, dtype=np.int64)
-        self.slot_[:, 0] = 0
+        nodes, rows = 4, 2 * n
+        self.feature_ = np.full((n, nodes), -1, dtype=np.int64)
+        self.threshold_ = np.zeros((n, nodes))
+        self.child_ = np.zeros((n, nodes, 2), dtype=np.int64)
+        self.slot_ = np.full((n, nodes), -1, dtype=np.int64)
+        self.slot_[:, 0] = np.arange(n)
         self.n_nodes_ = np.ones(n, dtype=np.int64)
         self.n_leaves_ = np.ones(n, dtype=np.int64)
-        self.class_w_ = np.zeros((n, cap, n_classes))
-        self.stat_w_ = np.zeros((n, cap, n_classes))
-        self.mean_ = np.zeros((n, cap, n_classes, n_features))
-        self.m2_ = np.zeros((n, cap, n_classes, n_features))
-        self.lo_ = np.zeros((n, cap, n_features))
-        self.hi_ = np.zeros((n, cap, n_features))
-        self.seen_ = np.zeros((n, cap))
-        self.evaluated_ = np.zeros((n, cap))
+        self.n_rows_ = n
+        self.class_w_ = np.zeros((rows, n_classes))
+        self.stat_w_ = np.zeros((rows, n_classes))
+        self.mean_ = np.zeros((rows, n_classes, n_features))
+        self.m2_ = np.zeros((rows, n_classes, n_features))
+        self.lo_ = np.zeros((rows, n_features))
+        self.hi_ = np.zeros((rows, n_features))
+        self.seen_ = np.zeros(rows)
+        self.evaluated_ = np.zeros(rows)
         self.binary_ = np.ones(n_features, dtype=bool)
         self._trees = np.arange(n)
 
     # -- prediction ------------------------------------------------------------------------------
 
     def route(self, x: np.ndarray, trees: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Leaf node and leaf-table row of ``x`` in every tree (or in ``trees``): two int arrays."""
+        """Leaf node and leaf-pool row of ``x`` in every tree (or in ``trees``): two int arrays."""
         cap = self.feature_.shape[1]
         base = (self._trees if trees is None else trees) * cap
         feature, threshold = self.feature_.reshape(-1), self.threshold_.reshape(-1)
@@ -139,7 +144,7 @@ class HoeffdingForest(Stateful):
         """Class weights each tree predicts for ``x`` (observed weight + 1 per class), shape (N, k),
         and the leaf node of ``x`` in each tree (to pass back to :meth:`update`)."""
         nodes, slots = self.route(x)
-        return self.class_w_[self._trees, slots] + 1.0, nodes
+        return self.class_w_[slots] + 1.0, nodes
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -162,8 +167,8 @@ class HoeffdingForest(Stateful):
             nodes, slots = self.route(x, trees)
         else:
             slots = self.slot_[tr, nodes]
-        cap, k = self.class_w_.shape[1:]
-        leaf = tr * cap + slots  # flat leaf ids
+        k = self.k
+        leaf = slots  # leaf-pool rows
         row = leaf * k + labels  # flat (leaf, class) ids
         w = np.asarray(weights, dtype=np.float64)
         stat_w, class_w = self.stat_w_.reshape(-1), self.class_w_.reshape(-1)
@@ -189,24 +194,24 @@ class HoeffdingForest(Stateful):
 
     def _try_splits(self, trees: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> None:
         """Evaluate the best split of leaf ``slots[b]`` of tree ``trees[b]``, all at once; split where due."""
-        self.evaluated_[trees, slots] = self.seen_[trees, slots]
+        self.evaluated_[slots] = self.seen_[slots]
         # As MOA and its ports (the reference's VFDT, river): purity, the pre-split entropy, the
         # range R and the n of the Hoeffding bound use the leaf's class distribution including the
         # estimate it inherited at creation; the branch distributions use the statistics observed since.
-        pre = self.class_w_[trees, slots]  # (B, k)
+        pre = self.class_w_[slots]  # (B, k)
         present = (pre > 0).sum(axis=1)
         keep = present >= 2  # a pure leaf is not split
         if not keep.any():
             return
         trees, nodes, slots, pre, present = trees[keep], nodes[keep], slots[keep], pre[keep], present[keep]
-        cw = self.stat_w_[trees, slots]
-        lo, hi = self.lo_[trees, slots], self.hi_[trees, slots]  # (B, d)
+        cw = self.stat_w_[slots]
+        lo, hi = self.lo_[slots], self.hi_[slots]  # (B, d)
         n_cand = 1 if self.binary_.all() else N_CANDIDATES  # 0/1 features have one distinct split
         frac = np.arange(1, n_cand + 1) / (n_cand + 1)
         theta = lo[..., None] + (hi - lo)[..., None] * frac  # (B, d, C)
         theta = np.where(self.binary_[:, None], 0.5, theta)  # 0/1 features: the nominal split
-        mean = self.mean_[trees, slots]  # (B, k, d)
-        var = np.maximum(self.m2_[trees, slots], 0.0) / np.where(cw > 0, cw, 1.0)[..., None]
+        mean = self.mean_[slots]  # (B, k, d)
+        var = np.maximum(self.m2_[slots], 0.0) / np.where(cw > 0, cw, 1.0)[..., None]
         std = np.sqrt(var)[..., None]
         z = (theta[:, None] - mean[..., None]) / np.where(std > 0, std, 1.0)
         below = np.where(std > 0, ndtr(z), (theta[:, None] >= mean[..., None]).astype(float))
@@ -242,10 +247,12 @@ class HoeffdingForest(Stateful):
     def _split(
         self, i: int, node: int, slot: int, f: int, threshold: float, left: np.ndarray, right: np.ndarray
     ) -> None:
-        if self.n_leaves_[i] == self.class_w_.shape[1]:
-            self._grow()
         a = int(self.n_nodes_[i])
-        new_slot = int(self.n_leaves_[i])
+        if a + 2 > self.feature_.shape[1]:
+            self._grow_nodes()
+        if self.n_rows_ == self.class_w_.shape[0]:
+            self._grow_rows()
+        new_slot = int(self.n_rows_)
         self.feature_[i, node] = f
         self.threshold_[i, node] = threshold
         self.child_[i, node] = (a, a + 1)
@@ -253,8 +260,9 @@ class HoeffdingForest(Stateful):
         self.slot_[i, a : a + 2] = (slot, new_slot)
         self.n_nodes_[i] += 2
         self.n_leaves_[i] += 1
+        self.n_rows_ += 1
         for s, dist in ((slot, left), (new_slot, right)):
-            self.class_w_[i, s] = dist
+            self.class_w_[s] = dist
             for table in (
                 self.stat_w_,
                 self.mean_,
@@ -264,19 +272,22 @@ class HoeffdingForest(Stateful):
                 self.seen_,
                 self.evaluated_,
             ):
-                table[i, s] = 0.0
+                table[s] = 0.0
 
-    def _grow(self) -> None:
-        """Double the leaf capacity (and node capacity) of every tree."""
+    @staticmethod
+    def _double(a: np.ndarray, axis: int, fill: float) -> np.ndarray:
+        pad = [(0, 0)] * a.ndim
+        pad[axis] = (0, a.shape[axis])
+        return np.pad(a, pad, constant_values=fill)
 
-        def grow(a: np.ndarray, fill: float) -> np.ndarray:
-            pad = [(0, 0)] * a.ndim
-            pad[1] = (0, a.shape[1])
-            return np.pad(a, pad, constant_values=fill)
+    def _grow_nodes(self) -> None:
+        """Double the node capacity of every tree."""
+        self.feature_ = self._double(self.feature_, 1, -1)
+        self.slot_ = self._double(self.slot_, 1, -1)
+        self.threshold_ = self._double(self.threshold_, 1, 0.0)
+        self.child_ = self._double(self.child_, 1, 0)
 
-        self.feature_ = grow(self.feature_, -1)
-        self.slot_ = grow(self.slot_, -1)
-        self.threshold_ = grow(self.threshold_, 0.0)
-        self.child_ = grow(self.child_, 0)
+    def _grow_rows(self) -> None:
+        """Double the leaf pool."""
         for name in ("class_w_", "stat_w_", "mean_", "m2_", "lo_", "hi_", "seen_", "evaluated_"):
-            setattr(self, name, grow(getattr(self, name), 0.0))
+            setattr(self, name, self._double(getattr(self, name), 0, 0.0))
