@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from service.repro import reproductions
 
 
@@ -21,6 +23,26 @@ def test_quick_mode_writes_a_table_with_every_available_cell(tmp_path: Path) -> 
             assert 0.4 < ours <= 1.0
     assert "| car | 800 |" in markdown  # the VFDT cross-check against river ran
     assert any(p.suffix == ".json" for p in (tmp_path / "cache" / "seed001").iterdir())
+    assert "| car | 4 | 6 ordinal |" in markdown and "| balance | 3 | 4 onehot |" in markdown
+
+
+def test_cached_only_renders_the_stored_runs_and_marks_the_rest_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = reproductions.get("seed001-table1")
+
+    def rows(markdown: str) -> list[str]:
+        return [line for line in markdown.splitlines() if line.startswith(("| balance | 3 |", "| car | 4 |"))]
+
+    monkeypatch.setenv("CLICKBOOST_CACHED_ONLY", "1")
+    empty = rows(table(True, tmp_path))
+    assert len(empty) == 2 and all(row.count("pending (0 of 1 runs stored)") >= 4 for row in empty)
+    assert not (tmp_path / "cache").exists()  # nothing was computed
+    monkeypatch.delenv("CLICKBOOST_CACHED_ONLY")
+    computed = rows(table(True, tmp_path))
+    assert "pending" not in "".join(computed)
+    monkeypatch.setenv("CLICKBOOST_CACHED_ONLY", "1")
+    assert rows(table(True, tmp_path)) == computed
 
 
 def test_coding_ablation_quick_mode_runs_both_codings(tmp_path: Path) -> None:
@@ -48,12 +70,3 @@ def test_variants_quick_mode_runs_every_variant(tmp_path: Path) -> None:
         assert 0.1 < float(row.split("**")[1]) <= 1.0
     firsts = [row for row in rows if "| table: " in row]
     assert len(firsts) == len(EXPERIMENTS) and all("| +0.000 |" in row for row in firsts)
-
-
-def test_binbandit_wider_grid_quick_mode_evaluates_both_choices(tmp_path: Path) -> None:
-    markdown = reproductions.get("seed001-binbandit")(True, tmp_path)
-    assert "quick mode, not the paper's protocol" in markdown
-    rows = [line for line in markdown.splitlines() if line.startswith("| car | ")]
-    assert [r.split(" | ")[1] for r in rows] == ["table grid", "wider grid"]
-    for row in rows:
-        assert 0.4 < float(row.split("**")[1]) <= 1.0
