@@ -36,11 +36,12 @@ def _jsonl(path: Path) -> dict[str, dict[str, Any]]:
         table = {}
         with path.open("rb") as f:
             data = f.read()
-        for raw in data.splitlines():
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
+        for raw in complete.splitlines():
             if raw.strip():
                 row = json.loads(raw)
                 table[row["key"]] = row
-        _LINES[path] = (len(data), table)
+        _LINES[path] = (len(complete), table)
     return table
 
 

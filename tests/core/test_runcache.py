@@ -42,3 +42,11 @@ def test_jsonl_store_takes_appends_from_several_processes(tmp_path: Path) -> Non
     assert len(lines) == 40 and {json.loads(line)["key"] for line in lines} == {f"run {i}" for i in range(40)}
     # this process sees what the workers appended (the file is re-read when it has grown)
     assert all(lookup(store, f"run {i}") == {"key": f"run {i}", "value": i * i} for i in range(40))
+
+
+def test_jsonl_line_still_being_written_is_not_read(tmp_path: Path) -> None:
+    store = tmp_path / "runs.jsonl"
+    store.write_text(json.dumps({"key": "a", "v": 1}) + "\n" + '{"key": "b", "v"')
+    assert lookup(store, "a") == {"key": "a", "v": 1} and lookup(store, "b") is None
+    store.write_text(store.read_text() + ": 2}\n")  # the writer finishes its line
+    assert lookup(store, "b") == {"key": "b", "v": 2}
