@@ -235,14 +235,16 @@ def section_head(title: str, name: str, quick: bool, n_jobs: int, total: float, 
 
 
 def run_all(tasks: list[tuple], n_jobs: int) -> None:
-    """Run every :func:`run_cell` task (its arguments) not cached yet, ``n_jobs`` at a time, the
-    longest first (isolet's, then by stream length x N); results land in the cache only."""
+    """Run every :func:`run_cell` task (its arguments) not stored yet, ``n_jobs`` at a time:
+    isolet's last (its runs take minutes each, so an interrupted run has stored the other data
+    sets' cells), the longest first within each group (stream length x N); results land in the
+    store only."""
     unique = list({json.dumps(t, sort_keys=True, default=str): t for t in tasks}.values())
     lengths = {ds: DATASETS[ds][0] * load_dataset(ds).n for ds in {t[1] for t in unique}}
 
     def cost(t: tuple) -> tuple[bool, int]:
         _, ds, params, _, limit = t[:5]
-        return ds == "isolet", (limit or lengths[ds]) * params.get("n_learners", 10)
+        return ds != "isolet", (limit or lengths[ds]) * params.get("n_learners", 10)
 
     todo = sorted(unique, key=cost, reverse=True)
     if cached_only():
