@@ -23,7 +23,7 @@ def test_quick_mode_writes_a_table_with_every_available_cell(tmp_path: Path) -> 
             assert 0.4 < ours <= 1.0
     assert "| car | 800 |" in markdown  # the VFDT cross-check against river ran
     assert any(p.suffix == ".json" for p in (tmp_path / "cache" / "seed001").iterdir())
-    assert "| car | 4 | 6 ordinal |" in markdown and "| balance | 3 | 4 onehot |" in markdown
+    assert "| car | 4 | 6, ordinal |" in markdown and "| balance | 3 | 4, stored |" in markdown
 
 
 def test_cached_only_renders_the_stored_runs_and_marks_the_rest_pending(
