@@ -63,10 +63,27 @@ def test_variants_quick_mode_runs_every_variant(tmp_path: Path) -> None:
     markdown = reproductions.get("seed001-variants")(True, tmp_path)
     assert "quick mode, not the paper's protocol" in markdown
     rows = [
-        line for line in markdown.splitlines() if line.startswith(("| OptBandit", "| AdaFull", "| AdaBandit"))
+        line
+        for line in markdown.splitlines()
+        if line.startswith(("| OptBandit", "| AdaFull", "| AdaBandit")) and "**" in line
     ]
     assert len(rows) == sum(len(e.variants) for e in EXPERIMENTS)
     for row in rows:
         assert 0.1 < float(row.split("**")[1]) <= 1.0
     firsts = [row for row in rows if "| table: " in row]
     assert len(firsts) == len(EXPERIMENTS) and all("| +0.000 |" in row for row in firsts)
+
+
+def test_weight_audit_watches_the_run_without_changing_it(tmp_path: Path) -> None:
+    from service.repro.seed001 import _params, run_cell
+    from service.repro.seed001_variants import ROUNDS, weight_audit
+
+    params = _params("car", "banditbbm", 0.2, 3)
+    got = weight_audit("banditbbm", "car", params, 0, 600, tmp_path)
+    assert sum(got["rounds"][kind][0] for kind in ROUNDS) == 600
+    assert got["accuracy"] == run_cell("banditbbm", "car", params, 0, 600, tmp_path, "ordinal")[0]
+    for kind in ROUNDS:
+        count, weight, on_true = got["rounds"][kind]
+        assert count > 0 and 0.0 <= on_true <= weight * (1 + 1e-12)
+    hit = got["rounds"]["exploit-hit"]
+    assert hit[2] == hit[1]  # on a click the trees get the clicked label, which is the truth
