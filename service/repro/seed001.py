@@ -585,19 +585,27 @@ points and tree sizes differ:
 #: What we know about the gaps (prose; revised with every full run)
 GAPS = """What we know about the gaps (none of these was tuned away):
 
-- OptBandit (BanditBBM) on mice and isolet: not explained. It implements the paper's estimator (4),
-  cost vectors (5) with the potential costs (9) and the §2.8 (label, weight) reduction. The
-  `seed001-variants` section below tests three candidate causes on mice and car, one at a time:
-  the reference's slow-growing trees on mice (grace 300), the clipping of explore-hit cost vectors,
-  and the labels of unclicked rounds. Its table shows which of them moves the accuracy. The
-  reference code's BBM path differs from the paper in more ways than the one tested there: it also
-  skips explore-miss rounds, evaluates the potential on the estimated loss vector rather than the
-  zero-one loss, and scales the weight by a random constant (ALGORITHMS.md §2.6, §2.8, §3.3). We do
-  not copy these, so the table keeps the paper's algorithm.
+- OptBandit (BanditBBM) on mice and isolet: its trees are taught wrong labels. The weight audit of
+  the `seed001-variants` section follows the §2.8 (label, weight) reduction through one mice run.
+  On an exploit miss, the most common round while the booster is weak, the estimated cost vector
+  Γ(1 − e_ŷ/(1 − ρ)) is about the sum of the cost vectors of every label but ŷ. Its minimiser, the
+  label the trees get, is the truth only by chance, and the boost-by-majority potential weighs such
+  a round not far below an exploit hit. Over the run the trees get almost as much weight on wrong
+  labels as on the truth, while AdaBandit's logistic costs weigh its hits far above its misses
+  (same table). The estimator (4) is unbiased for the cost vector, but the reduction to one
+  (label, weight) pair is not linear, so what the trees learn is not. The section's single
+  changes (faster trees, no clipping, the reference code's random labels for unclicked rounds)
+  each move mice by a few points at most. The reference code's BBM path differs from the paper
+  in more ways: it skips explore-miss rounds, computes the tree weight from the potential at the
+  true label (unknown under bandit feedback), evaluates the potential on the estimated loss
+  vector, and scales the weight by a random constant (ALGORITHMS.md §2.6, §2.8, §3.3). We do not
+  copy these, so the table keeps the paper's algorithm; which version of that code produced the
+  paper's numbers is not recoverable.
 - Isolet: the reference read `isolet50.csv`, which suggests a 50-feature Isolet (ALGORITHMS.md
   §2.10; the preprocessing is not recoverable), while we use all 617 features. Trees over 617
-  features need more weight before a split is both found and trusted, and their leaf statistics are
-  617/50 times larger, which is what makes the full-information columns unaffordable here.
+  features need more weight before a split is both found and trusted. Every booster's tree weight
+  is divided by k − 1 there (the input paragraph above), and the trees keep their leaves in one
+  shared pool, so the full-information columns fit in memory.
 - The full-information references feed their trees the true label with weight Σ_l (c[l] − c[y]) (the
   same reduction, ALGORITHMS.md §3.1), not the reference code's randomly scaled heuristics (§3.3);
   the weight scale against the grace period changes how fast the trees grow, which matters most on
@@ -611,14 +619,10 @@ GAPS = """What we know about the gaps (none of these was tuned away):
   scratch rerun of such a seed with the reference code's α-gradient (the §2.7 erratum) collapsed as
   well, so the erratum does not explain it. The medians show the cells without such runs. The
   `seed001-variants` section reruns AdaBandit on balance with a larger rate constant (`lr_scale`).
-- AdaBandit on car: the input coding. The stored car and nursery are one-hot (21 and 27 binary
-  columns), while the seed-001 code read one column per attribute, so its trees split on a whole
-  attribute at once. The next section (`reproduce seed001-coding`) reruns car and nursery with one
-  ordinal column per attribute and the same settings, and lists the cells that the coding brings
-  within the tolerance. This table keeps the stored coding; switching it means a full rerun.
-- BinBandit on mice: the exploration grid. The sweep's best ρ is the grid's largest value. The
-  `seed001-binbandit` section reruns BinBandit's sweep with ρ up to 0.2 and evaluates the wider
-  grid's choice on the table's seeds; it lists the data sets that this brings within the tolerance.
+- Car and nursery: the table feeds one ordinal column per attribute, as the seed-001 code read its
+  csv files; the stored one-hot columns split one value at a time. The `seed001-coding` section
+  compares the two codings at fixed settings and lists the cells the coding moves across the
+  tolerance.
 - The sweep used two shuffles per setting; with the spread the table shows on mice, its choice is
   noisy, and a choice on the edge of the grid (listed above the table) may improve beyond it.
 - Our trees use Gaussian estimators with 10 candidate thresholds on numeric features; the cross-

@@ -7,8 +7,9 @@ categorical attribute is one column (nominal strings, and numbers for doors, per
 so its Hoeffding trees split on a whole attribute at once. Our trees have no multiway nominal
 splits; the closest input is one ordinal column per attribute (:meth:`Dataset.ordinal`), split by
 thresholds. This ablation runs the five Table 1 columns on both codings with the **same** settings,
-the ones the ``seed001-table1`` sweep chose on one-hot car (:data:`SETTINGS`), so the coding is the
-only difference and nothing is tuned on the ordinal streams.
+the ones the ``seed001-table1`` sweep chose on one-hot car before the table switched to the ordinal
+coding (:data:`SETTINGS`), so the coding is the only difference and nothing is tuned on the
+ordinal streams.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from service.repro.seed001 import (
 from service.sim.datasets import load_dataset
 
 NAME = "seed001-coding"
-#: column -> (N, rho): the seed001-table1 sweep's choice on (one-hot) car, which nursery also uses
+#: column -> (N, rho): the seed001-table1 sweep's choice on one-hot car (before the table switched
+#: to the ordinal coding), which nursery also used
 SETTINGS: dict[str, tuple[int, float | None]] = {
     "OptBandit": (20, 0.03),
     "AdaBandit": (10, 0.005),
@@ -123,7 +125,8 @@ attribute: the index of the value in the UCI order, which is each attribute's na
 
 Same protocol as the seed 001 Table 1 section (duplication, shuffles of seeds 0..S-1, accuracy of the sampled
 label on the last 20%). Every column uses one fixed setting, the one the `seed001-table1` sweep
-chose on one-hot car: {settings}. Nothing is tuned on the ordinal streams, so the coding is the only
+chose on one-hot car before the table switched to the ordinal coding:
+{settings}. Nothing is tuned on the ordinal streams, so the coding is the only
 difference. Nursery runs fewer seeds because its stream is five times car's. ✗ marks a cell more
 than {TOLERANCE} below the paper.
 
