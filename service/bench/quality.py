@@ -57,15 +57,18 @@ SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "adabandit": (
         {"n_learners": 10, "rho": 0.005},
-        "the seed001-table1 sweep's choice on car (N x rho grid, two sweep shuffles of car)",
+        "the seed001-table1 sweep's choice on one-hot car (N x rho grid, two sweep shuffles), "
+        "before the table moved to ordinal car",
     ),
     "banditbbm": (
         {"n_learners": 20, "rho": 0.03},
-        "the seed001-table1 sweep's choice on car (N x rho grid, two sweep shuffles of car)",
+        "the seed001-table1 sweep's choice on one-hot car (N x rho grid, two sweep shuffles), "
+        "before the table moved to ordinal car",
     ),
     "binbandit": (
         {"n_learners": 20, "delta": 0.04 / 3},
-        "the seed001-table1 sweep's choice on car: N=20 trees per class, delta = rho k/(k-1) at rho=0.01",
+        "the seed001-table1 sweep's choice on one-hot car, before the table moved to ordinal car: "
+        "N=20 trees per class, delta = rho k/(k-1) at rho=0.01",
     ),
 }
 
