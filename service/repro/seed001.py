@@ -26,7 +26,6 @@ section is rendered from the stored runs, and cells whose runs are not all store
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from service.learners.base import learners, make_learner
+from service.learners.base import Learner, learners, make_learner
 from service.repro import DOCS, reproductions
 from service.runcache import cached, lookup, progress
 from service.sampling import DecisionIds
@@ -91,12 +90,14 @@ ISOLET_MAX_N = 10
 SEEDS = {"balance": 20, "car": 20, "mice": 20, "nursery": 20, "isolet": 10}
 #: fewer seeds for one cell, when time forces it (none in the committed run)
 CELL_SEEDS: dict[tuple[str, str], int] = {}
-#: columns run on a data set when not all are (none: the leaf pool made isolet's references affordable)
-ONLY: dict[str, tuple[str, ...]] = {}
-PROBE_EXAMPLES = 2000
 #: input codings of the categorical data sets, and the one the table feeds each data set
 CODINGS = ("onehot", "ordinal")
 CODING = {"car": "ordinal", "nursery": "ordinal"}
+
+
+def coding_of(dataset: str) -> str:
+    """The input coding the table feeds ``dataset`` (:data:`CODING`; stored columns otherwise)."""
+    return CODING.get(dataset, "onehot")
 
 
 class NotStored(LookupError):
@@ -138,6 +139,16 @@ def _fingerprint(learner: str) -> str:
     return h.hexdigest()[:16]
 
 
+def new_run(
+    learner: str, dataset: str, params: dict[str, Any], seed: int, limit: int | None, coding: str
+) -> tuple[Learner, np.ndarray, np.ndarray]:
+    """The learner and the duplicated, shuffled stream of one run of the protocol (not yet run)."""
+    data = load_dataset(dataset)
+    data = data.ordinal() if coding == "ordinal" else data
+    X, y = data.stream(seed, DATASETS[dataset][0], limit)
+    return make_learner(learner, data.d, data.n_labels, params, seed=seed), X, y
+
+
 def run_cell(
     learner: str,
     dataset: str,
@@ -158,10 +169,7 @@ def run_cell(
     key = json.dumps(parts + ([coding] if coding != "onehot" else []), sort_keys=True)
 
     def compute() -> dict[str, float]:
-        data = load_dataset(dataset)
-        data = data.ordinal() if coding == "ordinal" else data
-        X, y = data.stream(seed, DATASETS[dataset][0], limit)
-        model = make_learner(learner, data.d, data.n_labels, params, seed=seed)
+        model, X, y = new_run(learner, dataset, params, seed, limit, coding)
         start = time.perf_counter()
         correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
         return {"accuracy": last20_accuracy(correct), "seconds": time.perf_counter() - start}
@@ -266,28 +274,6 @@ def _report(tasks: list[tuple], results: Iterable[tuple[float, float]]) -> None:
         )
 
 
-def probe(learner: str, dataset: str, params: dict[str, Any], examples: int, cache: Path = CACHE) -> dict:
-    """Examples/s and tree-table size of ``learner`` over the first ``examples`` rounds (cached)."""
-    key = json.dumps(["probe", learner, dataset, params, examples, _fingerprint(learner)], sort_keys=True)
-
-    def compute() -> dict[str, float]:
-        data = load_dataset(dataset)
-        X, y = data.stream(0, DATASETS[dataset][0], examples)
-        model = make_learner(learner, data.d, data.n_labels, params, seed=0)
-        start = time.perf_counter()
-        run_stream(model, X, y, DecisionIds.for_seed(0))
-        seconds = time.perf_counter() - start
-        trees = model.trees_
-        return {
-            "rate": examples / seconds,
-            "leaves": int(trees.n_leaves_.max()),
-            "mb": sum(a.nbytes for a in (trees.mean_, trees.m2_)) / 1e6,
-            "stream": DATASETS[dataset][0] * data.n,
-        }
-
-    return cached(cache, key, compute)
-
-
 @reproductions.register(NAME)
 def reproduce(quick: bool, out_dir: Path) -> str:
     """Run the Table 1 protocol (``quick``: car and balance, 1,000 examples, 3 trees, 1 seed)."""
@@ -300,12 +286,15 @@ def reproduce(quick: bool, out_dir: Path) -> str:
     cache = out_dir / "cache" / "seed001" if quick else CACHE  # quick runs never reuse full-run results
     n_jobs = 1 if quick else jobs()
 
-    def acc(learner: str, ds: str, params: dict[str, Any], seed: int, lim: int | None) -> float:
-        """One run's accuracy, NaN when ``CLICKBOOST_CACHED_ONLY`` is set and it is not stored."""
+    def stored(
+        learner: str, ds: str, params: dict[str, Any], seed: int, lim: int | None
+    ) -> tuple[float, float]:
+        """One run's (accuracy, seconds); NaN accuracy when ``CLICKBOOST_CACHED_ONLY`` is set and
+        the run is not stored."""
         try:
-            return run_cell(learner, ds, params, seed, lim, cache, CODING.get(ds, "onehot"))[0]
+            return run_cell(learner, ds, params, seed, lim, cache, coding_of(ds))
         except NotStored:
-            return float("nan")
+            return float("nan"), 0.0
 
     # 1. the sweep (full run only): N x rho for the bandit boosters, N for the references
     grid: dict[str, list[tuple[int, float | None]]] = {
@@ -313,7 +302,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         for col, (_, bandit) in algos.items()
     }
     sweep_tasks = [
-        (learner, ds, _params(ds, learner, r, n), s, None, cache, CODING.get(ds, "onehot"))
+        (learner, ds, _params(ds, learner, r, n), s, None, cache, coding_of(ds))
         for col, (learner, _) in algos.items()
         for ds in (() if quick else SWEEP_DATASETS)
         for n, r in grid[col]
@@ -326,7 +315,9 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         for ds in () if quick else SWEEP_DATASETS:
             accs = np.array(
                 [
-                    np.mean([acc(learner, ds, _params(ds, learner, r, n), s, None) for s in SWEEP_SEEDS])
+                    np.mean(
+                        [stored(learner, ds, _params(ds, learner, r, n), s, None)[0] for s in SWEEP_SEEDS]
+                    )
                     for n, r in grid[col]
                 ]
             )
@@ -351,7 +342,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
 
     # 2. evaluation
     def runs_cell(col: str, ds: str) -> bool:
-        return col in algos and seeds[ds] > 0 and (quick or col in ONLY.get(ds, (col,)))
+        return col in algos and seeds[ds] > 0
 
     def cell_params(col: str, ds: str) -> dict[str, Any]:
         got = setting(col, ds)
@@ -362,7 +353,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         return seeds[ds] if quick else CELL_SEEDS.get((ds, col), seeds[ds])
 
     tasks = [
-        (algos[col][0], ds, cell_params(col, ds), s, limit, cache, CODING.get(ds, "onehot"))
+        (algos[col][0], ds, cell_params(col, ds), s, limit, cache, coding_of(ds))
         for ds in datasets
         for col in ALGOS
         if runs_cell(col, ds) and setting(col, ds) is not None
@@ -382,14 +373,10 @@ def reproduce(quick: bool, out_dir: Path) -> str:
                 cells.append(f"{paper[j]:.2f} / pending (sweep)")
                 continue
             n, r = got
-            runs = []
-            for s in range(n_seeds(col, ds)):
-                with contextlib.suppress(NotStored):
-                    runs.append(
-                        run_cell(learner, ds, cell_params(col, ds), s, limit, cache, CODING.get(ds, "onehot"))
-                    )
-            if len(runs) < n_seeds(col, ds):
-                cells.append(f"{paper[j]:.2f} / pending ({len(runs)} of {n_seeds(col, ds)} runs stored)")
+            runs = [stored(learner, ds, cell_params(col, ds), s, limit) for s in range(n_seeds(col, ds))]
+            have = sum(not np.isnan(a) for a, _ in runs)
+            if have < len(runs):
+                cells.append(f"{paper[j]:.2f} / pending ({have} of {len(runs)} runs stored)")
                 continue
             accs = np.array([a for a, _ in runs])
             total_seconds += sum(t for _, t in runs)
@@ -405,27 +392,12 @@ def reproduce(quick: bool, out_dir: Path) -> str:
             cells.append(f"{cell} ({how})")
         data = load_dataset(ds)
         length = min(data.n * dup, limit or data.n * dup)
-        coding = CODING.get(ds, "onehot")
+        coding = coding_of(ds)
         shape = f"{data.ordinal().d}, ordinal" if coding == "ordinal" else f"{data.d}, stored"
         rows.append(
             f"| {ds} | {data.n_labels} | {shape} | {length:,} | {seeds[ds]} | " + " | ".join(cells) + " |"
         )
 
-    # 3. the columns left out on isolet: what one run would cost (bounded probe)
-    probe_lines = []
-    for ds in () if quick else tuple(ONLY):
-        for col, (learner, _) in algos.items():
-            if col in ONLY[ds]:
-                continue
-            got_setting = setting(col, ds)
-            if got_setting is None:
-                continue
-            n = got_setting[0]
-            got = probe(learner, ds, cell_params(col, ds), PROBE_EXAMPLES, cache)
-            probe_lines.append(
-                f"| {col} | {ds} | N={n} | {PROBE_EXAMPLES:,} | {got['rate']:,.0f} | {got['leaves']:,} "
-                f"| {got['mb']:,.0f} | {got['stream'] / got['rate'] / 3600:,.1f} |"
-            )
     edges = []
     for (col, ds), (n, r) in chosen.items():
         ends = [f"N={n}"] if n in (N_GRID[0], N_GRID[-1]) else []
@@ -441,7 +413,6 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         misses=misses,
         collapsed=collapsed,
         sweep_lines=sweep_lines,
-        probe_lines=probe_lines,
         missing=missing,
         grid=grid,
         edges=edges,
@@ -458,7 +429,6 @@ def _render(
     misses: list[str],
     collapsed: list[str],
     sweep_lines: list[str],
-    probe_lines: list[str],
     missing: list[str],
     grid: dict[str, list[tuple[int, float | None]]],
     edges: list[str],
@@ -507,23 +477,9 @@ def _render(
                 else ""
             )
         )
-    partial = [f"{ds}: {', '.join(ONLY[ds])}" for ds in ONLY if not quick]
     missing_text = (
         f"Not run: {', '.join(missing)} (learner not registered in this build). " if missing else ""
     )
-    if partial:
-        missing_text += (
-            f"Columns run on part of the data sets only ({'; '.join(partial)}). The full-information"
-            " references feed every tree every example with weight Σ_l (c[l] − c[y]), which on"
-            " isolet (k = 26) far exceeds the grace period, so their trees split at nearly every check and"
-            " each leaf holds 617 × 26 Gaussian statistics. A bounded probe of one seed (first"
-            f" {PROBE_EXAMPLES:,} examples, same settings) measured:\n\n"
-            "| column | data | N | examples | examples/s | leaves (largest tree) | leaf statistics (MB) |"
-            " hours for one whole stream at that rate |\n|---|---|---|---:|---:|---:|---:|---:|\n"
-            + "\n".join(probe_lines)
-            + "\n\nThe trees keep growing along the stream, so memory would outgrow this 24 GB machine long"
-            " before the end; these two cells stay empty.\n\n"
-        )
     miss_text = "\n".join(f"- {m}" for m in misses) or "- none"
     if any("pending" in row for row in rows):
         miss_text += "\n\n(Cells still pending are not judged.)"

@@ -28,17 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from service.learners.base import make_learner
+from service.learners.base import Decision
 from service.repro import reproductions
 from service.repro.seed001 import (
     ALGOS,
     CACHE,
-    CODING,
     DATASETS,
     TOLERANCE,
     _fingerprint,
     _params,
+    coding_of,
     jobs,
+    new_run,
     paper_cell,
     run_all,
     run_cell,
@@ -46,9 +47,10 @@ from service.repro.seed001 import (
     tree_ranges,
 )
 from service.runcache import cached
-from service.sampling import DecisionIds, decision_rng
+from service.sampling import DecisionIds
 from service.sim.datasets import load_dataset
 from service.sim.metrics import last20_accuracy
+from service.sim.stream import run_stream
 
 NAME = "seed001-variants"
 FAST_TREES = {k: v for k, v in tree_ranges("car", "banditbbm").items() if k != "weight_divide"}
@@ -139,42 +141,36 @@ def weight_audit(
     the number of rounds, the total weight and the weight on the round's true label, and the run's
     last-20% accuracy.
     """
-    coding = CODING.get(dataset, "onehot")
+    coding = coding_of(dataset)
     key = json.dumps(
         ["audit", learner, dataset, params, seed, limit, coding, _fingerprint(learner)], sort_keys=True
     )
 
     def compute() -> dict[str, Any]:
-        data = load_dataset(dataset)
-        data = data.ordinal() if coding == "ordinal" else data
-        X, y = data.stream(seed, DATASETS[dataset][0], limit)
-        model = make_learner(learner, data.d, data.n_labels, params, seed=seed)
+        model, X, y = new_run(learner, dataset, params, seed, limit, coding)
+        table = {kind: [0, 0.0, 0.0] for kind in ROUNDS}
         seen: list[tuple[np.ndarray, np.ndarray]] = []
-        update = model.trees_.update
+        learn, update = model.learn, model.trees_.update
+        truths = iter(y)
 
-        def spy(x: np.ndarray, labels: np.ndarray, weights: np.ndarray, *args: Any, **kw: Any) -> None:
+        def spy_update(x: np.ndarray, labels: np.ndarray, weights: np.ndarray, *args: Any, **kw: Any) -> None:
             seen.append((np.array(labels), np.array(weights, dtype=float)))
             update(x, labels, weights, *args, **kw)
 
-        model.trees_.update = spy  # type: ignore[method-assign]
-        ids = DecisionIds.for_seed(seed)
-        table = {kind: [0, 0.0, 0.0] for kind in ROUNDS}
-        correct = np.empty(len(y), dtype=bool)
-        for t in range(len(y)):
-            x = np.asarray(X[t], dtype=np.float64)
-            d = model.decide(x, decision_rng(ids.new()))
-            hit = bool(d.label == y[t])
-            correct[t] = hit
+        def spy_learn(x: np.ndarray, d: Decision, hit: bool) -> None:
+            truth = int(next(truths))  # run_stream calls learn once per round, in order
             seen.clear()
-            model.learn(x, d, hit)
-            kind = ("exploit" if d.label == int(d.memo["greedy"]) else "explore") + (
-                "-hit" if hit else "-miss"
-            )
-            row = table[kind]
+            learn(x, d, hit)
+            kind = "exploit" if d.label == int(d.memo["greedy"]) else "explore"
+            row = table[f"{kind}-{'hit' if hit else 'miss'}"]
             row[0] += 1
             for labels, weights in seen:
                 row[1] += float(weights.sum())
-                row[2] += float(weights[labels == y[t]].sum())
+                row[2] += float(weights[labels == truth].sum())
+
+        model.trees_.update = spy_update  # type: ignore[method-assign]
+        model.learn = spy_learn  # type: ignore[method-assign]
+        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
         return {"rounds": table, "accuracy": last20_accuracy(correct)}
 
     return cached(cache, key, compute)
@@ -220,7 +216,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         return range(1 if quick else e.seeds)
 
     tasks = [
-        (ALGOS[e.column][0], e.dataset, params(e, over), s, limit, cache, CODING.get(e.dataset, "onehot"))
+        (ALGOS[e.column][0], e.dataset, params(e, over), s, limit, cache, coding_of(e.dataset))
         for e in EXPERIMENTS
         for _, over in e.variants.values()
         for s in seeds(e)
@@ -232,7 +228,7 @@ def reproduce(quick: bool, out_dir: Path) -> str:
         chance = 1.0 / load_dataset(e.dataset).n_labels
         base = None
         for name, (change, over) in e.variants.items():
-            coding = CODING.get(e.dataset, "onehot")
+            coding = coding_of(e.dataset)
             runs = [
                 run_cell(ALGOS[e.column][0], e.dataset, params(e, over), s, limit, cache, coding)
                 for s in seeds(e)
