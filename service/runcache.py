@@ -49,8 +49,13 @@ def lookup(store: Path, key: str) -> dict[str, Any] | None:
     """The stored result for ``key`` in ``store`` (a directory or a ``.jsonl`` file), or None."""
     if store.suffix == ".jsonl":
         return _jsonl(store).get(key)
-    path = store / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    path = _file(store, key)
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _file(directory: Path, key: str) -> Path:
+    """The file of ``key`` in a directory store (named by a hash of the key)."""
+    return directory / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 
 def cached(store: Path | None, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -74,7 +79,7 @@ def cached(store: Path | None, key: str, compute: Callable[[], dict[str, Any]]) 
         finally:
             os.close(fd)
         return got
-    path = store / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    path = _file(store, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(got))
     return got
