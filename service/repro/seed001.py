@@ -581,11 +581,12 @@ GAPS = """What we know about the gaps (none of these was tuned away):
   (pessimistic ties, weight divided by k − 1). The seed-001 repository's own `onlineAdaptive.py`
   breaks ties at random in the potential and, in a line marked "for an experiment", sets the weight
   to Σ_l (c[l] − c[y]) without the division. The table now runs that. The `seed001-variants`
-  section gives both on the table's seeds and each change alone. Why the weight matters: the trees
+  section gives both on the table's seeds and each change alone: the weight, not the tie rule, is
+  what moves the cell, and its tree audit shows how. Why the weight matters: the trees
   draw their tie threshold from 10^U[log .01, log .9]. On 617 features the best two splits are
   close, so a tree mostly splits when the Hoeffding bound, which shrinks like one over the square
   root of the tree's weight, falls below that threshold. With the weight divided by 25, a tree that
-  drew a small threshold never gets there within the stream and stays one leaf, and a run whose
+  drew a small threshold never gets there within the stream and keeps one leaf or a few, and a run whose
   first trees drew such thresholds is lost.
 - The full-information references feed their trees the true label with weight Σ_l (c[l] − c[y]) (the
   same reduction, ALGORITHMS.md §3.1), not the reference code's randomly scaled heuristics (§3.3);
