@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from service.learners.base import Decision
+from service.learners.base import Decision, Learner
 from service.repro import reproductions
 from service.repro.seed001 import (
     ALGOS,
@@ -163,6 +163,33 @@ AUDITS = (("OptBandit", "mice", 5, 0.03), ("AdaBandit", "mice", 10, 0.005), ("Op
 ROUNDS = ("exploit-hit", "exploit-miss", "explore-hit", "explore-miss")
 
 
+def _audited_run(
+    tag: str,
+    learner: str,
+    dataset: str,
+    params: dict[str, Any],
+    seed: int,
+    limit: int | None,
+    cache: Path | None,
+    watch: Callable[[Learner, np.ndarray], Callable[[], dict[str, Any]]],
+) -> dict[str, Any]:
+    """One run of the table's protocol with an observer (stored under ``tag``): ``watch(model, y)``
+    may wrap the model's methods before the run and returns what to report after it; the run's
+    last-20% accuracy is added."""
+    coding = coding_of(dataset)
+    key = json.dumps(
+        [tag, learner, dataset, params, seed, limit, coding, _fingerprint(learner)], sort_keys=True
+    )
+
+    def compute() -> dict[str, Any]:
+        model, X, y = new_run(learner, dataset, params, seed, limit, coding)
+        report = watch(model, y)
+        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
+        return {**report(), "accuracy": last20_accuracy(correct)}
+
+    return cached(cache, key, compute)
+
+
 def weight_audit(
     learner: str, dataset: str, params: dict[str, Any], seed: int, limit: int | None, cache: Path | None
 ) -> dict[str, Any]:
@@ -173,13 +200,8 @@ def weight_audit(
     the number of rounds, the total weight and the weight on the round's true label, and the run's
     last-20% accuracy.
     """
-    coding = coding_of(dataset)
-    key = json.dumps(
-        ["audit", learner, dataset, params, seed, limit, coding, _fingerprint(learner)], sort_keys=True
-    )
 
-    def compute() -> dict[str, Any]:
-        model, X, y = new_run(learner, dataset, params, seed, limit, coding)
+    def watch(model: Learner, y: np.ndarray) -> Callable[[], dict[str, Any]]:
         table = {kind: [0, 0.0, 0.0] for kind in ROUNDS}
         seen: list[tuple[np.ndarray, np.ndarray]] = []
         learn, update = model.learn, model.trees_.update
@@ -200,12 +222,11 @@ def weight_audit(
                 row[1] += float(weights.sum())
                 row[2] += float(weights[labels == truth].sum())
 
-        model.trees_.update = spy_update  # type: ignore[method-assign]
+        model.trees_.update = spy_update  # type: ignore[attr-defined]
         model.learn = spy_learn  # type: ignore[method-assign]
-        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
-        return {"rounds": table, "accuracy": last20_accuracy(correct)}
+        return lambda: {"rounds": table}
 
-    return cached(cache, key, compute)
+    return _audited_run("audit", learner, dataset, params, seed, limit, cache, watch)
 
 
 #: (column, data set, N, seed, variants of its EXPERIMENTS block): trees audited at the end of a run;
@@ -218,23 +239,16 @@ def tree_audit(
 ) -> dict[str, Any]:
     """The trees at the end of one run of the table's protocol (stored): per tree its drawn tie
     threshold and split confidence and its number of leaves, and the run's last-20% accuracy."""
-    coding = coding_of(dataset)
-    key = json.dumps(
-        ["trees", learner, dataset, params, seed, limit, coding, _fingerprint(learner)], sort_keys=True
-    )
 
-    def compute() -> dict[str, Any]:
-        model, X, y = new_run(learner, dataset, params, seed, limit, coding)
-        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
-        trees = model.trees_
-        return {
+    def watch(model: Learner, y: np.ndarray) -> Callable[[], dict[str, Any]]:
+        trees = model.trees_  # type: ignore[attr-defined]
+        return lambda: {
             "tie": trees.tie_.tolist(),
             "confidence": trees.delta_.tolist(),
             "leaves": trees.n_leaves_.tolist(),
-            "accuracy": last20_accuracy(correct),
         }
 
-    return cached(cache, key, compute)
+    return _audited_run("trees", learner, dataset, params, seed, limit, cache, watch)
 
 
 def _tree_audit_lines(
