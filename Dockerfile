@@ -1,12 +1,35 @@
-# clickboost service image: `python -m service serve` on port 8000 (docker-compose.yml runs two of
-# these behind nginx, with Redis). Lint: `hadolint Dockerfile` (a test runs it).
-FROM python:3.11-slim
+# clickboost images. Lint: `hadolint Dockerfile` (a test runs it).
+#   server (the default, last stage): `python -m service serve` on port 8000, the server package and
+#          its dependencies alone (docker-compose.yml runs two of these behind nginx, with Redis);
+#   replay: the replay load-test client with the lab that reads the datasets (compose's replay profile).
+FROM python:3.11-slim AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
+
+RUN groupadd --gid 10001 clickboost \
+    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin clickboost
+
+FROM base AS replay
+
+COPY pyproject.toml ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['lab']))" \
+        > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY README.md ./
+COPY service ./service
+COPY lab ./lab
+COPY clients ./clients
+RUN pip install --no-cache-dir --no-deps . ./clients
+
+USER 10001:10001
+ENTRYPOINT ["python", "-m", "clients.replay"]
+
+FROM base AS server
 
 # Dependencies in their own layer, read from pyproject.toml alone: code changes do not reinstall them.
 COPY pyproject.toml ./
@@ -15,12 +38,10 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install --no-cache-dir -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
+# The server alone: without lab/ the package finder installs service/ only.
 COPY README.md ./
 COPY service ./service
-COPY clients ./clients
-RUN pip install --no-cache-dir --no-deps . \
-    && groupadd --gid 10001 clickboost \
-    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin clickboost
+RUN pip install --no-cache-dir --no-deps .
 
 # Numeric ids: the runtime can check that the user is not root without reading /etc/passwd.
 USER 10001:10001

@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m pip install --quiet -e ./clients -e '.[dev,lab,bench]'
 	touch $(STAMP)
 
 run: install

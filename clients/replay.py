@@ -11,7 +11,7 @@ is sent with ``?wait=true``, so a worker's next prediction sees its previous upd
 1 the replay is the offline simulator's stream, deterministic for a fixed ``--seed`` when the server
 derives its decision ids from a seed too.
 
-The stream is :meth:`service.sim.datasets.Dataset.stream` for ``--seed`` (shuffled, cut at
+The stream is :meth:`lab.sim.datasets.Dataset.stream` for ``--seed`` (shuffled, cut at
 ``--limit``). The API key for ``/predict`` and ``/feedback``, if the server needs one, is read from
 the environment variable ``CLICKBOOST_API_KEY`` (never a command-line argument, which ``ps`` shows).
 
@@ -27,22 +27,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Any
 
 from clients.errors import APIError, ClickboostError, RateLimited, TransportError
-from clients.sdk import AsyncClient
+from clients.sdk import API_KEY_ENV, AsyncClient
 
-API_KEY_ENV = "CLICKBOOST_API_KEY"
+if TYPE_CHECKING:
+    import numpy as np
+
+# The SDK needs httpx alone; the replay also reads datasets with the lab (numpy, tqdm, matplotlib).
+NEEDS = (
+    "the replay needs the clickboost lab (datasets, numpy, tqdm; matplotlib for --plot): in a "
+    "clickboost checkout, pip install -e '.[lab]' ./clients"
+)
 
 
 class ReplayAborted(Exception):
@@ -107,7 +110,7 @@ async def replay(
         Target visits per second (visit ``i`` starts no earlier than ``i / rate`` s); default as fast
         as the workers go.
     api_key : str, optional
-        Key for predict and feedback.
+        Key for predict and feedback; default the SDK's (``$CLICKBOOST_API_KEY``).
     progress : bool
         Show a progress bar on stderr.
 
@@ -120,6 +123,8 @@ async def replay(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if rate is not None and rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate}")
+    from tqdm import tqdm
+
     n = int(X.shape[0])
     result = ReplayResult([])
     clients = [AsyncClient(u, api_key=api_key) for u in urls]
@@ -181,6 +186,8 @@ async def replay(
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    import numpy as np
+
     if not values:
         return {"p50": None, "p95": None, "p99": None}
     p = np.percentile(np.asarray(values), [50, 95, 99])
@@ -228,6 +235,7 @@ def format_report(report: dict[str, Any]) -> str:
 def plot(result: ReplayResult, path: Path, title: str) -> None:
     """Learning curve (running CTR over visits) and latency over time, as one image."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -252,7 +260,11 @@ def plot(result: ReplayResult, path: Path, title: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m clients.replay``."""
-    parser = argparse.ArgumentParser(prog="python -m clients.replay", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m clients.replay",
+        description=__doc__.splitlines()[0],
+        epilog=f"The API key, if the server needs one, is read from {API_KEY_ENV}. Requirements: {NEEDS}.",
+    )
     parser.add_argument("--url", required=True, help="base URL(s) of the replicas, comma-separated")
     parser.add_argument("--model", required=True, help="model name on the server")
     parser.add_argument("--dataset", required=True, help="dataset name (../shared/datasets) or .npz path")
@@ -267,9 +279,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a replay from the command line; returns the exit code (0, 1 or 2, see the module doc)."""
-    from service.sim.datasets import load_dataset  # numpy-only; keeps `import clients` light
-
     args = build_parser().parse_args(argv)
+    try:  # imported here, so that `import clients` and --help need httpx alone
+        import numpy  # noqa: F401
+        import tqdm  # noqa: F401
+
+        from lab.sim.datasets import load_dataset
+    except ModuleNotFoundError as exc:
+        print(f"error: no module {exc.name!r}: {NEEDS}", file=sys.stderr)
+        return 2
     urls = [u.strip().rstrip("/") for u in args.url.split(",") if u.strip()]
     try:
         if args.concurrency < 1 or (args.limit is not None and args.limit < 1):
@@ -291,7 +309,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 y,
                 concurrency=args.concurrency,
                 rate=args.rate,
-                api_key=os.environ.get(API_KEY_ENV) or None,
                 progress=True,
             )
         )

@@ -19,6 +19,7 @@ Which failures are retried, and why
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -244,10 +245,22 @@ def _model_spec(
     }
 
 
+#: The variables the server reads its keys from; the clients read the same ones.
+API_KEY_ENV = "CLICKBOOST_API_KEY"
+ADMIN_KEY_ENV = "CLICKBOOST_ADMIN_KEY"
+
+
+def key_from_env(key: str | None, variable: str) -> str | None:
+    """``key`` when given ("" = send none), else the first comma-separated key in ``$variable``."""
+    if key is not None:
+        return key or None
+    return os.environ.get(variable, "").split(",")[0].strip() or None
+
+
 class _Base:
     def __init__(self, api_key: str | None, admin_key: str | None, retry: Retry | None) -> None:
-        self.api_key = api_key
-        self.admin_key = admin_key
+        self.api_key = key_from_env(api_key, API_KEY_ENV)
+        self.admin_key = key_from_env(admin_key, ADMIN_KEY_ENV)
         self.retry = retry or Retry()
 
     def _headers(self, call: _Call[Any]) -> dict[str, str]:
@@ -281,9 +294,11 @@ class Client(_Base):
     base_url : str
         E.g. ``http://127.0.0.1:8000``.
     api_key : str, optional
-        Key for ``/predict`` and ``/feedback`` (sent as ``X-API-Key``).
+        Key for ``/predict`` and ``/feedback`` (sent as ``X-API-Key``). Default: the first key in
+        the environment variable ``CLICKBOOST_API_KEY``, which the server reads its keys from;
+        ``""`` sends none.
     admin_key : str, optional
-        Key for the ``/models`` admin calls.
+        Key for the ``/models`` admin calls. Default: ``CLICKBOOST_ADMIN_KEY``; ``""`` sends none.
     timeout : float
         Seconds per request (connect, read, write and pool each).
     retry : Retry, optional

@@ -138,7 +138,9 @@ def main() -> None:
             block("json", feedback_out),
             "### Python SDK",
             "`clients.Client` (and `clients.AsyncClient`, the same methods as coroutines) needs only "
-            "httpx. Errors are typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
+            "httpx: `pip install ./clients` (from a checkout) installs the SDK and httpx, nothing of "
+            "the server. Keys: `api_key=` / `admin_key=`, by default read from `CLICKBOOST_API_KEY` "
+            "(its first key) and `CLICKBOOST_ADMIN_KEY`, the variables the server reads. Errors are typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
             "`Conflict`, `Gone`, `ServerError`, `TransportError`); feedback is retried with back-off "
             "re-sending the same decision id, which is safe because the service records it exactly "
             "once. Admin calls: `create_model`, `list_models`, `get_model`, `reset_model`, "
@@ -153,7 +155,9 @@ def main() -> None:
             "concurrency 1 a replay is deterministic and equals the offline simulator's run mistake "
             "for mistake when the server draws its decision ids from a seed "
             "(`CLICKBOOST_DECISION_ID_SEED`, for tests only: such ids are guessable); "
-            "`tests/clients/test_replay.py` checks both.",
+            "`tests/clients/test_replay.py` checks both. The replay reads datasets with the lab, so it "
+            "needs `pip install -e '.[lab]' ./clients` in a checkout (`make install` does it); its key "
+            "comes from `CLICKBOOST_API_KEY`.",
             block("sh", REPLAY),
             block("text", replay_out),
             "![replay learning curve and latency](docs/replay-car.png)",

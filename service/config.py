@@ -48,7 +48,8 @@ class Settings(BaseSettings):
     redis_url : str or None
         Shared store for several replicas; unset = the embedded memory store (one process).
     api_keys : str
-        Comma-separated keys accepted in ``X-API-Key`` for /predict and /feedback.
+        ``CLICKBOOST_API_KEY``: comma-separated keys accepted in ``X-API-Key`` for /predict and
+        /feedback (several, so a key can be rotated without downtime).
     admin_key : str or None
         Key for /models (and accepted everywhere).
     decision_id_seed : int or None
@@ -59,7 +60,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLICKBOOST_", extra="ignore", frozen=True)
 
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "CLICKBOOST_REDIS_URL"))
-    api_keys: str = ""
+    # One name for server and clients: the SDK sends the first key of CLICKBOOST_API_KEY. The plural
+    # CLICKBOOST_API_KEYS, this setting's old name, is still read.
+    api_keys: str = Field(
+        "", validation_alias=AliasChoices("api_keys", "CLICKBOOST_API_KEY", "CLICKBOOST_API_KEYS")
+    )
     admin_key: str | None = None
     config_file: Path | None = None
     demo: bool = False

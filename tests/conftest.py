@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cluster import free_port
+from lab.cluster import free_port
 
 __all__ = ["free_port"]
 

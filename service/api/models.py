@@ -8,12 +8,19 @@ from fastapi import APIRouter, Body, Depends, Path, Response
 
 from service.api.auth import require_admin
 from service.api.predict import RuntimeDep
-from service.api.schemas import ErrorBody, ModelCounts, ModelInfo, ModelList, StateImported
+from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
 from service.learners.base import learners
 from service.runtime import ModelRuntime, Runtime
 
-router = APIRouter(prefix="/models", dependencies=[Depends(require_admin)], tags=["models"])
+router = APIRouter(
+    prefix="/models",
+    dependencies=[Depends(require_admin)],
+    tags=["models"],
+    responses=error_responses(401, 503),
+)
+# The name in the path is validated (422) on every route that takes one.
+NAMED = error_responses(404, 422)
 
 NamePath = Annotated[ModelName, Path(description="Model name: letters, digits, _ . - (at most 64).")]
 
@@ -44,7 +51,7 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
     "/{name}",
     response_model=ModelInfo,
     status_code=201,
-    responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    responses=error_responses(400, 409, 413, 422),
     summary="Create a model",
 )
 async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> ModelInfo:
@@ -52,19 +59,19 @@ async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> 
     return await _info(runtime, await runtime.create_model(name, spec))
 
 
-@router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+@router.get("/{name}", response_model=ModelInfo, responses=NAMED)
 async def get_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     """Config, version (log position), checksum of the state, counts and running CTR."""
     return await _info(runtime, runtime.get(name))
 
 
-@router.delete("/{name}", status_code=204, responses={404: {"model": ErrorBody}})
+@router.delete("/{name}", status_code=204, responses=NAMED)
 async def delete_model(name: NamePath, runtime: RuntimeDep) -> Response:
     await runtime.delete_model(name)
     return Response(status_code=204)
 
 
-@router.post("/{name}/reset", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+@router.post("/{name}/reset", response_model=ModelInfo, responses=NAMED)
 async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     """Forget everything learned (through the event log; counts are kept)."""
     return await _info(runtime, await runtime.reset_model(name))
@@ -73,7 +80,7 @@ async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
 @router.get(
     "/{name}/state",
     response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorBody}},
+    responses={200: {"content": {"application/octet-stream": {}}}, **NAMED},
 )
 async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
     """The learned state in the canonical pickle-free encoding of ``service.serial``."""
@@ -85,7 +92,7 @@ async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
 @router.put(
     "/{name}/state",
     response_model=StateImported,
-    responses={404: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    responses=error_responses(400, 404, 413, 422),
 )
 async def import_state(
     name: NamePath,

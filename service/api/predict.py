@@ -18,13 +18,20 @@ from pydantic import BaseModel, ValidationError
 
 from service.api import metrics
 from service.api.auth import SECURITY, check_api_key
-from service.api.schemas import ErrorBody, FeedbackRequest, FeedbackResponse, PredictRequest, PredictResponse
+from service.api.schemas import (
+    ErrorBody,
+    FeedbackRequest,
+    FeedbackResponse,
+    PredictRequest,
+    PredictResponse,
+    error_responses,
+)
 from service.runtime import Runtime
 from service.store import ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
 
-router = APIRouter(tags=["decisions"])
+router = APIRouter(tags=["decisions"], responses=error_responses(401, 413, 503))
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -158,3 +158,19 @@ class StateImported(BaseModel):
     name: str
     version: int
     checksum: str
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for error ``codes``, each an :class:`ErrorBody` with its meaning."""
+    return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
+
+
+ERROR_MEANINGS = {
+    400: "Malformed JSON or an empty body",
+    401: "Missing or invalid X-API-Key (the admin key for /models)",
+    404: "Unknown model",
+    409: "Name taken",
+    413: "Body over CLICKBOOST_MAX_BODY_BYTES",
+    422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
+    503: "The shared store is unreachable: nothing was recorded; retry after `Retry-After` seconds",
+}

@@ -1,1 +1,1 @@
-"""Subcommands of ``python -m service``; each module registers itself with ``service.cli.commands``."""
+"""The service's own subcommand of ``clickboost``: ``serve`` (the lab's plug in, see :mod:`service.cli`)."""

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from service.cli import CLIError, commands
+from service.cli import CLIError, plain_text
 from service.config import ConfigError, load_model_file, load_settings
 from service.runtime import build_learner
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if not _is_loopback(args.host) and not settings.has_keys and not args.insecure:
         raise CLIError(
-            f"refusing to bind {args.host} without API keys: set CLICKBOOST_API_KEYS and "
+            f"refusing to bind {args.host} without API keys: set CLICKBOOST_API_KEY and "
             "CLICKBOOST_ADMIN_KEY, or pass --insecure"
         )
     if args.workers > 1:
@@ -64,9 +64,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-@commands.register("serve")
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="run the HTTP service (settings: CLICKBOOST_* environment variables)")
+    p = sub.add_parser(
+        "serve",
+        help="run the HTTP service (settings: CLICKBOOST_* environment variables)",
+        description=plain_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--config", type=Path, help="TOML file declaring [models.NAME] created at start-up")

@@ -13,9 +13,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from service.boosting.mh import StumpData, StumpEnsemble
-from service.boosting.train import train
 from service.learners.base import Decision, Learner, Params, gamma_mix, learners, randargmax, sample
+from service.learners.stumps.mh import StumpData, StumpEnsemble
+from service.learners.stumps.train import train
 
 
 class AdaBoostMHParams(Params):

@@ -1,7 +1,7 @@
 """The store interface: what every replica shares (DESIGN.md, "Request flow").
 
 One interface, two implementations: :mod:`service.store.memory` (the embedded default, one
-process) and ``service.store.redis`` (several replicas). Both pass ``tests/store/test_contract.py``.
+process) and ``service.store.redis`` (several replicas). Both pass ``tests/service/store/test_contract.py``.
 
 What the store holds, per model ``name``:
 

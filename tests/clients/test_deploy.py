@@ -16,9 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
+from lab.sim.datasets import load_dataset
 from service.config import load_model_file
 from service.runtime import build_learner
-from service.sim.datasets import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_DIR = Path(__file__).parent / "compose_spec"
@@ -54,12 +54,15 @@ def test_dockerfile_is_hadolint_clean() -> None:
 
 def test_dockerfile_runs_the_service_as_non_root_with_a_healthcheck() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM python:3\.11-slim AS base$", text, re.M)
+    server = text[text.index("FROM base AS server") :]  # the last stage: what `docker build .` gives
+    assert "FROM" not in server[1:]
+    assert set(re.findall(r"^COPY (\S+)", server, re.M)) == {"pyproject.toml", "README.md", "service"}
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert re.search(r"^HEALTHCHECK .*\n.*/readyz", text, re.M)
     assert '\nENTRYPOINT ["python", "-m", "service", "serve"]\n' in text
     # dependency layer before the code layer: installing deps must not depend on service/ or clients/
-    assert text.index("-r /tmp/requirements.txt") < text.index("COPY service")
+    assert server.index("-r /tmp/requirements.txt") < server.index("COPY service")
 
 
 def test_dockerignore_admits_exactly_what_the_dockerfile_copies() -> None:
@@ -67,7 +70,7 @@ def test_dockerignore_admits_exactly_what_the_dockerfile_copies() -> None:
     admitted = {
         line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line[:1] == "!"
     }
-    assert copied == admitted == {"pyproject.toml", "README.md", "service", "clients"}
+    assert copied == admitted == {"pyproject.toml", "README.md", "service", "lab", "clients"}
 
 
 def test_compose_file_matches_the_compose_schema(
@@ -110,6 +113,9 @@ def test_compose_topology(compose: dict[str, Any]) -> None:
     assert s["lb"]["ports"] == ["8000:8000"]
     assert s["lb"]["depends_on"] == {a: {"condition": "service_healthy"} for a in ("api1", "api2")}
     assert s["replay"]["profiles"] == ["replay"]
+    # the service image is the server alone; the replay runs from the Dockerfile's replay stage
+    assert s["api1"]["build"] == {"context": ".", "target": "server"}
+    assert s["replay"]["build"] == {"context": ".", "target": "replay"}
     assert s["replay"]["entrypoint"] == ["python", "-m", "clients.replay"]
     assert s["replay"]["command"][s["replay"]["command"].index("--url") + 1] == "http://lb:8000"
 
@@ -117,7 +123,9 @@ def test_compose_topology(compose: dict[str, Any]) -> None:
 def test_compose_secrets_are_required_variables(compose: dict[str, Any]) -> None:
     envs = [svc.get("environment", {}) for svc in compose["services"].values()]
     keys = {k: v for env in envs for k, v in env.items() if k.endswith(("_KEY", "_KEYS"))}
-    assert set(keys) == {"CLICKBOOST_API_KEYS", "CLICKBOOST_ADMIN_KEY", "CLICKBOOST_API_KEY"}
+    # one name for a key everywhere: the server reads CLICKBOOST_API_KEY, and so do the SDK and replay
+    assert set(keys) == {"CLICKBOOST_ADMIN_KEY", "CLICKBOOST_API_KEY"}
+    assert keys["CLICKBOOST_API_KEY"].startswith("${CLICKBOOST_API_KEY:?")
     for name, value in keys.items():
         assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", value), (
             f"{name} must be ${{VAR:?message}}, is {value!r}"

@@ -13,10 +13,10 @@ import pytest
 
 from clients import Client
 from clients.replay import main, replay, summarize
+from lab.sim.datasets import load_dataset
+from lab.sim.stream import run_stream
 from service.learners.base import make_learner
 from service.sampling import DecisionIds
-from service.sim.datasets import load_dataset
-from service.sim.stream import run_stream
 from tests.clients.conftest import ADMIN_KEY, API_KEY, serve
 
 LIMIT = 150

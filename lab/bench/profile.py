@@ -1,0 +1,79 @@
+"""``bench profile``: where AdaBandit's time goes (issue 7, item 6: 20 trees, at least 2k examples/s on car).
+
+One AdaBandit with its default 20 Hoeffding trees runs the simulator's loop
+(:func:`lab.sim.stream.run_stream`: decision id, sampling, decide, learn) over car's shuffled,
+duplicated stream (seed 001's x6). The rate is examples per CPU-second (``time.process_time``, so a
+busy machine slows it less than wall time would). A second, identical run under :mod:`cProfile`
+attributes the time: the share of the profiled total spent in each function itself ("own") and in it
+and everything it calls ("cumulative"), for the functions with the largest own time. Profiling slows
+the run, so the shares, not the profiled seconds, are the result.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+from pathlib import Path
+
+from lab.bench import benches, report
+from lab.sim.datasets import load_dataset
+from lab.sim.stream import run_stream
+from service.learners.base import make_learner
+from service.sampling import DecisionIds
+
+LEARNER = "adabandit"
+PARAMS = {"n_learners": 20}
+TARGET = 2_000  # examples/s on car (issue 7)
+TOP = 10
+
+
+def _run(n: int, profiler: cProfile.Profile | None = None) -> tuple[int, float]:
+    data = load_dataset("car")
+    X, y = data.stream(0, 6, n)
+    model = make_learner(LEARNER, data.d, data.n_labels, PARAMS, seed=0)
+    ids = DecisionIds.for_seed(0)
+    start = time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    run_stream(model, X, y, ids)
+    if profiler is not None:
+        profiler.disable()
+    return len(y), time.process_time() - start
+
+
+def _where(name: tuple[str, int, str]) -> str:
+    path, line, func = name
+    if path == "~":  # a builtin
+        return f"`{func}`"
+    parts = Path(path).parts
+    short = "/".join(parts[parts.index("service") :]) if "service" in parts else "/".join(parts[-2:])
+    return f"`{short}:{line}` {func}"
+
+
+@benches.register("profile")
+def bench(quick: bool) -> str:
+    """Rate of AdaBandit (N=20) on car and the functions its time goes to."""
+    n = 1_000 if quick else 10_368
+    examples, seconds = _run(n)
+    profiler = cProfile.Profile()
+    _run(n, profiler)
+    stats = pstats.Stats(profiler)
+    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:TOP]  # type: ignore[attr-defined]
+    table = report.table(
+        ["function", "calls", "own %", "cumulative %"],
+        [[_where(k), f"{v[1]:,}", f"{100 * v[2] / total:.1f}", f"{100 * v[3] / total:.1f}"] for k, v in rows],
+        "lrrr",
+    )
+    rate = examples / seconds
+    verdict = "met" if rate >= TARGET else "NOT met"
+    command = "python -m service bench profile" + (" --quick" if quick else "")
+    return (
+        f"## Where AdaBandit's time goes\n\n`{command}`. {report.machine()}\n\n"
+        f"AdaBandit, N = {PARAMS['n_learners']} Hoeffding trees (default hyperparameters otherwise), car "
+        f"duplicated x6 and shuffled (seed 0), {examples:,} rounds of the simulator loop: "
+        f"**{rate:,.0f} examples per CPU-second** (absolute; target >= {TARGET:,}: {verdict}).\n\n"
+        f"Profile of an identical run (cProfile; top {TOP} functions by own time, shares of the profiled "
+        f"total):\n\n{table}"
+    )

@@ -1,0 +1,296 @@
+"""Scaling (issue 9, part 4): cost per event and model size as d, K and N grow; checkpoints.
+
+Every bandit learner of the registry runs the online loop of :func:`lab.sim.stream.run_stream`
+(decision id, sampling, decide, learn) on a synthetic linear stream: ``x ~ N(0, I/d)`` and
+``y = argmax(W* x)`` for a fixed random ``W*``, so clicks happen and every update path runs. The
+cost per event is wall time over the timed rounds (after warm-up rounds), in microseconds. N is the
+number of weak learners of a booster (its ``n_learners`` hyperparameter); the d and K axes run at
+the booster's own default N.
+
+Model bytes are the size of the canonical state encoding (:func:`service.serial.encode`), which is
+exactly what a checkpoint stores; the checkpoint write time is encode + write to a local file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.bench import benches, report
+from lab.runcache import progress as report_progress
+from lab.sim.stream import run_stream
+from service.learners.base import Learner, learners, make_learner
+from service.sampling import DecisionIds
+from service.serial import encode
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The points measured and how many rounds each (warm-up and rounds: multiples of 20)."""
+
+    d: tuple[int, ...]  # at K = base_k
+    k: tuple[int, ...]  # at d = base_d
+    n: tuple[int, ...]  # boosters' n_learners, at d = base_d and K = base_k
+    bits: tuple[int, ...]  # hashed sparse input: d = 2**bits buckets, nnz ones per row, K = base_k
+    nnz: int
+    base_d: int
+    base_k: int
+    warmup: int
+    rounds: int
+    budget: float  # seconds per point: warm-up stops at a quarter of it, timing at all of it
+
+
+FULL = Grid(
+    d=(16, 128, 1024, 8192),
+    k=(2, 10, 50, 200),
+    n=(10, 50, 100),
+    bits=(10, 14, 18),
+    nnz=32,
+    base_d=128,
+    base_k=10,
+    warmup=200,
+    rounds=2000,
+    budget=4.0,
+)
+QUICK = Grid(
+    d=(16, 256),
+    k=(2, 20),
+    n=(2, 8),
+    bits=(6, 12),
+    nnz=4,
+    base_d=64,
+    base_k=5,
+    warmup=20,
+    rounds=100,
+    budget=2.0,
+)
+
+#: Points whose model would hold more weights than this (K d, times N for a booster) are skipped.
+MAX_WEIGHTS = 2**24
+#: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
+#: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
+MAX_K = {"banditbbm": 20}
+#: Largest N run per learner on the N axis, for the same reason (the potential's n is N - i).
+MAX_N = {"banditbbm": 20}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement."""
+
+    learner: str
+    d: int
+    k: int
+    n: int | None  # n_learners when set on the N axis, else None (the learner's default)
+    nnz: int | None  # non-zeros per row of hashed sparse input, None for dense input
+    us_per_event: float
+    timed: int  # rounds timed (fewer than Grid.rounds when the budget ran out)
+    model_bytes: int
+    checkpoint_ms: float
+
+
+def linear_stream(
+    d: int, k: int, n: int, nnz: int | None = None, seed: int = 0, chunk: int = 100
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``n`` examples of a random linear K-class problem in dimension ``d``, in chunks of ``chunk``.
+
+    Dense: ``x ~ N(0, I/d)``. Hashed sparse (``nnz`` given): ``nnz`` ones at random buckets, what
+    ``nnz`` hashed string features look like; chunks keep memory bounded at d = 2**18.
+    """
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(k, d))
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        if nnz is None:
+            X = rng.normal(size=(m, d)) / np.sqrt(d)
+        else:
+            X = np.zeros((m, d))
+            X[np.arange(m)[:, None], rng.integers(0, d, size=(m, nnz))] = 1.0
+        yield X, np.argmax(X @ W.T, axis=1)
+
+
+def checkpoint_ms(model: Learner, directory: Path) -> float:
+    """Milliseconds to encode ``model``'s state and write it to a file (median of 5)."""
+    times = []
+    for i in range(5):
+        start = time.perf_counter()
+        (directory / f"ckpt{i}").write_bytes(encode(model.state()))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def measure(
+    name: str,
+    params: Mapping[str, Any],
+    d: int,
+    k: int,
+    grid: Grid,
+    directory: Path,
+    nnz: int | None = None,
+    n_axis: bool = False,
+) -> Point:
+    """Cost per event, model bytes and checkpoint time of learner ``name`` at (d, K).
+
+    Warm-up rounds run until ``grid.warmup`` rounds or a quarter of ``grid.budget`` seconds, timed
+    rounds until ``grid.rounds`` or ``grid.budget`` seconds, in chunks of 10 rounds.
+    """
+    model = make_learner(name, d, k, params, seed=0)
+    ids = DecisionIds.for_seed(0)
+    warm_rounds, warm_seconds, timed, seconds = 0, 0.0, 0, 0.0
+    for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=10):
+        start = time.perf_counter()
+        run_stream(model, X, y, ids)
+        spent = time.perf_counter() - start
+        if warm_rounds < grid.warmup and warm_seconds < grid.budget / 4:
+            warm_rounds, warm_seconds = warm_rounds + len(y), warm_seconds + spent
+            continue
+        timed, seconds = timed + len(y), seconds + spent
+        if seconds >= grid.budget:
+            break
+    us = seconds / timed * 1e6
+    n = params.get("n_learners") if n_axis else None  # None: a point of the d, K or hashed axis
+    size = len(encode(model.state()))
+    return Point(name, d, k, n, nnz, us, timed, size, checkpoint_ms(model, directory))
+
+
+def bandit_learners() -> list[str]:
+    """Names of the registered bandit-feedback learners."""
+    return [name for name, cls in learners.items() if not cls.full_information]
+
+
+def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> list[Point]:
+    """Measure every bandit learner along the d axis and the K axis of ``grid``."""
+    from lab.bench.quality import SETTINGS
+
+    points = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in bandit_learners():
+            params = SETTINGS.get(name, ({}, ""))[0]
+            axis = [(d, grid.base_k) for d in grid.d] + [(grid.base_d, k) for k in grid.k]
+            n_default = learners.get(name).Params.model_fields.get("n_learners")
+            n = params.get("n_learners", n_default.default if n_default else 1)
+            for d, k in dict.fromkeys(axis):
+                if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
+                    points.append(measure(name, params, d, k, grid, Path(tmp)))
+                    progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+            for b in grid.bits:
+                if grid.base_k * 2**b * n <= MAX_WEIGHTS:
+                    points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
+                    progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
+            if n_default is not None:
+                for n in (v for v in grid.n if v <= MAX_N.get(name, v)):
+                    with_n = {**params, "n_learners": n}
+                    points.append(
+                        measure(name, with_n, grid.base_d, grid.base_k, grid, Path(tmp), n_axis=True)
+                    )
+                    progress(f"{name} N={n}: {points[-1].us_per_event:.0f} us")
+    return points
+
+
+def _axes(grid: Grid) -> dict[str, tuple[str, Callable[[Point], int], Callable[[Point], bool]]]:
+    """The axes of the report: title -> (column label, value of a point, whether a point lies on it)."""
+    return {
+        f"d, dense (K={grid.base_k})": (
+            "d",
+            lambda p: p.d,
+            lambda p: p.n is None and p.nnz is None and p.k == grid.base_k,
+        ),
+        f"K, dense (d={grid.base_d})": (
+            "K",
+            lambda p: p.k,
+            lambda p: p.n is None and p.nnz is None and p.d == grid.base_d,
+        ),
+        f"d = 2^b, hashed sparse, {grid.nnz} non-zeros (K={grid.base_k})": (
+            "d",
+            lambda p: p.d,
+            lambda p: p.nnz is not None,
+        ),
+        f"N (d={grid.base_d}, K={grid.base_k})": ("N", lambda p: p.n or 0, lambda p: p.n is not None),
+    }
+
+
+def _axis_table(points: list[Point], label: str, value: Callable[[Point], int]) -> str:
+    values = sorted({value(p) for p in points})
+    rows = []
+    for name in dict.fromkeys(p.learner for p in points):
+        at = {value(p): p for p in points if p.learner == name}
+        cells = [
+            f"{at[v].us_per_event:,.0f} µs / {at[v].model_bytes / 1024:,.1f} KiB" if v in at else "–"
+            for v in values
+        ]
+        rows.append([name, *cells])
+    return report.table(["learner", *[f"{label}={v}" for v in values]], rows)
+
+
+def _plot(points: list[Point], grid: Grid, out_dir: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes_spec = {t: a for t, a in _axes(grid).items() if any(a[2](p) for p in points)}
+    fig, axes = plt.subplots(1, len(axes_spec), figsize=(5 * len(axes_spec), 4), squeeze=False)
+    for ax, (title, (_, value, on_axis)) in zip(axes[0], axes_spec.items(), strict=True):
+        for name in dict.fromkeys(p.learner for p in points):
+            pts = sorted((value(p), p.us_per_event) for p in points if p.learner == name and on_axis(p))
+            if pts:
+                ax.loglog(*zip(*pts, strict=True), marker="o", label=name)
+        ax.set_xlabel(title)
+        ax.set_ylabel("µs per event (absolute)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path, link = report.figure_path(out_dir, "scaling")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return link
+
+
+def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
+    """The markdown of the scaling section."""
+    ckpt = [
+        [p.learner, p.d, p.k, p.n or "default", f"{p.model_bytes:,}", f"{p.checkpoint_ms:.2f}"]
+        for p in points
+        if p.d in (max(grid.d), 2 ** max(grid.bits)) or p.k == max(grid.k) or p.n == max(grid.n)
+    ]
+    tables = []
+    for title, (label, value, on_axis) in _axes(grid).items():
+        on = [p for p in points if on_axis(p)]
+        if on:
+            tables.append(
+                f"### Growing {title}\n\nµs per event / model size\n\n" + _axis_table(on, label, value)
+            )
+    return "\n\n".join(
+        [
+            f"## Scaling\n\n`{command}`. {report.machine()}",
+            f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
+            f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
+            "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
+            "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–), nor "
+            + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
+            + ", "
+            + ", ".join(f"{n} above N={v}" for n, v in MAX_N.items())
+            + " (its exact boost-by-majority potential costs grow as a high power of K). "
+            "Hashed sparse input is what the service's feature hashing hands a learner: a vector of 2^b "
+            "buckets with a few ones (the hashing itself is not timed here). N is a booster's number of "
+            "weak learners; the other axes use each learner's setting of the quality part.",
+            *tables,
+            "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
+            "(median of 5).\n\n" + report.table(["learner", "d", "K", "N", "bytes", "ms"], ckpt),
+            f"![scaling]({_plot(points, grid, out_dir)})",
+        ]
+    )
+
+
+@benches.register("scaling")
+def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
+    """Run the scaling benchmark; its plot goes to :func:`report.out_dir`."""
+    grid = QUICK if quick else FULL
+    command = "python -m service bench scaling" + (" --quick" if quick else "")
+
+    return render(run_grid(grid, progress or report_progress), grid, command, report.out_dir())

@@ -1,0 +1,1 @@
+"""The lab's subcommands of ``clickboost``: each module has ``add(subparsers)``, named by an entry point."""

@@ -1,0 +1,121 @@
+"""The server apart from the lab: imports go one way, and the server's dependencies are what it imports.
+
+``service/`` never imports ``lab/`` (statically or by a module-name string), and
+``[project.dependencies]`` of pyproject.toml is exactly the set of distributions that importing every
+module of the server loads (with their own requirements), no more and no less. The install tests
+(tests/test_install.py) check the same on fresh virtual environments.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE = ROOT / "service"
+OWN = {"service", "lab", "clients", "tests"}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import statement and every string constant that names a lab module."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value == "lab" or node.value.startswith("lab."):  # importlib.import_module("lab...")
+                found.append((node.lineno, node.value))
+    return found
+
+
+def test_no_module_of_the_service_imports_the_lab() -> None:
+    files = sorted(SERVICE.rglob("*.py"))
+    assert len(files) > 30  # the walk sees the package
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} {module}"
+        for path in files
+        for line, module in _imports(path)
+        if module == "lab" or module.startswith("lab.")
+    ]
+    assert offenders == []
+
+
+def test_the_lab_imports_the_service() -> None:
+    # the other direction holds by construction; this checks the scan above would see an import
+    lab = [m for p in sorted((ROOT / "lab").rglob("*.py")) for _, m in _imports(p)]
+    assert any(m.startswith("service.") for m in lab)
+
+
+_PROBE = """
+import importlib, json, pkgutil, sys
+at_start = set(sys.modules)  # the interpreter's own start-up (site, .pth hooks) is not the server's
+import service
+for mod in pkgutil.walk_packages(service.__path__, prefix="service."):
+    if not mod.name.endswith("__main__"):  # that one runs the command line
+        importlib.import_module(mod.name)
+import uvicorn.loops.auto, uvicorn.protocols.http.auto  # what `serve` loads when it starts uvicorn
+from service.api.app import create_app
+create_app()
+print(json.dumps(sorted({name.partition(".")[0] for name in set(sys.modules) - at_start})))
+"""
+
+
+def _imported_top_level() -> set[str]:
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Canonical names of the distributions these requirements install, with their own requirements."""
+    seen: set[str] = set()
+    todo = [(Requirement(r), frozenset()) for r in requirements]
+    while todo:
+        req, _ = todo.pop()
+        name = canonicalize_name(req.name)
+        extras = req.extras
+        key = name + "[" + ",".join(sorted(extras)) + "]"
+        if key in seen:
+            continue
+        seen.add(key)
+        seen.add(name)
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue  # an optional requirement not installed here (its marker may not apply)
+        for text in dist.requires or []:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in (extras or {""})):
+                todo.append((sub, frozenset()))
+    return {s for s in seen if "[" not in s}
+
+
+def test_server_dependencies_are_what_the_server_imports() -> None:
+    from importlib.metadata import packages_distributions
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    allowed = _closure(declared)
+    owners = packages_distributions()
+    imported = _imported_top_level()
+    assert "lab" not in imported  # nothing in the server loads the lab at run time either
+    third_party = {
+        canonicalize_name(dist)
+        for top in imported - OWN - set(sys.stdlib_module_names)
+        for dist in owners.get(top, [])
+    }
+    assert third_party, "the probe saw no third-party import"
+    assert sorted(third_party - allowed) == [], "imported but not a (transitive) server dependency"
+    direct = {canonicalize_name(Requirement(r).name) for r in declared}
+    assert sorted(direct - third_party) == [], "declared server dependency that the server never imports"
+    for heavy in ("matplotlib", "tqdm", "vowpalwabbit", "river", "httpx"):
+        assert heavy not in allowed, f"{heavy} is a server dependency"
