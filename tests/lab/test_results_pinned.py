@@ -1,0 +1,65 @@
+"""The run store's pinned results versions (lab.repro.seed001.RESULTS_VERSION) still hold.
+
+Each stored run of the seed-001 table is keyed by its learner's results version. A short run per
+learner and setting must give exactly the correctness vector and final state recorded here (sha256
+of the packed vector and of the canonical state): the arithmetic of every learner whose runs are
+stored is what produced them. When a change moves one of these, the stored runs of that learner no
+longer describe the code: change its RESULTS_VERSION (invalidating them) and record the new values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lab.repro.seed001 import OPTFULL, RESULTS_VERSION, _params, new_run
+from lab.sim.stream import run_stream
+from service.sampling import DecisionIds
+from service.serial import checksum
+
+LIMIT = 1500
+SEED = 3
+
+
+def _settings() -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for learner in RESULTS_VERSION:
+        rho = None if learner in ("adaboost-olm", "online-mbbm") else 0.1
+        out.append((learner, "car", _params("car", learner, rho, 5)))
+    # the isolet path: weights divided by k - 1 (a parameter the car runs leave off)
+    out.append(("adabandit", "balance", {**_params("balance", "adabandit", 0.1, 5), "weight_divide": True}))
+    out.append(("banditbbm", "balance", {**_params("balance", "banditbbm", 0.1, 5), "weight_divide": True}))
+    out.append(("online-mbbm", "balance", {**_params("balance", "online-mbbm", None, 5), **OPTFULL}))
+    return out
+
+
+def fingerprint(learner: str, dataset: str, params: dict[str, Any]) -> tuple[str, str]:
+    model, X, y = new_run(learner, dataset, params, SEED, LIMIT, "ordinal")
+    correct = run_stream(model, X, y, DecisionIds.for_seed(SEED))
+    return hashlib.sha256(np.packbits(correct).tobytes()).hexdigest()[:16], checksum(model.state())[:16]
+
+
+#: (learner, data set) -> (correctness vector, final state), recorded at the code of the stored runs
+EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
+    ("adabandit", "car"): ("a21ea9b0aa6aa5ac", "e96fbc545d94e704"),
+    ("banditbbm", "car"): ("67f0519736a51262", "28fe7b0ccc79bf88"),
+    ("adaboost-olm", "car"): ("9473e8549306e431", "25e6c00c5cc92e74"),
+    ("online-mbbm", "car"): ("0156041914e4acb1", "b5ed0cfb67b80f0f"),
+    ("binbandit", "car"): ("d41fb17544a07ffb", "a580b952a4196224"),
+    ("adabandit", "balance"): ("829811a54b90e490", "41aed6cbbe036d30"),
+    ("banditbbm", "balance"): ("b22711193a26f6c0", "81db7c5abc15e7a8"),
+    ("online-mbbm", "balance"): ("31260c71ba738c3f", "476ce96a113cc698"),
+}
+
+
+@pytest.mark.parametrize(
+    ("learner", "dataset", "params"), _settings(), ids=[f"{a}-{b}" for a, b, _ in _settings()]
+)
+def test_results_unchanged(learner: str, dataset: str, params: dict[str, Any]) -> None:
+    assert fingerprint(learner, dataset, params) == EXPECTED[(learner, dataset)], (
+        f"{learner} on {dataset}: its arithmetic changed, so its stored runs no longer describe it; "
+        "change RESULTS_VERSION in lab/repro/seed001.py and record the new values here"
+    )
