@@ -43,6 +43,12 @@ COPY README.md ./
 COPY service ./service
 RUN pip install --no-cache-dir --no-deps .
 
+# Without REDIS_URL the server keeps its models in the SQLite file under /data: mount a volume
+# there to keep them across containers.
+ENV CLICKBOOST_DATA_DIR=/data
+RUN mkdir /data && chown 10001:10001 /data
+VOLUME ["/data"]
+
 # Numeric ids: the runtime can check that the user is not root without reading /etc/passwd.
 USER 10001:10001
 EXPOSE 8000

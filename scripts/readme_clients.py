@@ -15,9 +15,11 @@ import io
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,6 +91,10 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_") and k != "REDIS_URL"}
     env["PYTHON"] = sys.executable
+    # The embedded SQLite store, as `make run` has it, but in a fresh directory: the outputs below
+    # start from untrained models, and the repository's ./data is left alone.
+    data_dir = tempfile.mkdtemp(prefix="clickboost-readme-")
+    env["CLICKBOOST_DATA_DIR"] = data_dir
     py = shlex.quote(sys.executable)
     server = subprocess.Popen(
         [*shlex.split(SERVE.replace(".venv/bin/python", py)), "--port", str(port)],
@@ -116,7 +122,8 @@ def main() -> None:
         replay_out = sh(REPLAY.replace(".venv/bin/python", py), url, env)
     finally:
         server.terminate()
-        server.wait(timeout=15)
+        server.wait(timeout=30)
+        shutil.rmtree(data_dir, ignore_errors=True)
     (ROOT / "replay.json").unlink()
     demo_out = sh(DEMO, url, env)
 
@@ -140,7 +147,8 @@ def main() -> None:
             "`clients.Client` (and `clients.AsyncClient`, the same methods as coroutines) needs only "
             "httpx: `pip install ./clients` (from a checkout) installs the SDK and httpx, nothing of "
             "the server. Keys: `api_key=` / `admin_key=`, by default read from `CLICKBOOST_API_KEY` "
-            "(its first key) and `CLICKBOOST_ADMIN_KEY`, the variables the server reads. Errors are typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
+            "(its first key) and `CLICKBOOST_ADMIN_KEY`, the variables the server reads. Errors are "
+            "typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
             "`Conflict`, `Gone`, `ServerError`, `TransportError`); feedback is retried with back-off "
             "re-sending the same decision id, which is safe because the service records it exactly "
             "once. Admin calls: `create_model`, `list_models`, `get_model`, `reset_model`, "

@@ -78,6 +78,16 @@ class Settings(BaseSettings):
     tail_interval_seconds: float = Field(0.05, gt=0)
     checkpoint_every: int = Field(1000, ge=1)
     checkpoint_interval_seconds: float = Field(60.0, gt=0)
+    # The embedded store (no REDIS_URL): "sqlite" keeps everything in DATA_DIR/clickboost.sqlite3
+    # across restarts; "memory" (tests, `serve --memory`) keeps nothing.
+    store: Literal["sqlite", "memory"] = "sqlite"
+    data_dir: Path = Path("data")
+    # fsync of the SQLite store: "full" syncs every feedback's commit (survives power loss),
+    # "normal" survives a killed process but may lose the last commits on power loss.
+    sqlite_synchronous: Literal["full", "normal"] = "full"
+    # Memory budgets checked before a model is allocated (422 at creation when over).
+    max_model_bytes: int = Field(256 * 2**20, ge=1024)
+    max_total_model_bytes: int = Field(2 * 2**30, ge=1024)
 
     @property
     def api_key_set(self) -> frozenset[str]:

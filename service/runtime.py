@@ -51,6 +51,12 @@ TAIL_BLOCK_SECONDS = 0.5
 UNSAVED_MAX = 100_000
 RECOVERY_SECONDS = 2.0
 
+
+def _backoff(failures: int) -> float:
+    """Seconds before retrying after ``failures`` consecutive failures: 0.1 doubling, at most 60."""
+    return min(0.1 * 2 ** (failures - 1), 60.0)
+
+
 DEMO_MODEL = ModelSpec(
     learner="banditron",
     params={"gamma": 0.05},
@@ -60,8 +66,15 @@ DEMO_MODEL = ModelSpec(
 )
 
 
-def build_learner(spec: ModelSpec) -> Learner:
-    """A fresh learner for ``spec``; :class:`ParamError` if unknown, full-information or misconfigured."""
+class ModelUnavailableError(Exception):
+    """The store has the model but this process cannot load it (503; retried with back-off)."""
+
+
+class BudgetError(ParamError):
+    """A model's learned state would exceed the memory budget (422 at creation)."""
+
+
+def _bandit_class(spec: ModelSpec) -> type[Learner]:
     try:
         cls = learners.get(spec.learner)
     except KeyError as exc:
@@ -72,7 +85,49 @@ def build_learner(spec: ModelSpec) -> Learner:
             f"learner {spec.learner!r} needs the true label (full information) and cannot learn from clicks; "
             f"bandit learners: {bandit}"
         )
+    return cls
+
+
+def build_learner(spec: ModelSpec) -> Learner:
+    """A fresh learner for ``spec``; :class:`ParamError` if unknown, full-information or misconfigured."""
+    _bandit_class(spec)
     return make_learner(spec.learner, spec.dim, spec.k, spec.params, seed=spec.seed)
+
+
+def state_nbytes(spec: ModelSpec) -> int:
+    """Bytes of learned state ``spec`` asks for, without allocating it (:class:`ParamError` if invalid)."""
+    return _bandit_class(spec).state_nbytes(spec.dim, spec.k, spec.params)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def check_budget(name: str, spec: ModelSpec, settings: Settings, others: int = 0) -> int:
+    """The state size of ``spec``; :class:`BudgetError` naming size and budget when it does not fit.
+
+    ``others`` is what the process's other models already hold (their estimates).
+    """
+    need = state_nbytes(spec)
+    what = (
+        f"model {name!r} needs {human_bytes(need)} of learned state "
+        f"({spec.learner}, {spec.k} labels x {spec.dim} features)"
+    )
+    if need > settings.max_model_bytes:
+        raise BudgetError(
+            f"{what}; the budget per model is {human_bytes(settings.max_model_bytes)} "
+            "(CLICKBOOST_MAX_MODEL_BYTES)"
+        )
+    if others + need > settings.max_total_model_bytes:
+        raise BudgetError(
+            f"{what}; this process's models already hold {human_bytes(others)} of the "
+            f"{human_bytes(settings.max_total_model_bytes)} budget (CLICKBOOST_MAX_TOTAL_MODEL_BYTES)"
+        )
+    return need
 
 
 class ModelRuntime:
@@ -101,6 +156,12 @@ class ModelRuntime:
         self.checkpoint_position = 0
         self.checkpoint_at = time.monotonic()
         self.last_apply_lag = 0.0
+        self.budget_bytes = state_nbytes(spec)
+        self._checksum: tuple[int, int, str] | None = None  # (position, id(learner), digest)
+        # Isolated failures: an event this process cannot apply stops this model only.
+        self.failure: str | None = None
+        self.failures = 0  # consecutive failed attempts
+        self.retry_at = 0.0  # time.monotonic() of the next attempt
 
     def decide(self, x: np.ndarray, decision_id: str) -> Decision:
         """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change)."""
@@ -111,6 +172,7 @@ class ModelRuntime:
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
             x = self.featurise.unpack(event.x)
+            self._checksum = None
             self.learner.learn(x, Decision.from_state(event.decision), event.reward)
         elif event.kind == "reset":
             self.learner = build_learner(self.spec)
@@ -121,11 +183,17 @@ class ModelRuntime:
 
     def state_bytes(self) -> bytes:
         """Canonical serialised learned state (:mod:`service.serial`)."""
-        return encode(self.learner.state())
+        return encode(self.learner.state(copy=False))
 
     def checksum(self) -> str:
-        """sha256 of the canonical serialised state: equal on every replica at the same version."""
-        return checksum(self.learner.state())
+        """sha256 of the canonical serialised state: equal on every replica at the same version.
+
+        Computed once per version (listing models never copies or re-hashes a state).
+        """
+        key = (self.position, id(self.learner))
+        if self._checksum is None or self._checksum[:2] != key:
+            self._checksum = (*key, checksum(self.learner.state(copy=False)))
+        return self._checksum[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +235,9 @@ class Runtime:
         self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
         self._flush_lock = asyncio.Lock()
         self._store_down_at = -float("inf")  # time.monotonic() when the store last failed us
+        # name -> (incarnation, time.monotonic() of the next attempt, attempts, reason): models
+        # in the store that this process cannot load (a bad checkpoint, over its memory budget)
+        self._load_failures: dict[str, tuple[Any, float, int, str]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -177,8 +248,9 @@ class Runtime:
             declared.update(load_model_file(self.settings.config_file))
         if self.settings.demo:
             declared.setdefault("demo", DEMO_MODEL)
+        held = 0
         for name, spec in declared.items():
-            build_learner(spec)  # fail fast on a bad learner / params in the file
+            held += check_budget(name, spec, self.settings, held)  # fail fast: params, size
             with contextlib.suppress(ModelExistsError):
                 await self.store.create_model(name, self._config(spec))
         await self.sync_models()
@@ -209,12 +281,48 @@ class Runtime:
         for name in list(self.models):
             if name not in configs or configs[name]["incarnation"] != self.models[name].incarnation:
                 del self.models[name]
+        for name in set(self._load_failures) - set(configs):
+            del self._load_failures[name]
         for name, config in configs.items():
             if name not in self.models:
-                self.models[name] = await self._load(name, config)
+                await self._load_isolated(name, config)
+
+    async def sync_model(self, name: str) -> ModelRuntime | None:
+        """Read-your-writes for one name: load it if the store has it, forget it if not."""
+        try:
+            config = await self.store.get_model(name)
+        except UnknownModelError:
+            self.models.pop(name, None)
+            self._load_failures.pop(name, None)
+            return None
+        m = self.models.get(name)
+        if m is None or m.incarnation != config["incarnation"]:
+            self.models.pop(name, None)
+            await self._load_isolated(name, config)
+        return self.models.get(name)
+
+    async def _load_isolated(self, name: str, config: Mapping[str, Any]) -> None:
+        """Load a model; a model this process cannot load is skipped (logged, retried later)."""
+        incarnation = config.get("incarnation")
+        failed = self._load_failures.get(name)
+        if failed is not None and failed[0] == incarnation and time.monotonic() < failed[1]:
+            return  # backing off
+        try:
+            self.models[name] = await self._load(name, config)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            attempts = failed[2] + 1 if failed is not None and failed[0] == incarnation else 1
+            reason = f"{type(exc).__name__}: {exc}"
+            self._load_failures[name] = (incarnation, time.monotonic() + _backoff(attempts), attempts, reason)
+            log.error("model %r cannot be loaded here (attempt %d): %s", name, attempts, reason)
+            return
+        self._load_failures.pop(name, None)
 
     async def _load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
         spec = ModelSpec.model_validate(config["spec"])
+        others = sum(m.budget_bytes for n, m in self.models.items() if n != name)
+        check_budget(name, spec, self.settings, others)  # before allocating
         m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features)
         await self._from_checkpoint(m)
         await self.catch_up(m)
@@ -281,7 +389,9 @@ class Runtime:
     async def _wait_for_events(self) -> None:
         """Until the logs may have grown: blocking on a shared store's logs, else a local wake-up."""
         if self.store.shared:
-            positions = {name: m.position for name, m in self.models.items()}
+            # A failed model's log has an entry it cannot apply: waiting on it would return at once
+            # and spin; its retries run on the back-off clock (every round is at most 0.5 s).
+            positions = {name: m.position for name, m in self.models.items() if m.failure is None}
             await self.store.wait_log(positions, TAIL_BLOCK_SECONDS)
             return
         with contextlib.suppress(TimeoutError):
@@ -309,13 +419,57 @@ class Runtime:
                     await self.sync_models()
                     last_sync = time.monotonic()
                 for m in list(self.models.values()):
-                    await self.catch_up(m)
+                    await self._catch_up_isolated(m)
             except StoreUnavailableError as exc:  # keep serving from memory; retry until it is back
                 self._store_down_at = time.monotonic()
                 log.warning("%s; retrying", exc)
                 await asyncio.sleep(self.settings.tail_interval_seconds)
             except Exception:  # keep serving; the next round retries
                 log.exception("applying the event log failed")
+
+    async def _catch_up_isolated(self, m: ModelRuntime) -> None:
+        """Apply ``m``'s log; an event it cannot apply marks it failed, never stops the others.
+
+        A failed model keeps serving decisions from its last good state; it is retried with
+        exponential back-off (0.1 s doubling to 60 s) from its checkpoint, so an event half
+        applied before it raised leaves nothing behind.
+        """
+        if m.failure is not None:
+            if time.monotonic() < m.retry_at:
+                return
+            try:  # start again from the checkpoint: a learn that raised may have left partial updates
+                fresh = await self._load(m.name, await self.store.get_model(m.name))
+            except UnknownModelError:
+                self.models.pop(m.name, None)
+                return
+            except StoreUnavailableError:
+                raise
+            except Exception as exc:
+                self._failed(m, exc)
+                return
+            fresh.failures = m.failures
+            if self.models.get(m.name) is m:
+                self.models[m.name] = fresh
+            m = fresh
+            log.warning("model %r recovered at version %d", m.name, m.position)
+            return
+        try:
+            await self.catch_up(m)
+        except StoreUnavailableError:
+            raise
+        except UnknownModelError:  # deleted meanwhile; the next sync drops it
+            return
+        except Exception as exc:
+            self._failed(m, exc)
+
+    def _failed(self, m: ModelRuntime, exc: Exception) -> None:
+        m.failures += 1
+        m.failure = f"event {m.position + 1} cannot be applied here: {type(exc).__name__}: {exc}"
+        m.retry_at = time.monotonic() + _backoff(m.failures)
+        if m.failures == 1:  # one traceback per failure, then one line per retry
+            log.exception("model %r failed; the other models go on", m.name)
+        else:
+            log.error("model %r still failing (attempt %d): %s", m.name, m.failures, m.failure)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -353,13 +507,40 @@ class Runtime:
         try:
             return self.models[name]
         except KeyError:
+            failed = self._load_failures.get(name)
+            if failed is not None:
+                raise ModelUnavailableError(
+                    f"model {name!r} cannot be loaded on this replica ({failed[3]}); retried with back-off"
+                ) from None
             raise UnknownModelError(f"unknown model {name!r}; known: {sorted(self.models)}") from None
+
+    async def resolve(self, name: str | None, fresh: bool = False) -> ModelRuntime:
+        """:meth:`get`, but a name this process does not know is looked up in the store first, so
+        a model just created through another replica is served at once (read-your-writes).
+
+        ``fresh`` (the admin routes) checks the store even for a known name and applies its log,
+        so a model deleted, re-created or reset through another replica is seen at once; the hot
+        path learns of a deletion from the store's answer to the decision it records.
+        """
+        if fresh and name is not None and self.store.shared:
+            m = await self.sync_model(name)
+            if m is None:
+                self.get(name)  # raises: unknown, or known but not loadable here
+            if m.failure is None:  # resets and imports through other replicas, applied now
+                await self._catch_up_isolated(m)
+        try:
+            return self.get(name)
+        except UnknownModelError:
+            if name is None or not self.store.shared:
+                raise
+            await self.sync_model(name)
+            return self.get(name)
 
     async def predict(
         self, name: str | None, features: Sequence[float] | Mapping[str, FeatureValue]
     ) -> Prediction:
         """Featurise, decide, record the pending decision (the reward window starts now)."""
-        m = self.get(name)
+        m = await self.resolve(name)
         x = m.featurise(features)
         decision_id = self.ids.new()
         d = m.decide(x, decision_id)
@@ -378,6 +559,10 @@ class Runtime:
         except StoreUnavailableError:  # keep serving: the tail loop records it once the store is back
             self._store_down_at = time.monotonic()
             self._unsaved.append(record)
+        except UnknownModelError:  # deleted through another replica: stop serving it now
+            if self.models.get(m.name) is m:
+                del self.models[m.name]
+            raise UnknownModelError(f"unknown model {m.name!r} (deleted)") from None
         return Prediction(decision_id, m.name, d, m.position, m.labels[d.label])
 
     async def feedback(self, decision_id: str, click: bool, wait: bool) -> tuple[ClaimOutcome, bool]:
@@ -408,11 +593,15 @@ class Runtime:
     # -- administration -------------------------------------------------------------------------
 
     async def create_model(self, name: str, spec: ModelSpec) -> ModelRuntime:
-        """Create ``name`` (:class:`ModelExistsError` if taken, :class:`ParamError` if invalid)."""
-        build_learner(spec)
+        """Create ``name``: :class:`ModelExistsError` if taken, :class:`ParamError` if invalid,
+        :class:`BudgetError` if its state would not fit (checked before anything is allocated)."""
+        others = sum(m.budget_bytes for n, m in self.models.items() if n != name)
+        check_budget(name, spec, self.settings, others)
         await self.store.create_model(name, self._config(spec))
-        await self.sync_models()
-        return self.models[name]
+        m = await self.sync_model(name)
+        if m is None:
+            raise UnknownModelError(f"model {name!r} was deleted as it was created")
+        return m
 
     async def delete_model(self, name: str) -> None:
         await self.store.delete_model(name)
@@ -420,14 +609,14 @@ class Runtime:
 
     async def reset_model(self, name: str) -> ModelRuntime:
         """Replace the learned state by a fresh learner's, through the log (counts are kept)."""
-        m = self.get(name)
+        m = await self.resolve(name, fresh=True)
         position = await self.store.append(name, Event(0, "reset", at=self.clock()))
         await self.wait_applied(m, position)
         return m
 
     async def import_state(self, name: str, data: bytes) -> ModelRuntime:
         """Replace the learned state by ``data`` (validated first; never unpickled)."""
-        m = self.get(name)
+        m = await self.resolve(name, fresh=True)
         learner_from_state(m.learner.config(), decode(data))  # raises StateFormatError / ParamError
         position = await self.store.append(name, Event(0, "import", at=self.clock(), state=data))
         await self.wait_applied(m, position)

@@ -28,18 +28,19 @@ class StateFormatError(ValueError):
     """The bytes or the dictionary are not a valid serialised state."""
 
 
-def encode(state: Mapping[str, Any]) -> bytes:
-    """Encode a flat state dictionary canonically (see module docstring)."""
+def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
+    """The header and the arrays of the encoding, in order: C-contiguous little-endian arrays,
+    views of the state's own arrays wherever they already are (no copy)."""
     header: dict[str, Any] = {}
-    blobs: list[bytes] = []
+    arrays: list[np.ndarray] = []
     for key in sorted(state):
         value = state[key]
         if isinstance(value, np.ndarray):
             if value.dtype.kind not in _ALLOWED_KINDS:
                 raise StateFormatError(f"state[{key!r}]: dtype {value.dtype} is not numeric")
-            arr = np.array(value, dtype=value.dtype.newbyteorder("<"), order="C")  # keeps 0-d shape
-            header[key] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
-            blobs.append(arr.tobytes())
+            arr = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            header[key] = {"dtype": arr.dtype.str, "shape": list(value.shape)}
+            arrays.append(arr)
         elif isinstance(value, bool | int | float | str) or value is None:
             if isinstance(value, float) and not np.isfinite(value):
                 header[key] = {"float": repr(value)}
@@ -50,7 +51,13 @@ def encode(state: Mapping[str, Any]) -> bytes:
         else:
             raise StateFormatError(f"state[{key!r}]: unsupported type {type(value).__name__}")
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return MAGIC + struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    return MAGIC + struct.pack("<Q", len(head)) + head, arrays
+
+
+def encode(state: Mapping[str, Any]) -> bytes:
+    """Encode a flat state dictionary canonically (see module docstring)."""
+    head, arrays = _parts(state)
+    return head + b"".join(a.tobytes() for a in arrays)
 
 
 def decode(data: bytes) -> State:
@@ -98,5 +105,10 @@ def decode(data: bytes) -> State:
 
 
 def checksum(state: Mapping[str, Any]) -> str:
-    """sha256 hex digest of the canonical encoding of ``state``."""
-    return hashlib.sha256(encode(state)).hexdigest()
+    """sha256 hex digest of the canonical encoding of ``state``, hashed piece by piece: the
+    encoding is never built, so a large model is not copied to be checksummed."""
+    head, arrays = _parts(state)
+    h = hashlib.sha256(head)
+    for a in arrays:
+        h.update(a.reshape(-1).view(np.uint8))  # 0-d and empty arrays as plain bytes
+    return h.hexdigest()

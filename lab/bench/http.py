@@ -80,6 +80,7 @@ def _server(cmd: list[str]) -> Iterator[tuple[str, int]]:
     """Run ``cmd`` (``{port}`` substituted) until /openapi.json answers; yield (base URL, pid)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env["CLICKBOOST_STORE"] = "memory"  # the service's hot path, not its disk (SQLite: issue 18)
     proc = subprocess.Popen(
         [c.format(port=port) for c in cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -29,7 +29,7 @@ models (admin key). Send keys in the `X-API-Key` header when the server has keys
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
     """Build the app; ``settings`` default to the environment, ``store`` to :func:`open_store`."""
     settings = settings or load_settings()
-    store = store or open_store(settings.redis_url, settings.claim_ttl_seconds)
+    store = store or open_store(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -1,11 +1,21 @@
 """API keys from settings: ``X-API-Key`` for /predict and /feedback, the admin key for /models.
 
-With no keys configured every request is allowed; ``python -m service serve`` then refuses to bind
-anything but loopback unless ``--insecure``. The admin key is accepted on every endpoint.
+Fail closed. With no key configured at all every request is allowed (a development server;
+``clickboost serve`` then refuses to bind anything but loopback unless ``--insecure``). Once any
+key is configured:
+
+- ``/predict`` and ``/feedback`` need an API key (``CLICKBOOST_API_KEY``) or the admin key;
+- every ``/models`` route, reads included (they expose learned state, configs and counts), needs
+  the admin key (``CLICKBOOST_ADMIN_KEY``); with API keys but no admin key they answer 403 naming
+  the missing setting, never serve;
+- ``/healthz``, ``/readyz``, ``/metrics`` and the API documentation stay open.
+
+Keys are compared in constant time (digests of equal length, every candidate compared).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Annotated
 
@@ -20,26 +30,40 @@ api_key_header = APIKeyHeader(name=HEADER, auto_error=False, description="API ke
 SECURITY = {"security": [{"APIKeyHeader": []}]}
 
 
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
 def _matches(key: str | None, candidates: list[str]) -> bool:
-    # compare_digest against every candidate: time does not depend on where a key differs
+    # Equal-length digests, every candidate compared: the time says nothing of where a key differs
+    # nor of its length, nor of which candidate matched.
     if key is None:
         return False
-    return any([hmac.compare_digest(key.encode(), c.encode()) for c in candidates])
+    given = _digest(key)
+    return any([hmac.compare_digest(given, _digest(c)) for c in candidates])
 
 
 def check_api_key(request: Request) -> None:
     """Allow /predict and /feedback to holders of an API key or the admin key (401 otherwise)."""
     settings: Settings = request.app.state.settings
-    keys = settings.api_key_set
-    if not keys:
+    allowed = [*settings.api_key_set, *([settings.admin_key] if settings.admin_key else [])]
+    if not allowed:
         return
-    allowed = [*keys, settings.admin_key] if settings.admin_key else list(keys)
     if not _matches(request.headers.get(HEADER), allowed):
         raise HTTPException(401, f"missing or invalid {HEADER}", headers={"WWW-Authenticate": "APIKey"})
 
 
 async def require_admin(request: Request, key: Annotated[str | None, Depends(api_key_header)]) -> None:
-    """Dependency: allow /models to holders of the admin key (401 otherwise)."""
-    admin = request.app.state.settings.admin_key
-    if admin and not _matches(key, [admin]):
-        raise HTTPException(401, f"missing or invalid admin {HEADER}", headers={"WWW-Authenticate": "APIKey"})
+    """Dependency: allow /models to holders of the admin key (401), closed without one (403)."""
+    settings: Settings = request.app.state.settings
+    if settings.admin_key:
+        if not _matches(key, [settings.admin_key]):
+            raise HTTPException(
+                401, f"missing or invalid admin {HEADER}", headers={"WWW-Authenticate": "APIKey"}
+            )
+    elif settings.api_key_set:
+        raise HTTPException(
+            403,
+            "admin routes are closed: API keys are configured (CLICKBOOST_API_KEY) but no admin key; "
+            "set CLICKBOOST_ADMIN_KEY to use /models",
+        )

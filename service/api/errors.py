@@ -8,11 +8,14 @@ body over the size limit -> 413 (:class:`BodyLimit`); shared store unreachable -
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -21,10 +24,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.features import FeatureError
 from service.learners.base import ParamError
 from service.registry import UnknownNameError
+from service.runtime import ModelUnavailableError
 from service.serial import StateFormatError
 from service.store import ModelExistsError, StoreUnavailableError, UnknownModelError
 
 RETRY_AFTER_SECONDS = 1
+
+log = logging.getLogger("clickboost.api")
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -37,7 +43,8 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
     errors = list(exc.errors())
     for err in errors:
         if err["type"] == "missing" and tuple(err["loc"]) == ("body",):
-            return JSONResponse({"detail": "empty body: expected a JSON object"}, status_code=400)
+            expected = "an exported state" if request.url.path.endswith("/state") else "a JSON object"
+            return JSONResponse({"detail": f"empty body: expected {expected}"}, status_code=400)
         if err["type"] == "json_invalid":
             reason = err.get("ctx", {}).get("error", "invalid JSON")
             where = f" at character {err['loc'][-1]}" if isinstance(err["loc"][-1], int) else ""
@@ -59,14 +66,52 @@ def _status(code: int) -> Callable[[Request, Exception], JSONResponse]:
 
 def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     """The shared store is down: nothing was recorded; retry (503 with ``Retry-After``)."""
-    detail = f"shared store unavailable, nothing recorded; retry later ({exc})"
+    # The cause (addresses, driver errors) goes to the log, not to clients.
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    detail = "shared store unavailable, nothing recorded; retry later"
     return JSONResponse(
         {"detail": detail}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
     )
 
 
+def _documented_methods(app: FastAPI) -> list[tuple[re.Pattern[str], frozenset[str]]]:
+    """(path pattern, methods) of every documented path, from the OpenAPI document (cached)."""
+    table = getattr(app.state, "documented_methods", None)
+    if table is None:
+        table = [
+            (
+                re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(path)) + "$"),
+                frozenset(m.upper() for m in ops),
+            )
+            for path, ops in app.openapi()["paths"].items()
+        ]
+        app.state.documented_methods = table
+    return table
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's answer, except that a 405 lists every method of the path in ``Allow`` (RFC 9110
+    15.5.6): Starlette names only the first route that matched the path, one method of several."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        path = request.url.path
+        allowed = sorted({m for rx, ms in _documented_methods(request.app) if rx.match(path) for m in ms})
+        if allowed:
+            detail = f"method {request.method} not allowed on {path}; allowed: {', '.join(allowed)}"
+            return JSONResponse({"detail": detail}, status_code=405, headers={"Allow": ", ".join(allowed)})
+    return await http_exception_handler(request, exc)
+
+
+def _model_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(
+        {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
+    app.add_exception_handler(ModelUnavailableError, _model_unavailable)
+    app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     for exc, code in [

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from service.api import metrics
 from service.api.predict import RuntimeDep
+from service.api.schemas import error_responses
 
 router = APIRouter(tags=["operations"])
 
@@ -27,7 +28,14 @@ async def readyz(runtime: RuntimeDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "models": sorted(runtime.models)})
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "Prometheus text format"},
+        **error_responses(503),
+    },
+)
 async def prometheus(runtime: RuntimeDep) -> Response:
     """Prometheus text format (merged over workers in multiprocess mode)."""
     data, content_type = await metrics.render(runtime)

@@ -62,7 +62,22 @@ LAG_SECONDS = Gauge(
     ["model"],
     multiprocess_mode="mostrecent",
 )
-_GAUGES = (PENDING, CTR, EXPIRED, VERSION, LAG_EVENTS, LAG_SECONDS)
+FAILED = Gauge(
+    "clickboost_model_failed",
+    "1 while this process cannot apply the model's next event (it serves its last good state)",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+FAILURES = Gauge(
+    "clickboost_model_failures",
+    "Consecutive failed attempts to apply the model's next event here",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+STATE_BYTES = Gauge(
+    "clickboost_model_state_bytes", "Bytes of learned state", ["model"], multiprocess_mode="mostrecent"
+)
+_GAUGES = (PENDING, CTR, EXPIRED, VERSION, LAG_EVENTS, LAG_SECONDS, FAILED, FAILURES, STATE_BYTES)
 
 
 async def render(runtime: Runtime) -> tuple[bytes, str]:
@@ -78,6 +93,9 @@ async def render(runtime: Runtime) -> tuple[bytes, str]:
         VERSION.labels(name).set(m.position)
         LAG_EVENTS.labels(name).set(await runtime.store.log_position(name) - m.position)
         LAG_SECONDS.labels(name).set(m.last_apply_lag)
+        FAILED.labels(name).set(m.failure is not None)
+        FAILURES.labels(name).set(m.failures if m.failure is not None else 0)
+        STATE_BYTES.labels(name).set(m.learner.nbytes())
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

@@ -17,10 +17,11 @@ router = APIRouter(
     prefix="/models",
     dependencies=[Depends(require_admin)],
     tags=["models"],
-    responses=error_responses(401, 503),
+    responses=error_responses(401, 403),
 )
-# The name in the path is validated (422) on every route that takes one.
-NAMED = error_responses(404, 422)
+# The name in the path is validated (422) on every route that takes one; every one reads the store
+# first (read-your-writes across replicas), so 503 when it is down.
+NAMED = error_responses(404, 422, 503)
 
 NamePath = Annotated[ModelName, Path(description="Model name: letters, digits, _ . - (at most 64).")]
 
@@ -36,10 +37,23 @@ async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
         ctr=c.ctr,
     )
     config = m.spec.model_dump(mode="json", exclude_none=True)
-    return ModelInfo(name=m.name, config=config, version=m.position, checksum=m.checksum(), counts=counts)
+    return ModelInfo(
+        name=m.name,
+        config=config,
+        version=m.position,
+        checksum=m.checksum(),
+        counts=counts,
+        state_bytes=m.learner.nbytes(),
+        failure=m.failure,
+    )
 
 
-@router.get("", response_model=ModelList, summary="List models and the bandit learners available")
+@router.get(
+    "",
+    response_model=ModelList,
+    responses=error_responses(503),
+    summary="List models and the bandit learners available",
+)
 async def list_models(runtime: RuntimeDep) -> ModelList:
     await runtime.sync_models()
     infos = [await _info(runtime, m) for _, m in sorted(runtime.models.items())]
@@ -51,7 +65,7 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
     "/{name}",
     response_model=ModelInfo,
     status_code=201,
-    responses=error_responses(400, 409, 413, 422),
+    responses=error_responses(400, 409, 413, 422, 503),
     summary="Create a model",
 )
 async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> ModelInfo:
@@ -62,7 +76,7 @@ async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> 
 @router.get("/{name}", response_model=ModelInfo, responses=NAMED)
 async def get_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     """Config, version (log position), checksum of the state, counts and running CTR."""
-    return await _info(runtime, runtime.get(name))
+    return await _info(runtime, await runtime.resolve(name, fresh=True))
 
 
 @router.delete("/{name}", status_code=204, responses=NAMED)
@@ -84,7 +98,7 @@ async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
 )
 async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
     """The learned state in the canonical pickle-free encoding of ``service.serial``."""
-    m = runtime.get(name)
+    m = await runtime.resolve(name, fresh=True)
     headers = {"X-Model-Version": str(m.position), "X-Checksum": m.checksum()}
     return Response(m.state_bytes(), media_type="application/octet-stream", headers=headers)
 
@@ -92,7 +106,7 @@ async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
 @router.put(
     "/{name}/state",
     response_model=StateImported,
-    responses=error_responses(400, 404, 413, 422),
+    responses=error_responses(400, 404, 413, 422, 503),
 )
 async def import_state(
     name: NamePath,

@@ -31,7 +31,9 @@ from service.store import ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
 
-router = APIRouter(tags=["decisions"], responses=error_responses(401, 413, 503))
+# /predict answers during a store outage (the decision is recorded once the store is back), so
+# only /feedback documents 503.
+router = APIRouter(tags=["decisions"], responses=error_responses(401, 413))
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -102,6 +104,7 @@ async def predict(request: Request) -> Response:
         409: {"model": ErrorBody, "description": "Already answered; the body gives the first outcome"},
         410: {"model": ErrorBody, "description": "Reward window passed; the default reward applies"},
         422: {"model": ErrorBody},
+        **error_responses(503),
     },
     summary="Report whether the user clicked",
     openapi_extra={

@@ -147,6 +147,12 @@ class ModelInfo(BaseModel):
     version: int
     checksum: str = Field(description="sha256 of the canonical serialised learned state.")
     counts: ModelCounts
+    state_bytes: int = Field(description="Bytes of learned state held now.")
+    failure: str | None = Field(
+        None,
+        description="Set while this replica cannot apply the model's next event: it serves its last "
+        "good state and retries with back-off; null when healthy.",
+    )
 
 
 class ModelList(BaseModel):
@@ -162,15 +168,25 @@ class StateImported(BaseModel):
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for error ``codes``, each an :class:`ErrorBody` with its meaning."""
-    return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        out[code] = {"model": ErrorBody, "description": ERROR_MEANINGS[code]}
+        if code == 503:
+            out[code]["headers"] = {"Retry-After": RETRY_AFTER_HEADER}
+    return out
+
+
+RETRY_AFTER_HEADER = {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
 
 
 ERROR_MEANINGS = {
     400: "Malformed JSON or an empty body",
     401: "Missing or invalid X-API-Key (the admin key for /models)",
+    403: "Admin routes closed: API keys are configured but CLICKBOOST_ADMIN_KEY is not",
     404: "Unknown model",
     409: "Name taken",
     413: "Body over CLICKBOOST_MAX_BODY_BYTES",
     422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
-    503: "The shared store is unreachable: nothing was recorded; retry after `Retry-After` seconds",
+    503: "The shared store is unreachable, or the model cannot be loaded on this replica: nothing "
+    "was recorded; retry after `Retry-After` seconds",
 }

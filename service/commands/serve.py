@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import os
+import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 
 from service.cli import CLIError, plain_text
-from service.config import ConfigError, load_model_file, load_settings
+from service.config import ConfigError, Settings, load_model_file, load_settings
 from service.runtime import build_learner
+from service.store import open_store
+from service.store.sqlite import DataDirInUseError
 
 
 def _is_loopback(host: str) -> bool:
@@ -22,6 +27,25 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _check_data_dir(settings: Settings) -> None:
+    """Open the SQLite file once before binding: one line (not a traceback) if another process holds
+    it or it cannot be created."""
+    store = open_store(settings)
+
+    async def probe() -> None:
+        try:
+            await store.ping()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(probe())
+    except DataDirInUseError as exc:
+        raise CLIError(str(exc)) from None
+    except (OSError, sqlite3.Error) as exc:
+        raise CLIError(f"cannot open the SQLite store in {settings.data_dir}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -30,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["config_file"] = args.config
     if args.demo:
         overrides["demo"] = True
+    if args.memory:
+        overrides["store"] = "memory"
     try:  # fail fast, before binding: settings, the model file and its learners
         settings = load_settings(**overrides)
         if settings.config_file is not None:
@@ -42,17 +68,29 @@ def run(args: argparse.Namespace) -> int:
             f"refusing to bind {args.host} without API keys: set CLICKBOOST_API_KEY and "
             "CLICKBOOST_ADMIN_KEY, or pass --insecure"
         )
+    if settings.decision_id_seed is not None and not settings.redis_url and settings.store == "sqlite":
+        print(
+            "clickboost serve: warning: seeded decision ids (CLICKBOOST_DECISION_ID_SEED) start over at "
+            f"each start while {settings.data_dir} keeps the last run's ids; replay on a fresh "
+            "CLICKBOOST_DATA_DIR or with --memory",
+            file=sys.stderr,
+        )
     if args.workers > 1:
         if not settings.redis_url:
             raise CLIError(
-                "several workers need a shared store: set REDIS_URL (the memory store is per process)"
+                "several workers need a shared store: set REDIS_URL (the SQLite file and the memory "
+                "store each serve one process)"
             )
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="clickboost-metrics-"))
+    if not settings.redis_url and settings.store == "sqlite":
+        _check_data_dir(settings)
     # The app factory (in each worker) reads its settings from the environment.
     if args.config is not None:
         os.environ["CLICKBOOST_CONFIG_FILE"] = str(args.config)
     if args.demo:
         os.environ["CLICKBOOST_DEMO"] = "true"
+    if args.memory:
+        os.environ["CLICKBOOST_STORE"] = "memory"
     uvicorn.run(
         "service.api.app:create_app",
         factory=True,
@@ -75,6 +113,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--config", type=Path, help="TOML file declaring [models.NAME] created at start-up")
     p.add_argument("--demo", action="store_true", help="create the model 'demo' (named features, 3 labels)")
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="keep models and decisions in memory only, lost at exit (default without REDIS_URL: "
+        "CLICKBOOST_DATA_DIR/clickboost.sqlite3, kept across restarts)",
+    )
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without API keys")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (needs REDIS_URL)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

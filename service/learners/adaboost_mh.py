@@ -8,7 +8,8 @@ keeps each retrain cheap: one feature per iteration instead of all of them).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -94,6 +95,13 @@ class AdaBoostMH(Learner):
     _growable: ClassVar[frozenset[str]] = frozenset(
         {"X_log_", "Y_log_", "W_log_", "features_", "thresholds_", "alphas_", "votes_"}
     )
+
+    @classmethod
+    def growth_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """The click log at ``max_log`` rows (x float64, label int8, weight float64 per label) and
+        an ensemble of ``iterations`` stumps (feature, threshold, alpha, K votes)."""
+        p = AdaBoostMHParams.parse(cls.name, params)
+        return p.max_log * (8 * n_features + 9 * n_labels) + p.iterations * (24 + 8 * n_labels)
 
     def _init(self) -> None:
         d, K = self.n_features, self.n_labels

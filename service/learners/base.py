@@ -213,21 +213,22 @@ class Stateful:
 
     _growable: ClassVar[frozenset[str]] = frozenset()
 
-    def get_state(self) -> State:
-        """Flat dictionary of the learned state (copies of the arrays)."""
+    def get_state(self, copy: bool = True) -> State:
+        """Flat dictionary of the learned state (copies of the arrays; views with ``copy=False``,
+        for reading only: hashing, encoding, measuring)."""
         out: State = {}
         for key, value in vars(self).items():
             if not key.endswith("_"):
                 continue
             if isinstance(value, Stateful):
-                out.update({f"{key}.{k}": v for k, v in value.get_state().items()})
+                out.update({f"{key}.{k}": v for k, v in value.get_state(copy).items()})
             elif isinstance(value, list):
                 for i, item in enumerate(value):
-                    out.update({f"{key}.{i}.{k}": v for k, v in item.get_state().items()})
+                    out.update({f"{key}.{i}.{k}": v for k, v in item.get_state(copy).items()})
             elif isinstance(value, np.random.Generator):
                 out[key] = _pack_rng(value)
             elif isinstance(value, np.ndarray):
-                out[key] = value.copy()
+                out[key] = value.copy() if copy else value
             elif isinstance(value, np.generic):
                 out[key] = value.item()
             else:
@@ -368,9 +369,49 @@ class Learner(Stateful, abc.ABC):
             "params": self.params.model_dump(mode="json"),
         }
 
-    def state(self) -> State:
-        """Learned state with the schema version (see :class:`Stateful`)."""
-        return {"schema_version": self.schema_version, **self.get_state()}
+    def state(self, copy: bool = True) -> State:
+        """Learned state with the schema version (see :class:`Stateful`); read-only views with
+        ``copy=False``."""
+        return {"schema_version": self.schema_version, **self.get_state(copy)}
+
+    def nbytes(self) -> int:
+        """Bytes of the learned state's arrays now (no copy)."""
+        return sum(v.nbytes for v in self.get_state(copy=False).values() if isinstance(v, np.ndarray))
+
+    @classmethod
+    def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """Bytes of the state a new learner of this size allocates, computed without allocating it.
+
+        Every state array's shape is read off learners built at a few tiny sizes (d in {1, 2},
+        K in {k0, k0 + 1}) and each dimension fitted as ``a + b d + c K + e d K``; the fit is
+        checked exactly on a further size (d = 3, K = k0 + 2), so a learner whose state does not
+        grow that way raises :class:`NotImplementedError` and must override this method. Learners
+        whose state grows as they learn (the Hoeffding trees' leaves, AdaBoost.MH's click log) add
+        the bounded part of that growth in :meth:`growth_nbytes`.
+        """
+        k0 = _smallest_valid_k(cls, params, n_labels)
+        probes = [(1, k0), (2, k0), (1, k0 + 1), (2, k0 + 1), (3, k0 + 2)]
+        shapes = [_state_shapes(cls, d, k, params) for d, k in probes]
+        design = np.array([[1.0, d, k, d * k] for d, k in probes])
+        target = np.array([1.0, n_features, n_labels, n_features * n_labels])
+        total = 0
+        for key, (dtype, shape0) in shapes[0].items():
+            dims = np.array([[s[key][1][i] for s in shapes] for i in range(len(shape0))], dtype=float)
+            size = 1
+            for column in dims:
+                coef = np.linalg.solve(design[:4], column[:4])
+                if not np.isclose(design[4] @ coef, column[4]):
+                    raise NotImplementedError(
+                        f"{cls.name}: state[{key!r}] does not grow affinely in d and K; override state_nbytes"
+                    )
+                size *= max(round(float(target @ coef)), 0)
+            total += size * dtype.itemsize
+        return total + cls.growth_nbytes(n_features, n_labels, params)
+
+    @classmethod
+    def growth_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """Bytes the state may grow by as it learns, where that growth is bounded (0 by default)."""
+        return 0
 
     @classmethod
     def from_state(cls, config: Mapping[str, Any], state: Mapping[str, Any]) -> Learner:
@@ -395,6 +436,25 @@ class Learner(Stateful, abc.ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
         return f"{type(self).__name__}(d={self.n_features}, K={self.n_labels}, {args})"
+
+
+def _state_shapes(
+    cls: type[Learner], d: int, k: int, params: Mapping[str, Any] | None
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    state = cls(d, k, params).get_state(copy=False)
+    return {key: (v.dtype, v.shape) for key, v in state.items() if isinstance(v, np.ndarray)}
+
+
+def _smallest_valid_k(cls: type[Learner], params: Mapping[str, Any] | None, n_labels: int) -> int:
+    """The smallest K >= 2 the hyperparameters accept (e.g. rho <= (K-1)/K), at most ``n_labels``."""
+    for k in range(2, n_labels + 1):
+        try:
+            cls(1, k, params)
+        except ParamError:
+            continue
+        return k
+    cls(1, n_labels, params)  # raises the ParamError of the real size
+    return n_labels
 
 
 def make_learner(

@@ -1,8 +1,9 @@
-"""Shared storage behind one interface (:mod:`service.store.base`): memory (default) or Redis."""
+"""Storage behind one interface (:mod:`service.store.base`): SQLite (default), memory or Redis."""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from service.store.base import (
     Checkpoint,
@@ -18,8 +19,13 @@ from service.store.base import (
     UnknownModelError,
 )
 from service.store.memory import MemoryStore
+from service.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 __all__ = [
+    "SQLITE_FILE",
     "Checkpoint",
     "Claim",
     "ClaimOutcome",
@@ -29,6 +35,7 @@ __all__ = [
     "Event",
     "MemoryStore",
     "ModelExistsError",
+    "SQLiteStore",
     "Store",
     "StoreUnavailableError",
     "UnknownModelError",
@@ -36,9 +43,23 @@ __all__ = [
 ]
 
 
-def open_store(redis_url: str | None, claim_ttl: float = 86_400.0) -> Store:
-    """The memory store when ``redis_url`` is empty, else the Redis store at that URL."""
-    if not redis_url:
-        return MemoryStore(claim_ttl)
-    module = importlib.import_module("service.store.redis")
-    return module.RedisStore(redis_url, claim_ttl)
+#: The embedded store's file in ``Settings.data_dir``.
+SQLITE_FILE = "clickboost.sqlite3"
+
+
+def open_store(settings: Settings) -> Store:
+    """The store ``settings`` ask for.
+
+    ``REDIS_URL`` set: the Redis store (several replicas). Otherwise ``CLICKBOOST_STORE``:
+    ``"sqlite"`` (default) keeps everything in ``data_dir/clickboost.sqlite3`` across restarts (one
+    process; the directory and file are created when the store is first used, not here),
+    ``"memory"`` keeps nothing.
+    """
+    if settings.redis_url:
+        module = importlib.import_module("service.store.redis")
+        return module.RedisStore(settings.redis_url, settings.claim_ttl_seconds)
+    if settings.store == "memory":
+        return MemoryStore(settings.claim_ttl_seconds)
+    return SQLiteStore(
+        settings.data_dir / SQLITE_FILE, settings.claim_ttl_seconds, settings.sqlite_synchronous
+    )

@@ -1,7 +1,9 @@
 """The store interface: what every replica shares (DESIGN.md, "Request flow").
 
-One interface, two implementations: :mod:`service.store.memory` (the embedded default, one
-process) and ``service.store.redis`` (several replicas). Both pass ``tests/service/store/test_contract.py``.
+One interface, three implementations: :mod:`service.store.sqlite` (the embedded default: one
+process, one file, kept across restarts), :mod:`service.store.memory` (one process, nothing kept:
+tests and ``serve --memory``) and ``service.store.redis`` (several replicas). All three pass
+``tests/service/store/test_contract.py``.
 
 What the store holds, per model ``name``:
 
@@ -23,8 +25,9 @@ checkpoints
 model configs and counters
     The JSON config a model was created with, and decision/click/no-click/expired counts.
 
-All methods are ``async`` (redis-py's asyncio client for Redis); the memory store never awaits
-anything slow. Times are Unix seconds (float) passed in by the caller, so tests control the clock.
+All methods are ``async`` (redis-py's asyncio client for Redis); the memory and SQLite stores
+never await inside a method, which makes each one atomic on the event loop. Times are Unix seconds
+(float) passed in by the caller, so tests control the clock.
 """
 
 from __future__ import annotations

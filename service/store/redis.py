@@ -23,7 +23,7 @@ Keys (``prefix`` defaults to ``cb:``; one prefix per deployment or per test):
                                        ``claim_ttl`` (``forget_at`` also honours the caller's clock)
 =============================  ======  =======================================================
 
-Encoding is pickle-free: arrays and decisions with :func:`service.serial.encode`, configs as JSON,
+Encoding is pickle-free: arrays and decisions with :mod:`service.store.codec`, configs as JSON,
 times as ``repr(float)`` (exact round trip). Scripts touch keys derived from the decision's model
 inside the script, which a single Redis primary (optionally behind Sentinel) allows; Redis Cluster
 would need the model as a hash tag in every key and in the decision id (docs/ARCHITECTURE.md).
@@ -37,14 +37,12 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar
 
-import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.serial import decode, encode
 from service.store.base import (
     Checkpoint,
     Claim,
@@ -58,6 +56,7 @@ from service.store.base import (
     StoreUnavailableError,
     UnknownModelError,
 )
+from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 
 __all__ = ["RedisStore"]
 
@@ -233,8 +232,8 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
             kind="learn",
             at=at,
             decision_id=fields[b"decision_id"].decode(),
-            x=decode(fields[b"x"])["x"],
-            decision=decode(fields[b"decision"]),
+            x=decode_x(fields[b"x"]),
+            decision=decode_decision(fields[b"decision"]),
             reward=fields[b"reward"] == b"1",
             outcome=fields[b"outcome"].decode(),  # type: ignore[arg-type]
         )
@@ -346,9 +345,9 @@ class RedisStore(Store):
             "model",
             record.model,
             "x",
-            encode({"x": np.asarray(record.x, dtype=np.float64)}),
+            encode_x(record.x),
             "decision",
-            encode(record.decision),
+            encode_decision(record.decision),
             "model_version",
             record.model_version,
             "created_at",
@@ -372,8 +371,8 @@ class RedisStore(Store):
         return DecisionRecord(
             decision_id=decision_id,
             model=h[b"model"].decode(),
-            x=decode(h[b"x"])["x"],
-            decision=decode(h[b"decision"]),
+            x=decode_x(h[b"x"]),
+            decision=decode_decision(h[b"decision"]),
             model_version=int(h[b"model_version"]),
             created_at=float(h[b"created_at"]),
             expires_at=float(h[b"expires_at"]),

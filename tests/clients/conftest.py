@@ -31,7 +31,8 @@ def serve(seed: int | None = None, config: Path | None = MODELS_TOML, **env: str
     """
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_") and k != "REDIS_URL"}
-    environ |= {"CLICKBOOST_API_KEYS": API_KEY, "CLICKBOOST_ADMIN_KEY": ADMIN_KEY, **env}
+    environ |= {"CLICKBOOST_API_KEYS": API_KEY, "CLICKBOOST_ADMIN_KEY": ADMIN_KEY}
+    environ |= {"CLICKBOOST_STORE": "memory", **env}  # unless told otherwise: nothing written to disk
     if seed is not None:
         environ["CLICKBOOST_DECISION_ID_SEED"] = str(seed)
     cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]

@@ -26,8 +26,8 @@ def anyio_backend() -> str:
 
 
 def make_app(**settings: Any) -> FastAPI:
-    """A fresh app on its own memory store, with ``Settings(**settings)``."""
-    return create_app(Settings(**settings))
+    """A fresh app with ``Settings(**settings)``, on its own memory store unless ``store`` is given."""
+    return create_app(Settings(**{"store": "memory", **settings}))
 
 
 @asynccontextmanager
@@ -41,9 +41,13 @@ async def app_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 @contextmanager
 def uvicorn_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Iterator[str]:
-    """``python -m service serve`` in a subprocess; yields its base URL once /readyz answers 200."""
+    """``python -m service serve`` in a subprocess; yields its base URL once /readyz answers 200.
+
+    The memory store unless ``env`` says otherwise (nothing is written into the working directory).
+    """
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    full_env["CLICKBOOST_STORE"] = "memory"
     full_env.update(env or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "serve", "--port", str(port), "--log-level", "warning", *args],

@@ -70,3 +70,21 @@ def test_object_arrays_are_never_encoded_or_decoded() -> None:
     forged = encode({"w": np.zeros(1)}).replace(b'"<f8"', b'"|O8"')
     with pytest.raises(StateFormatError):
         decode(forged)
+
+
+def test_checksum_hashes_the_encoding_without_building_it() -> None:
+    import hashlib
+
+    rng = np.random.default_rng(0)
+    state = {
+        "a": rng.normal(size=(3, 4)),
+        "zero_d": np.array(5),
+        "empty": np.zeros((0, 3)),
+        "strided": rng.normal(size=(4, 3)).T,  # not C-contiguous
+        "big_endian": np.arange(4, dtype=">i8"),
+        "f": 1.5,
+        "flag": True,
+        "s": "text",
+        "nan": float("nan"),
+    }
+    assert checksum(state) == hashlib.sha256(encode(state)).hexdigest()

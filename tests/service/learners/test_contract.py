@@ -165,3 +165,45 @@ def test_corrupt_state_is_refused(name: str) -> None:
     for bad in bad_values:
         with pytest.raises((StateFormatError, ParamError)):
             type(m).from_state(m.config(), bad)
+
+
+# -- state size from the spec, before allocating (issue 18: bounded memory) ----------------------
+
+SIZES = [(1, 2), (6, 3), (37, 11), (1024, 4)]
+VARIANTS = [(name, None) for name in NAMES] + [
+    ("cova", {"base": "naive_bayes"}),
+    ("cova", {"base": "perceptron"}),
+    ("banditboost", {"weak": "naive_bayes", "n_learners": 7}),
+    ("adabandit", {"n_learners": 3}),
+    ("adaboost-mh", {"max_log": 40, "iterations": 4, "retrain_every": 15}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=[f"{n}-{p}" for n, p in VARIANTS])
+def test_state_nbytes_is_what_a_new_learner_allocates(name: str, params: dict | None) -> None:
+    cls = learners.get(name)
+    for d, k in SIZES:
+        grown = cls.growth_nbytes(d, k, params)
+        assert cls.state_nbytes(d, k, params) - grown == make_learner(name, d, k, params).nbytes(), (d, k)
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=[f"{n}-{p}" for n, p in VARIANTS])
+def test_bounded_growth_stays_within_the_estimate(name: str, params: dict | None) -> None:
+    cls = learners.get(name)
+    m = make_learner(name, D, K, params)
+    X, y = stream(5, 300)
+    run(m, X, y, DecisionIds.for_seed(5))
+    if cls.growth_nbytes(D, K, params) or m.nbytes() == make_learner(name, D, K, params).nbytes():
+        assert m.nbytes() <= cls.state_nbytes(D, K, params)
+
+
+def test_state_nbytes_of_a_huge_spec_allocates_nothing() -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        size = learners.get("banditron").state_nbytes(1_000_000, 10_000, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert size == 8 * 10**10 + 48 and peak < 10 * 2**20  # W (K x d float64) and the rng state

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from service.config import ModelSpec, Settings
-from service.runtime import Runtime
-from service.serial import StateFormatError, encode
+from service.runtime import ModelUnavailableError, Runtime
+from service.serial import encode
 from service.store import Checkpoint
 from service.store.redis import RedisStore
 
@@ -125,6 +125,10 @@ async def test_checkpoints_are_validated_on_load_and_never_unpickled(replicas: S
     for data in bad:
         await r1.store.redis.delete(r1.store.key("cp", "cp"))
         await r1.store.put_checkpoint("cp", Checkpoint(1, data))
-        with pytest.raises(StateFormatError):
-            await replicas()
+        # the replica starts (its other models are served); this one is refused and reported
+        r = await replicas()
+        assert "cp" not in r.models
+        assert "StateFormatError" in r._load_failures["cp"][3]
+        with pytest.raises(ModelUnavailableError, match="cannot be loaded on this replica"):
+            r.get("cp")
     assert not sentinel.exists()

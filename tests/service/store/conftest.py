@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from service.store import MemoryStore, Store
+from service.store import MemoryStore, SQLiteStore, Store
 from service.store.redis import RedisStore
 
 # name -> factory(request, claim_ttl) -> Store. The Redis issue adds "redis" here (using ``redis_url``).
@@ -16,6 +16,10 @@ STORES: dict[str, Callable[[pytest.FixtureRequest, float], Store]] = {
     # A unique key prefix per test: tests never see each other's keys on a shared Redis.
     "redis": lambda request, claim_ttl: RedisStore(
         request.getfixturevalue("redis_url"), claim_ttl, prefix=f"test-{uuid.uuid4().hex}:"
+    ),
+    # A fresh file per test, under pytest's tmp_path (never in the repository).
+    "sqlite": lambda request, claim_ttl: SQLiteStore(
+        request.getfixturevalue("tmp_path") / "data" / "clickboost.sqlite3", claim_ttl
     ),
 }
 

@@ -1,0 +1,258 @@
+"""What only the SQLite store promises: everything survives closing (or killing) and reopening the file.
+
+The shared contract runs against it in test_contract.py (conftest.STORES["sqlite"]).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.config import Settings
+from service.learners import Decision
+from service.serial import encode
+from service.store import (
+    SQLITE_FILE,
+    Checkpoint,
+    ClaimStatus,
+    DecisionRecord,
+    Event,
+    MemoryStore,
+    SQLiteStore,
+    open_store,
+)
+from service.store.redis import RedisStore
+from service.store.sqlite import DataDirInUseError
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = {"learner": "banditron", "n_features": 3, "n_labels": 2, "params": {"gamma": 0.1}}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def record(decision_id: str, created: float = 0.0, window: float = 10.0, model: str = "m") -> DecisionRecord:
+    x = np.array([0.1, -2.5, 1e-300])
+    d = Decision(np.array([0.95, 0.05]), 1, {"greedy": 0})
+    return DecisionRecord(decision_id, model, x, d.to_state(), 7, created, created + window)
+
+
+async def test_reopening_the_file_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "cb.sqlite3"
+    s = SQLiteStore(path, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    await s.create_model("other", {**CONFIG, "seed": 3})
+    for i, name in enumerate("abcde"):
+        await s.put_decision(record(name, created=float(i), window=10.0))
+    await s.claim_and_append("a", True, now=1.0)  # position 1
+    await s.claim_and_append("b", False, now=2.0)  # position 2
+    assert await s.append("m", Event(0, "import", at=2.5, state=b"\x00state")) == 3
+    [expired] = await s.expire_due("m", now=12.0, default_reward="no_click")  # "c" (due at 12.0)
+    assert (expired.decision_id, expired.position) == ("c", 4)
+    await s.put_checkpoint("m", Checkpoint(2, b"cp-two"))
+    await s.trim_log("m", 2)
+    counts = await s.counts("m")
+    await s.close()
+
+    s = SQLiteStore(path, claim_ttl=100.0)
+    try:
+        assert await s.list_models() == {"m": CONFIG, "other": {**CONFIG, "seed": 3}}
+        assert await s.counts("m") == counts
+        c = await s.counts("m")
+        assert (c.decisions, c.clicks, c.no_clicks, c.expired, c.pending) == (5, 1, 1, 1, 2)
+        assert await s.log_position("m") == 4
+        cp = await s.get_checkpoint("m")
+        assert cp is not None and (cp.position, cp.state) == (2, b"cp-two")
+        log = await s.read_log("m", after=0)  # trimmed up to 2
+        assert [(e.position, e.kind, e.decision_id, e.reward, e.outcome) for e in log] == [
+            (3, "import", "", None, None),
+            (4, "learn", "c", False, "expired"),
+        ]
+        assert log[0].state == b"\x00state" and log[0].at == 2.5
+        assert log[1].x is not None and log[1].x.tobytes() == record("c").x.tobytes()
+        assert log[1].decision is not None and encode(log[1].decision) == encode(record("c").decision)
+        # Pending decisions kept their records and their windows: "d" (due 13.0), "e" (due 14.0).
+        got = await s.get_decision("d")
+        assert got is not None and (got.created_at, got.expires_at, got.model_version) == (3.0, 13.0, 7)
+        assert got.x.tobytes() == record("d").x.tobytes()
+        out = await s.claim_and_append("d", True, now=12.5)
+        assert out.status is ClaimStatus.ACCEPTED and out.claim is not None and out.claim.position == 5
+        assert [c.decision_id for c in await s.expire_due("m", now=14.0, default_reward="no_click")] == ["e"]
+        # Claims: duplicates still see the first outcome, and the forgetting time was kept.
+        dup = await s.claim_and_append("a", False, now=50.0)
+        assert dup.status is ClaimStatus.DUPLICATE and dup.claim is not None
+        assert (dup.claim.outcome, dup.claim.position, dup.claim.at) == ("click", 1, 1.0)
+        late = await s.claim_and_append("c", True, now=50.0)
+        assert late.status is ClaimStatus.EXPIRED and late.claim is not None and late.claim.position == 4
+        assert (await s.claim_and_append("a", False, now=101.0)).status is ClaimStatus.UNKNOWN
+        assert await s.log_position("other") == 0 and (await s.counts("other")).decisions == 0
+    finally:
+        await s.close()
+
+
+async def test_a_deleted_model_stays_deleted_and_a_new_one_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "cb.sqlite3"
+    s = SQLiteStore(path)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("a"))
+    await s.claim_and_append("a", True, now=1.0)
+    await s.put_checkpoint("m", Checkpoint(1, b"one"))
+    await s.delete_model("m")
+    await s.create_model("m", {**CONFIG, "seed": 9})
+    await s.close()
+    s = SQLiteStore(path)
+    try:
+        assert await s.get_model("m") == {**CONFIG, "seed": 9}
+        assert await s.log_position("m") == 0 and await s.read_log("m", after=0) == []
+        assert await s.get_checkpoint("m") is None
+        assert (await s.counts("m")).decisions == 0
+    finally:
+        await s.close()
+
+
+async def test_building_the_store_writes_nothing_until_used(tmp_path: Path) -> None:
+    path = tmp_path / "not" / "yet" / SQLITE_FILE
+    s = SQLiteStore(path)
+    assert not path.parent.exists()
+    await s.ping()
+    assert path.exists()
+    await s.close()
+
+
+async def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    first = SQLiteStore(path)
+    await first.create_model("m", CONFIG)
+    code = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from service.store.sqlite import DataDirInUseError, SQLiteStore
+        try:
+            asyncio.run(SQLiteStore({str(path)!r}, lock_timeout=0.2).list_models())
+        except DataDirInUseError as exc:
+            print("refused:", exc)
+            sys.exit(3)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert "in use by another process" in out.stdout
+    # and in this process too, through another connection
+    with pytest.raises(DataDirInUseError):
+        await SQLiteStore(path, lock_timeout=0.1).ping()
+    await first.close()
+    again = SQLiteStore(path)
+    assert await again.list_models() == {"m": CONFIG}
+    await again.close()
+
+
+_WRITER = """
+import asyncio, sys
+import numpy as np
+from service.learners import Decision
+from service.store import DecisionRecord, Event
+from service.store.sqlite import SQLiteStore
+
+async def main(path):
+    s = SQLiteStore(path, claim_ttl=1e12, synchronous="normal")
+    await s.create_model("m", {"learner": "banditron"})
+    d = Decision(np.array([0.5, 0.5]), 0, {}).to_state()
+    i = 0
+    while True:  # until SIGKILL
+        for j in range(i, i + 4):
+            await s.put_decision(DecisionRecord(f"d{j}", "m", np.full(50, j, float), d, 0, j, j + 1e9))
+        await s.claim_and_append(f"d{i}", i % 3 == 0, now=float(i))
+        await s.claim_and_append(f"d{i + 1}", False, now=float(i))
+        await s.expire_due("m", now=float(i + 2) + 1e9, default_reward="no_click")  # expires d{i+2}
+        if i % 40 == 0:
+            await s.append("m", Event(0, "reset", at=1.0))
+        if i == 0:
+            print("running", flush=True)
+        i += 4
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_kill_9_mid_write_leaves_a_consistent_file(tmp_path: Path) -> None:
+    """SIGKILL a process writing as fast as it can; the file must hold whole transactions only."""
+    path = tmp_path / SQLITE_FILE
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "running", proc.stderr
+        time.sleep(1.0)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    db = sqlite3.connect(path)  # raw check of every invariant that spans rows of several tables
+    try:
+        (last, decisions, clicks, no_clicks, expired, pending) = db.execute(
+            "SELECT last, decisions, clicks, no_clicks, expired, pending FROM models WHERE name = 'm'"
+        ).fetchone()
+        assert decisions > 20, "the writer did not get going"
+        claims = dict(db.execute("SELECT outcome, count(*) FROM claims GROUP BY outcome").fetchall())
+        assert (claims.get("click", 0), claims.get("no_click", 0), claims.get("expired", 0)) == (
+            clicks,
+            no_clicks,
+            expired,
+        )
+        assert db.execute("SELECT count(*) FROM decisions").fetchone()[0] == pending
+        assert decisions == pending + clicks + no_clicks + expired
+        positions = [p for (p,) in db.execute("SELECT position FROM events ORDER BY position")]
+        assert positions == list(range(1, last + 1))  # contiguous, ends at `last`
+        # every learn event has its claim at that position, and vice versa
+        learn = set(db.execute("SELECT decision_id, position FROM events WHERE kind = 'learn'").fetchall())
+        claimed = set(db.execute("SELECT id, position FROM claims").fetchall())
+        assert learn == claimed
+        assert not set(db.execute("SELECT id FROM decisions").fetchall()) & {(d,) for d, _ in claimed}
+    finally:
+        db.close()
+    s = SQLiteStore(path)  # and the store itself reopens it
+    assert await s.log_position("m") == last
+    await s.close()
+
+
+def test_synchronous_is_checked() -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore("x.sqlite3", synchronous="off")  # type: ignore[arg-type]
+
+
+def test_open_store_follows_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("REDIS_URL", "CLICKBOOST_REDIS_URL", "CLICKBOOST_STORE", "CLICKBOOST_SQLITE_SYNCHRONOUS"):
+        monkeypatch.delenv(name, raising=False)
+    s = open_store(Settings(data_dir=tmp_path / "d", sqlite_synchronous="normal"))
+    assert isinstance(s, SQLiteStore)
+    assert (s.path, s.synchronous) == (tmp_path / "d" / SQLITE_FILE, "normal")
+    assert isinstance(open_store(Settings(store="memory", data_dir=tmp_path)), MemoryStore)
+    redis = open_store(Settings(redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path))
+    assert isinstance(redis, RedisStore)
+    assert not (tmp_path / "d").exists()  # nothing is written before the store is used
+
+
+async def test_the_sweep_deletes_forgotten_claims(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=10.0)
+    await s.create_model("m", CONFIG)
+    for name in "abc":
+        await s.put_decision(record(name, window=100.0))
+        await s.claim_and_append(name, True, now=1.0)  # forget_at = 11.0
+    db = s._conn()
+    assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 3
+    assert await s.expire_due("m", now=10.9, default_reward="no_click") == []
+    assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 3
+    assert await s.expire_due("m", now=11.0, default_reward="no_click") == []
+    assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+    await s.close()
