@@ -1,6 +1,6 @@
 """``bench http``: throughput and latency of the HTTP service against a bare FastAPI echo endpoint.
 
-Three loads, one after the other, each for the same duration with the same number of keep-alive
+Three kinds of load, one after the other, each for the same duration with the same number of keep-alive
 connections from a minimal asyncio HTTP/1.1 client (pre-built requests, so the client stays cheap):
 
 ``echo``
@@ -14,11 +14,20 @@ connections from a minimal asyncio HTTP/1.1 client (pre-built requests, so the c
     ``POST /predict`` then ``POST /feedback`` for the returned id (click = sampled label is the
     true one): the full loop of a web app; rate = pairs per second.
 
+The service runs once per store of :data:`STORES`, each its own server process: ``memory``
+(the rows ``predict`` and ``predict+feedback``), ``sqlite-normal`` and ``sqlite-full`` (the
+embedded SQLite store, WAL, in its own temporary data directory, with
+``CLICKBOOST_SQLITE_SYNCHRONOUS`` normal or full). The two SQLite rows of each load give the fsync
+cost of a durable feedback as a ratio measured in the same run; ``sqlite-full`` is the service's
+default. The data directories are made by :mod:`tempfile` (``$TMPDIR``); the section names their
+file system, since on tmpfs an fsync costs nothing.
+
 Target (issue 3): predict+feedback pairs/s >= 0.5 x echo requests/s, measured in the same run.
-Both servers are single uvicorn workers on loopback, up at the same time; the loads run in
+All servers are single uvicorn workers on loopback, up at the same time; the loads run in
 interleaved rounds. The client runs in this process, so on a small machine client and server
 share the cores and rates are noisy; the server's CPU time per request (from ``/proc``) is the
-steadier cost measure and is reported next to the rates.
+steadier cost measure and is reported next to the rates. Waiting for an fsync is not CPU time, so
+the cost of ``sqlite-full`` shows in its rate, not in its CPU column.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -38,11 +48,13 @@ import numpy as np
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from lab.bench import benches
+from lab.bench import benches, report
 from lab.sim.datasets import load_dataset
+from service.config import Settings
 
 TARGET_RATIO = 0.5
 CONNECTIONS = 8
+STORES = ("memory", "sqlite-normal", "sqlite-full")
 
 
 class _EchoBody(BaseModel):
@@ -76,29 +88,90 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def _server(cmd: list[str]) -> Iterator[tuple[str, int]]:
-    """Run ``cmd`` (``{port}`` substituted) until /openapi.json answers; yield (base URL, pid)."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
-    env["CLICKBOOST_STORE"] = "memory"  # the service's hot path, not its disk (SQLite: issue 18)
-    proc = subprocess.Popen(
-        [c.format(port=port) for c in cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
+def _servers(cmds: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[dict[str, tuple[str, int]]]:
+    """Start every ``name: (cmd, settings)`` at once, wait until each answers /openapi.json.
+
+    Yields ``name: (base URL, pid)``. ``{port}`` in a command is substituted with a free port; the
+    calling environment's ``CLICKBOOST_*`` settings are dropped and ``settings`` added.
+    """
+    procs: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
     try:
+        for name, (cmd, settings) in cmds.items():
+            port = _free_port()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")} | settings
+            procs[name] = (
+                f"http://127.0.0.1:{port}",
+                subprocess.Popen(
+                    [c.format(port=port) for c in cmd],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"server {cmd} did not start") from None
-                time.sleep(0.1)
-        yield url, proc.pid
+        for name, (url, proc) in procs.items():
+            while True:
+                try:
+                    if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"server {name} ({cmds[name][0]}) did not start") from None
+                    time.sleep(0.1)
+        yield {name: (url, proc.pid) for name, (url, proc) in procs.items()}
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for _, proc in procs.values():
+            proc.terminate()
+        for _, proc in procs.values():
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def _server(cmd: list[str], settings: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """Run ``cmd`` (``{port}`` substituted) until /openapi.json answers; yield (base URL, pid).
+
+    The calling environment's ``CLICKBOOST_*`` settings are dropped; ``settings`` adds some.
+    """
+    with _servers({"server": (cmd, settings or {})}) as up:
+        yield up["server"]
+
+
+def store_settings(store: str, data_dir: Path) -> dict[str, str]:
+    """The ``CLICKBOOST_*`` settings of ``store`` (one of :data:`STORES`); SQLite's file in ``data_dir``."""
+    if store == "memory":
+        return {"CLICKBOOST_STORE": "memory"}
+    if store not in STORES:
+        raise ValueError(f"store {store!r}: expected one of {', '.join(STORES)}")
+    return {
+        "CLICKBOOST_STORE": "sqlite",
+        "CLICKBOOST_DATA_DIR": str(data_dir),
+        "CLICKBOOST_SQLITE_SYNCHRONOUS": store.removeprefix("sqlite-"),
+    }
+
+
+def default_store() -> str:
+    """The store of ``make run`` (no ``CLICKBOOST_*`` settings), in the names of :data:`STORES`."""
+    fields = Settings.model_fields
+    store = fields["store"].default
+    return f"sqlite-{fields['sqlite_synchronous'].default}" if store == "sqlite" else store
+
+
+def _fs_type(path: str) -> str:
+    """The file system type of ``path`` (longest mount point of ``/proc/self/mounts``), or ``unknown``."""
+    real, best, kind = os.path.realpath(path), "", "unknown"
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
 
 
 def _request(path: str, body: bytes) -> bytes:
@@ -187,8 +260,8 @@ def steps() -> tuple[Step, Step, Step]:
 
 @benches.register("http")
 def bench_http(quick: bool) -> str:
-    """Echo vs predict vs predict+feedback over loopback; markdown table with the target check."""
-    seconds, rounds = (2.0, 1) if quick else (5.0, 3)
+    """Echo vs predict vs predict+feedback on each store, over loopback; markdown table and target check."""
+    seconds, rounds = (1.0, 1) if quick else (5.0, 3)
     echo, predict, pair = steps()
     py = sys.executable
     uv = ["--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
@@ -200,36 +273,49 @@ def bench_http(quick: bool) -> str:
         "reward_window_seconds": 5,
         "default_reward": "drop",
     }
-    totals = {name: [0, 0.0, 0.0, []] for name in ("echo", "predict", "predict+feedback")}
-    with (
-        _server([py, "-m", "uvicorn", "lab.bench.http:echo_app", "--factory", *uv]) as (
-            echo_url,
-            echo_pid,
-        ),
-        _server([py, "-m", "service", "serve", *uv]) as (url, pid),
-    ):
-        httpx.put(f"{url}/models/digits", json=spec).raise_for_status()
-        # Interleaved rounds, so a burst of load from elsewhere hits all three alike.
-        for _ in range(rounds):
-            for name, target, server, step in [
-                ("echo", echo_url, echo_pid, echo),
-                ("predict", url, pid, predict),
-                ("predict+feedback", url, pid, pair),
-            ]:
-                cpu = _cpu_seconds(server)
-                count, secs, lat = asyncio.run(_load(target, step, seconds))
-                t = totals[name]
-                t[0] += count
-                t[1] += secs
-                t[2] += _cpu_seconds(server) - cpu
-                t[3].append(lat)
-        version = httpx.get(f"{url}/models/digits").json()["version"]
+    # Row names: the memory store's rows keep their plain names.
+    rows = {"echo": ("echo", echo)}
+    for store in STORES:
+        suffix = "" if store == "memory" else f", {store}"
+        rows[f"predict{suffix}"] = (store, predict)
+        rows[f"predict+feedback{suffix}"] = (store, pair)
+    pairs_of = {store: "predict+feedback" + ("" if store == "memory" else f", {store}") for store in STORES}
+    totals = {name: [0, 0.0, 0.0, []] for name in rows}
+    with tempfile.TemporaryDirectory(prefix="clickboost-bench-") as tmp:
+        fs = _fs_type(tmp)
+        cmds = {"echo": ([py, "-m", "uvicorn", "lab.bench.http:echo_app", "--factory", *uv], {})}
+        for store in STORES:
+            data_dir = Path(tmp) / store  # one data directory per server process
+            data_dir.mkdir()
+            cmds[store] = ([py, "-m", "service", "serve", *uv], store_settings(store, data_dir))
+        with _servers(cmds) as up:
+            for store in STORES:
+                httpx.put(f"{up[store][0]}/models/digits", json=spec).raise_for_status()
+            # Interleaved rounds, so a burst of load from elsewhere hits every load alike.
+            for _ in range(rounds):
+                for name, (server, step) in rows.items():
+                    target, pid = up[server]
+                    cpu = _cpu_seconds(pid)
+                    count, secs, lat = asyncio.run(_load(target, step, seconds))
+                    t = totals[name]
+                    t[0] += count
+                    t[1] += secs
+                    t[2] += _cpu_seconds(pid) - cpu
+                    t[3].append(lat)
+            version = httpx.get(f"{up['memory'][0]}/models/digits").json()["version"]
 
     rate = {name: t[0] / t[1] for name, t in totals.items()}
     cpu_ms = {name: 1e3 * t[2] / t[0] for name, t in totals.items()}
+    flag = " --quick" if quick else ""
     lines = [
         f"### HTTP service: Banditron d=784 K=10, {CONNECTIONS} keep-alive connections, "
         f"{rounds} x {seconds:g} s per load",
+        "",
+        f"`python -m service bench http{flag}`. {report.machine()} Rows `predict` and `predict+feedback`: "
+        "memory store; `sqlite-normal` / `sqlite-full`: the embedded SQLite store (WAL, "
+        "`CLICKBOOST_SQLITE_SYNCHRONOUS` normal / full) in a temporary data directory on "
+        f"{fs}. One server process per store, all up at once, loads interleaved in rounds; fsync waits "
+        "are not CPU time, so durability costs show in the rates.",
         "",
         "| load | count | per second | vs echo | server CPU ms each | capacity vs echo | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -242,6 +328,10 @@ def bench_http(quick: bool) -> str:
         )
     ratio = rate["predict+feedback"] / rate["echo"]
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+    pps = {store: rate[pairs_of[store]] for store in STORES}
+    met = {store: "met" if pps[store] / rate["echo"] >= TARGET_RATIO else "MISSED" for store in STORES}
+    default = default_store()
+    tmpfs = " (tmpfs: fsync is free here, set TMPDIR to a disk)" if fs == "tmpfs" else ""
     lines += [
         "",
         f"predict+feedback: {rate['predict+feedback']:,.0f} pairs/s = {ratio:.2f} x echo requests/s "
@@ -249,5 +339,12 @@ def bench_http(quick: bool) -> str:
         f"{cpu_ms['predict+feedback'] / cpu_ms['echo']:.2f} x per echo request (capacity when the server "
         f"is the bottleneck: {cpu_ms['echo'] / cpu_ms['predict+feedback']:.2f} x). Model version after the "
         f"run: {version} (one learn event per acknowledged feedback).",
+        "",
+        f"durability costs{tmpfs}: predict+feedback pairs/s sqlite-full / sqlite-normal = "
+        f"{pps['sqlite-full'] / pps['sqlite-normal']:.2f}, sqlite-full / memory = "
+        f"{pps['sqlite-full'] / pps['memory']:.2f}, sqlite-normal / memory = "
+        f"{pps['sqlite-normal'] / pps['memory']:.2f}; vs echo (target >= {TARGET_RATIO} x): "
+        + ", ".join(f"{store} {pps[store] / rate['echo']:.2f} {met[store]}" for store in STORES)
+        + f". {default} is the default (`make run`).",
     ]
     return "\n".join(lines)

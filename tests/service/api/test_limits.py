@@ -111,3 +111,56 @@ async def test_a_model_that_cannot_apply_its_log_fails_alone() -> None:
         assert (await client.delete("/models/bad")).status_code == 204
         assert (await client.put("/models/bad", json=SMALL)).status_code == 201
         assert (await client.get("/models/bad")).json()["failure"] is None
+
+
+def _vm(pid: int) -> dict[str, int]:
+    """VmSize and VmRSS of ``pid`` in bytes (a calloc'd array shows in VmSize even untouched)."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())  # noqa: SIM115
+    return {k: int(fields[k].split()[0]) * 1024 for k in ("VmSize", "VmRSS")}
+
+
+def test_a_live_server_refuses_a_75_gib_model_and_its_memory_does_not_move() -> None:
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--memory", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+            time.sleep(0.05)
+        assert httpx.put(f"{url}/models/small", json=SMALL).status_code == 201
+        spec = {"learner": "banditron", "n_features": 1_000_000, "n_labels": 10_000}
+        # one refused request first: the server's first use of its thread pool reserves thread
+        # stacks and malloc arenas (virtual memory), whatever the request
+        assert httpx.put(f"{url}/models/huge", json=spec).status_code == 422
+        before = _vm(proc.pid)
+        for _ in range(3):
+            r = httpx.put(f"{url}/models/huge", json=spec)
+            assert r.status_code == 422 and "74.5 GiB" in r.json()["detail"]
+            assert httpx.get(f"{url}/models").status_code == 200
+        after = _vm(proc.pid)
+        moved = {k: after[k] - before[k] for k in after}
+        print(f"75 GiB spec refused 3 times: VmSize moved {moved['VmSize']} B, VmRSS {moved['VmRSS']} B")
+        assert moved["VmSize"] < 16 * 2**20 and moved["VmRSS"] < 16 * 2**20, moved
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
