@@ -1,4 +1,4 @@
-"""Featurisation: a request's ``features`` -> the dense float64 vector a learner takes.
+"""Featurisation: a request's ``features`` -> the vector a learner takes.
 
 Two kinds of models (fixed by the model config):
 
@@ -11,19 +11,22 @@ hashed (``hashing_bits = b``)
     bucket of ``"name"``, a bool adds 0 or 1 there, a string one-hot encodes as ``"name=value"``
     (adds 1 to that bucket). Colliding features add up. The bucket is the first 8 bytes of
     ``blake2b(key)`` modulo ``2**b``: stable across processes, machines and Python versions
-    (Python's ``hash()`` is salted per process and must never be used here).
+    (Python's ``hash()`` is salted per process and must never be used here). The result is a
+    :class:`SparseVector` (the few non-zero buckets): learners that take sparse input
+    (``Learner.accepts_sparse``) work in O(K nnz) per event, the others get ``x.dense()``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 DEFAULT_HASHING_BITS = 12
-MAX_HASHING_BITS = 18  # 2**18 float64 per label row: the learners are dense
+MAX_HASHING_BITS = 18  # 2**18 float64 weights per label: K 2**b bytes x 8 of model (the budget)
 # Larger magnitudes are refused: updates like W += x / p(label) must stay finite forever.
 MAX_ABS_VALUE = 1e9
 
@@ -35,8 +38,38 @@ __all__ = [
     "MAX_HASHING_BITS",
     "FeatureError",
     "Featuriser",
+    "SparseVector",
     "bucket",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """A vector of dimension ``dim`` given by its non-zero entries.
+
+    Attributes
+    ----------
+    idx : ndarray of int64
+        Indices of the non-zero entries, strictly increasing.
+    val : ndarray of float64
+        Their values (none is zero).
+    dim : int
+        The dimension.
+    """
+
+    idx: np.ndarray
+    val: np.ndarray
+    dim: int
+
+    def dense(self) -> np.ndarray:
+        """The same vector as a dense float64 array of length ``dim``."""
+        x = np.zeros(self.dim)
+        x[self.idx] = self.val
+        return x
+
+    @property
+    def nnz(self) -> int:
+        return int(self.idx.size)
 
 
 class FeatureError(ValueError):
@@ -73,8 +106,9 @@ class Featuriser:
         self.dim = n_features if hashing_bits is None else 1 << hashing_bits
         self.max_named = max_named
 
-    def __call__(self, features: Sequence[float] | Mapping[str, FeatureValue]) -> np.ndarray:
-        """The dense float64 vector of ``features``; :class:`FeatureError` if they do not fit."""
+    def __call__(self, features: Sequence[float] | Mapping[str, FeatureValue]) -> np.ndarray | SparseVector:
+        """The vector of ``features`` (dense float64 for a dense model, a :class:`SparseVector` of
+        the non-zero buckets for a hashed one); :class:`FeatureError` if they do not fit."""
         if self.hashing_bits is None:
             if isinstance(features, Mapping):
                 raise FeatureError(
@@ -95,34 +129,40 @@ class Featuriser:
             raise FeatureError("features: this model hashes named features: send an object {name: value}")
         if len(features) > self.max_named:
             raise FeatureError(f"features: {len(features)} named features, at most {self.max_named} allowed")
-        x = np.zeros(self.dim)
+        acc: dict[int, float] = {}  # bucket -> sum, added in request order as a dense x[b] += v would
         bits = self.hashing_bits
         for name, value in features.items():
             if isinstance(value, str):
-                x[bucket(f"{name}={value}", bits)] += 1.0
+                b, v = bucket(f"{name}={value}", bits), 1.0
             elif isinstance(value, bool):
-                x[bucket(name, bits)] += float(value)
+                b, v = bucket(name, bits), float(value)
             else:
                 v = float(value)
                 if not abs(v) <= MAX_ABS_VALUE:
                     raise FeatureError(
                         f"features.{name}: {v!r} is not a finite number of magnitude <= {MAX_ABS_VALUE:g}"
                     )
-                x[bucket(name, bits)] += v
-        return x
+                b = bucket(name, bits)
+            acc[b] = acc.get(b, 0.0) + v
+        nonzero = sorted((b, v) for b, v in acc.items() if v != 0.0)
+        return SparseVector(
+            np.array([b for b, _ in nonzero], dtype=np.int64),
+            np.array([v for _, v in nonzero], dtype=np.float64),
+            self.dim,
+        )
 
-    def pack(self, x: np.ndarray) -> np.ndarray:
+    def pack(self, x: np.ndarray | SparseVector) -> np.ndarray:
         """What a decision record keeps of ``x``: ``x`` itself for dense models; for hashed ones the
         (2, nnz) float64 rows of non-zero bucket indices and values (a few entries, not 2**b)."""
+        if isinstance(x, SparseVector):
+            return np.stack([x.idx.astype(np.float64), x.val])
         if self.hashing_bits is None:
             return x
         idx = np.flatnonzero(x)
         return np.stack([idx.astype(np.float64), x[idx]])
 
-    def unpack(self, stored: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`pack`: the dense vector ``decide`` saw, bit for bit."""
+    def unpack(self, stored: np.ndarray) -> np.ndarray | SparseVector:
+        """Inverse of :meth:`pack`: the vector ``decide`` saw, bit for bit."""
         if self.hashing_bits is None:
             return stored
-        x = np.zeros(self.dim)
-        x[stored[0].astype(np.int64)] = stored[1]
-        return x
+        return SparseVector(stored[0].astype(np.int64), stored[1].copy(), self.dim)

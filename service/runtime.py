@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelSpec, Settings, load_model_file
-from service.features import FeatureValue, Featuriser
+from service.features import FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
 from service.serial import checksum, decode, encode
@@ -163,15 +163,21 @@ class ModelRuntime:
         self.failures = 0  # consecutive failed attempts
         self.retry_at = 0.0  # time.monotonic() of the next attempt
 
-    def decide(self, x: np.ndarray, decision_id: str) -> Decision:
+    def _input(self, x: np.ndarray | SparseVector) -> np.ndarray | SparseVector:
+        """``x`` as the learner takes it: sparse where it can, else dense."""
+        if isinstance(x, SparseVector) and not self.learner.accepts_sparse:
+            return x.dense()
+        return x
+
+    def decide(self, x: np.ndarray | SparseVector, decision_id: str) -> Decision:
         """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change)."""
-        return self.learner.decide(x, decision_rng(decision_id))
+        return self.learner.decide(self._input(x), decision_rng(decision_id))
 
     def apply(self, event: Event) -> None:
         """Apply the next event of the log (its position must be ``self.position + 1``)."""
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
-            x = self.featurise.unpack(event.x)
+            x = self._input(self.featurise.unpack(event.x))
             self._checksum = None
             self.learner.learn(x, Decision.from_state(event.decision), event.reward)
         elif event.kind == "reset":

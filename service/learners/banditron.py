@@ -7,6 +7,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from service.features import SparseVector
 from service.learners.base import (
     Decision,
     Learner,
@@ -75,8 +76,13 @@ class Banditron(Learner):
     def _init(self) -> None:
         self.W_ = np.zeros((self.n_labels, self.n_features))
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        scores = self.W_ @ x
+    @property
+    def accepts_sparse(self) -> bool:
+        return True
+
+    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        # sparse: the K x nnz columns of the non-zero features only
+        scores = self.W_[:, x.idx] @ x.val if isinstance(x, SparseVector) else self.W_ @ x
         if self.params.tie_break == "random":
             greedy = randargmax(scores, rng)
         else:
@@ -84,9 +90,11 @@ class Banditron(Learner):
         p = gamma_mix(self.n_labels, greedy, self.params.gamma)
         return Decision(p, sample(p, rng), {"greedy": greedy})
 
-    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+    def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         # Row yhat always loses x; row ytilde gains x / P(ytilde) on a click (seed 002, eq. of U~).
-        self.W_[decision.memo["greedy"]] -= x
+        # Sparse: the same element-wise arithmetic on the non-zero columns (w - 0 = w exactly).
+        cols, v = (x.idx, x.val) if isinstance(x, SparseVector) else (slice(None), x)
+        self.W_[decision.memo["greedy"], cols] -= v
         if reward:
-            self.W_[decision.label] += x / decision.probs[decision.label]
+            self.W_[decision.label, cols] += v / decision.probs[decision.label]

@@ -315,6 +315,12 @@ class Learner(Stateful, abc.ABC):
     full_information: ClassVar[bool] = False
     schema_version: ClassVar[int] = 1
 
+    @property
+    def accepts_sparse(self) -> bool:
+        """Whether ``decide`` and ``learn`` take a :class:`service.features.SparseVector` (O(K nnz)
+        per event); otherwise the runtime hands them ``x.dense()``."""
+        return False
+
     def __init__(
         self,
         n_features: int,

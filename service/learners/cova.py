@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from service.features import SparseVector
 from service.learners.base import Decision, Learner, Params, learners, randargmax
 from service.learners.weak import BinaryFamily, weak_families
 
@@ -104,19 +105,33 @@ class ConservativeOVA(Learner):
             family = weak_families.get(FAMILY_BASES[self.params.base])
             self.weak_: BinaryFamily = family(1, self.n_labels, self.n_features, self.rng_)
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
+    @property
+    def accepts_sparse(self) -> bool:
+        return self.params.base in LINEAR_BASES
+
+    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        if isinstance(x, SparseVector):
+            scores = self.W_[:, x.idx] @ x.val
+        else:
+            scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
         greedy = randargmax(scores, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})
 
-    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+    def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         if self.params.base not in LINEAR_BASES:
+            assert not isinstance(x, SparseVector)
             self._learn_weak(x, decision.label, reward)
             return
         self.t_ += 1
-        sqnorm = float(x @ x)
+        # Sparse: norms, margins and steps on the non-zero columns only (O(K nnz)).
+        if isinstance(x, SparseVector):
+            cols, v = x.idx, x.val
+            W = self.W_[:, cols]
+        else:
+            cols, v, W = slice(None), x, self.W_
+        sqnorm = float(v @ v)
         if sqnorm == 0.0:  # PA is 0/0 here; PA-I and PA-II would not move (ALGORITHMS.md §6)
             return
         yhat = decision.label
@@ -125,16 +140,16 @@ class ConservativeOVA(Learner):
             # hinge loss move (usually none once the margins are met): adding the others' zero
             # steps would not change a single bit, as W starts at +0.0 and never holds -0.0. The K
             # scores are a Python list because a loop over K values beats a few numpy calls.
-            for s, score in enumerate((self.W_ @ x).tolist()):
+            for s, score in enumerate((W @ v).tolist()):
                 ys = 1.0 if s == yhat else -1.0
                 loss = 1.0 - ys * score
                 if loss > 0.0:
-                    self.W_[s] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * x
+                    self.W_[s, cols] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * v
         else:
-            loss = max(0.0, 1.0 + float(self.W_[yhat] @ x))
+            loss = max(0.0, 1.0 + float(W[yhat] @ v))
             if loss > 0.0:
                 tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-                self.W_[yhat] -= float(tau) * x
+                self.W_[yhat, cols] -= float(tau) * v
 
     def _learn_weak(self, x: np.ndarray, yhat: int, reward: bool) -> None:
         """Seed 004 Algorithm 1 with weak-learner steps: all K models on a click, else model yhat."""

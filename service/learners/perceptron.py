@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.features import SparseVector
 from service.learners.base import Decision, Learner, learners, randargmax
 
 
@@ -40,14 +41,20 @@ class Perceptron(Learner):
     def _init(self) -> None:
         self.W_ = np.zeros((self.n_labels, self.n_features))
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        greedy = randargmax(self.W_ @ x, rng)
+    @property
+    def accepts_sparse(self) -> bool:
+        return True
+
+    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        scores = self.W_[:, x.idx] @ x.val if isinstance(x, SparseVector) else self.W_ @ x
+        greedy = randargmax(scores, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})
 
-    def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
+    def learn_full(self, x: np.ndarray | SparseVector, decision: Decision, y: int) -> None:
         self.t_ += 1
         if decision.label != y:
-            self.W_[y] += x
-            self.W_[decision.label] -= x
+            cols, v = (x.idx, x.val) if isinstance(x, SparseVector) else (slice(None), x)
+            self.W_[y, cols] += v
+            self.W_[decision.label, cols] -= v

@@ -235,6 +235,6 @@ async def test_hashed_model_learns_what_the_offline_learner_learns() -> None:
             d = (await c.post("/predict", json={"model": "h", "features": ctx})).json()
             click = t % 3 == d["label_index"]
             await c.post("/feedback?wait=true", json={"decision_id": d["decision_id"], "click": click})
-            x = featurise(ctx)
+            x = featurise(ctx)  # sparse, as served (dense oracle: tests/service/learners/test_sparse.py)
             offline.learn(x, offline.decide(x, decision_rng(d["decision_id"])), click)
         assert (await c.get("/models/h")).json()["checksum"] == checksum(offline.state())
