@@ -25,8 +25,9 @@ checkpoints
 model configs and counters
     The JSON config a model was created with, and decision/click/no-click/expired counts.
 
-All methods are ``async`` (redis-py's asyncio client for Redis); the memory and SQLite stores
-never await inside a method, which makes each one atomic on the event loop. Times are Unix seconds
+All methods are ``async`` (redis-py's asyncio client for Redis); the memory store never awaits
+inside a method, and the SQLite store's awaits fall only between whole transactions (an expiry
+sweep and a trim run in bounded steps), so each claim and each feedback is atomic. Times are Unix seconds
 (float) passed in by the caller, so tests control the clock.
 """
 

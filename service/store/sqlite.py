@@ -5,35 +5,62 @@ The default when ``REDIS_URL`` is unset (``CLICKBOOST_STORE=sqlite``, file
 decisions (with their expiry times, so their reward windows keep running across a restart) and claims
 survive a restart, a SIGTERM and a ``kill -9``.
 
-Atomicity. Like the memory store, no method awaits: each one runs its SQL synchronously on the event
-loop thread, so no other request interleaves with it. Every change of more than one row is one
-transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), so a process killed at any instant leaves all of it
-or none: ``claim_and_append`` deletes the pending record, appends the learn event, writes the claim
-and bumps the counters in one commit; ``expire_due`` claims every due decision of a model in one.
+Atomicity. Like the memory store, each change runs its SQL synchronously on the event loop thread, so
+no other request interleaves with it. Every change of more than one row is one transaction
+(``BEGIN IMMEDIATE`` ... ``COMMIT``), so a process killed at any instant leaves all of it or none:
+``put_decision`` stores the record and bumps the counters in one commit; ``claim_and_append`` deletes
+the pending record, appends the learn event, writes the claim and bumps the counters in one. The
+housekeeping calls work in bounded steps so that none blocks the loop for long, and let requests run
+between the steps: ``expire_due`` claims the due decisions (each one atomically, as the contract
+asks) and forgets stale claims some hundreds per transaction, ``trim_log`` deletes the log prefix
+oldest first some hundreds of events per transaction (a log trimmed part way is a shorter prefix
+trimmed: its checkpoint is already stored). A step finds its rows afresh in its own transaction, so
+anything that ran in between (feedback, another sweep or trim, deleting the model) is taken as it is.
 
-One process. The file is opened in WAL mode with ``locking_mode=EXCLUSIVE``: the first access takes
-SQLite's lock and keeps it until :meth:`SQLiteStore.close` (or the process dies: the kernel releases
-it, so ``kill -9`` leaves no stale lock), and a second server on the same data directory stops at
-start-up with :class:`DataDirInUseError` instead of serving diverging models. The file is opened on
-first use, not when the store object is built, so building the app writes nothing.
+One process. Opening the file takes an exclusive ``flock`` on ``<file>.lock`` and keeps it until
+:meth:`SQLiteStore.close` (or the process dies: the kernel releases it, so ``kill -9`` leaves no
+stale lock); a second server on the same data directory stops at start-up with
+:class:`DataDirInUseError` instead of serving diverging models. (Where there is no flock, SQLite's
+``locking_mode=EXCLUSIVE`` does the same.) The file is opened on first use, not when the store object
+is built, so building the app writes nothing.
 
-Schema (``PRAGMA user_version`` 1):
+Checkpoints. SQLite appends commits to the WAL and copies them into the database file at a
+checkpoint, which fsyncs both files: tens of milliseconds for a few thousand frames, which must not
+land inside a request. A :class:`_Checkpointer` thread does it with its own connection (WAL
+checkpoints are made for that: the writer on the loop thread is not blocked by a passive one, and
+the checkpoint changes no row, so every method stays atomic on the loop). Under sustained writes the
+thread never catches up exactly, and SQLite only starts the WAL file over when it has; then the loop
+copies the last few frames after one commit (a millisecond or two), see :class:`_Checkpointer`.
+Durability is SQLite's own: every commit keeps its fsync level (below), a checkpoint copies only
+committed frames, and the WAL is started over only once the database file holds every frame, synced.
+
+Schema (``PRAGMA user_version`` 2; a version 1 file is migrated when opened, in one transaction):
 
 ===============  ================================================================================
 ``models``       ``id`` (never reused), ``name`` (unique), ``config`` (JSON), ``last`` (log
                  position), counters ``decisions``, ``clicks``, ``no_clicks``, ``expired``,
                  ``pending``
-``decisions``    pending decision records: ``id``, ``model``, ``x`` and ``decision``
-                 (:mod:`service.store.codec`), ``model_version``, ``created_at``, ``expires_at``;
-                 index ``(model, expires_at)`` for the expiry sweep
-``claims``       ``id`` -> model name, ``outcome``, ``position``, ``at``, ``forget_at``; index
-                 ``forget_at``. A claim is live while ``forget_at > now`` (the caller's clock);
-                 ``expire_due`` (the sweep, every second) deletes stale ones, off the feedback path
+``blobs``        ``id`` -> ``x`` and ``decision`` of a decision (:mod:`service.store.codec`),
+                 written once by ``put_decision`` and referenced by exactly one row: its pending
+                 record, then its learn event; deleted in the commit that drops the last reference
+                 (the event trimmed, a dropped expiry, the model deleted)
+``decisions``    pending decision records, ``WITHOUT ROWID`` on ``id``: ``model``, ``blob``,
+                 ``model_version``, ``created_at``, ``expires_at``; index ``(model, expires_at)``
+                 for the expiry sweep
+``claims``       ``WITHOUT ROWID`` on ``id``: model name, ``outcome``, ``position``, ``at``,
+                 ``forget_at``; index ``forget_at``. A claim is live while ``forget_at > now`` (the
+                 caller's clock); ``expire_due`` (the sweep, every second) deletes stale ones, off the
+                 feedback path
 ``events``       the logs, ``WITHOUT ROWID`` clustered on ``(model, position)``: ``kind``, ``at``,
-                 ``decision_id``, ``x``, ``decision``, ``reward``, ``outcome``, ``state``. A learn
-                 event copies the record's encoded bytes inside SQLite (no decode / encode)
+                 ``decision_id``, ``blob`` (a learn event's record, not copied), ``reward``,
+                 ``outcome``, ``state``; ``x`` and ``decision`` hold the inline copies of learn
+                 events written by schema 1
 ``checkpoints``  the latest ``(position, state)`` per model
 ===============  ================================================================================
+
+A decision's pending record and its claim never coexist (``put_decision`` refuses an id that has a
+claim row, and the claim is written in the commit that deletes the record), so feedback looks for
+the pending record first and reads the claims only when there is none.
 
 Nothing is pickled: arrays and decisions use :mod:`service.store.codec` (the canonical encoding of
 :mod:`service.serial`, as in the Redis store), configs are JSON, times are REAL (exact doubles).
@@ -53,14 +80,26 @@ may lose the last commits on power loss. Every other commit uses NORMAL, whateve
 This is sound because the WAL is one sequence of frames with cumulative checksums: what survives a
 crash is always a prefix of the commits, and a FULL commit syncs every frame before it. So a lost
 NORMAL commit takes only later commits with it, never an earlier one, and nothing acknowledged by a
-FULL commit can depend on a commit that is lost.
+FULL commit can depend on a commit that is lost: a learn event's blob was written by the
+``put_decision`` commit before it, which the feedback's FULL commit syncs with it.
+
+Performance. A pair ``put_decision`` + ``claim_and_append`` writes the record's bytes once (the learn
+event refers to them) and runs 5 + 7 statements, about 13 WAL frames. ``secure_delete=FAST``
+(Debian's SQLite zeroes every freed page by default, writing each freed overflow page of a record
+once more): deleted content is still cleared from the b-tree pages written anyway, not from freed
+pages, which are reused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import logging
+import os
 import sqlite3
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,12 +120,20 @@ from service.store.base import (
 )
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): SQLite's exclusive locking mode, checkpoints on the loop
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["DataDirInUseError", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # no fdatasync on macOS
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS models (
+SCHEMA_VERSION = 2
+
+_MODELS = """
+CREATE TABLE models (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE,
     config TEXT NOT NULL,
@@ -96,27 +143,35 @@ CREATE TABLE IF NOT EXISTS models (
     no_clicks INTEGER NOT NULL DEFAULT 0,
     expired INTEGER NOT NULL DEFAULT 0,
     pending INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS decisions (
+)"""
+_BLOBS = """
+CREATE TABLE blobs (
+    id INTEGER PRIMARY KEY,
+    x BLOB NOT NULL,
+    decision BLOB NOT NULL
+)"""
+_DECISIONS = """
+CREATE TABLE {name} (
     id TEXT PRIMARY KEY,
     model INTEGER NOT NULL,
-    x BLOB NOT NULL,
-    decision BLOB NOT NULL,
+    blob INTEGER NOT NULL,
     model_version INTEGER NOT NULL,
     created_at REAL NOT NULL,
     expires_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS decisions_due ON decisions (model, expires_at);
-CREATE TABLE IF NOT EXISTS claims (
+) WITHOUT ROWID"""
+_DECISIONS_DUE = "CREATE INDEX decisions_due ON decisions (model, expires_at)"
+_CLAIMS = """
+CREATE TABLE {name} (
     id TEXT PRIMARY KEY,
     model TEXT NOT NULL,
     outcome TEXT NOT NULL,
     position INTEGER,
     at REAL NOT NULL,
     forget_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS claims_forget ON claims (forget_at);
-CREATE TABLE IF NOT EXISTS events (
+) WITHOUT ROWID"""
+_CLAIMS_FORGET = "CREATE INDEX claims_forget ON claims (forget_at)"
+_EVENTS = """
+CREATE TABLE events (
     model INTEGER NOT NULL,
     position INTEGER NOT NULL,
     kind TEXT NOT NULL,
@@ -127,14 +182,47 @@ CREATE TABLE IF NOT EXISTS events (
     reward INTEGER,
     outcome TEXT,
     state BLOB,
+    blob INTEGER,
     PRIMARY KEY (model, position)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS checkpoints (
+) WITHOUT ROWID"""
+_CHECKPOINTS = """
+CREATE TABLE checkpoints (
     model INTEGER PRIMARY KEY,
     position INTEGER NOT NULL,
     state BLOB NOT NULL
-);
-"""
+)"""
+
+_SCHEMA = (
+    _MODELS,
+    _BLOBS,
+    _DECISIONS.format(name="decisions"),
+    _DECISIONS_DUE,
+    _CLAIMS.format(name="claims"),
+    _CLAIMS_FORGET,
+    _EVENTS,
+    _CHECKPOINTS,
+)
+
+# Schema 1 -> 2: records' bytes move to ``blobs`` (keyed by the old rowid), ``decisions`` and
+# ``claims`` become WITHOUT ROWID tables, events get their ``blob`` reference (old learn events
+# keep their inline copies).
+_MIGRATE_1 = (
+    _BLOBS,
+    "INSERT INTO blobs (id, x, decision) SELECT rowid, x, decision FROM decisions",
+    _DECISIONS.format(name="decisions_2"),
+    "INSERT INTO decisions_2 (id, model, blob, model_version, created_at, expires_at) "
+    "SELECT id, model, rowid, model_version, created_at, expires_at FROM decisions",
+    "DROP TABLE decisions",
+    "ALTER TABLE decisions_2 RENAME TO decisions",
+    _DECISIONS_DUE,
+    _CLAIMS.format(name="claims_2"),
+    "INSERT INTO claims_2 (id, model, outcome, position, at, forget_at) "
+    "SELECT id, model, outcome, position, at, forget_at FROM claims",
+    "DROP TABLE claims",
+    "ALTER TABLE claims_2 RENAME TO claims",
+    _CLAIMS_FORGET,
+    "ALTER TABLE events ADD COLUMN blob INTEGER",
+)
 
 # Primary result codes that mean "the disk / file cannot serve now" (503, retry later), not a bug.
 _TRANSIENT = {
@@ -192,6 +280,10 @@ class SQLiteStore(Store):
 
     #: Stale claims deleted by one ``expire_due`` at most (the next sweep continues).
     _FORGET_PER_SWEEP = 10_000
+    #: Rows per transaction of the housekeeping steps (each a few ms at most; requests run between).
+    _FORGET_STEP = 1000
+    _EXPIRE_STEP = 250
+    _TRIM_STEP = 250
 
     def __init__(
         self,
@@ -210,42 +302,85 @@ class SQLiteStore(Store):
         self.lock_timeout = lock_timeout
         self._db: sqlite3.Connection | None = None
         self._sync_level = ""  # PRAGMA synchronous currently set on the connection
+        self._lock_fd = -1  # flock on <path>.lock while the file is open
+        self._checkpointer: _Checkpointer | None = None
 
     # -- connection and transactions ------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = self._open()
+            lock = self._lock()
+            try:
+                self._db = self._open(exclusive=lock < 0)
+            except BaseException:
+                if lock >= 0:
+                    os.close(lock)
+                raise
+            self._lock_fd = lock
+            if lock >= 0:
+                try:
+                    self._checkpointer = _Checkpointer(self.path, self.lock_timeout)
+                except OSError as exc:  # checkpoint on the loop instead
+                    log.warning("SQLite checkpoints on the event loop: %s", exc)
+                    self._db.execute("PRAGMA wal_autocheckpoint=1000")
         return self._db
 
-    def _open(self) -> sqlite3.Connection:
+    def _in_use(self) -> DataDirInUseError:
+        return DataDirInUseError(
+            f"{self.path} is in use by another process: the SQLite store serves one process "
+            "(stop the other server, or set REDIS_URL to share models between processes)"
+        )
+
+    def _lock(self) -> int:
+        """Take the file's process lock: ``flock`` on ``<file>.lock`` (-1 where flock is missing)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=self.lock_timeout)
+        if fcntl is None:
+            return -1
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise self._in_use() from None
+                time.sleep(0.02)
+            except OSError:  # no flock on this file system: SQLite's exclusive locking mode instead
+                os.close(fd)
+                return -1
+
+    def _open(self, exclusive: bool) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, timeout=self.lock_timeout, cached_statements=256
+        )
         try:
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before WAL: no shared-memory index either
+            if exclusive:  # before WAL: no shared-memory index either
+                db.execute("PRAGMA locking_mode=EXCLUSIVE")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"{self.path}: SQLite refused WAL mode (journal_mode={mode})")
+            if not exclusive:  # the checkpointer thread copies the WAL; this is a safety net only
+                db.execute(f"PRAGMA wal_autocheckpoint={_Checkpointer.SAFETY_FRAMES}")
             db.execute("PRAGMA journal_size_limit=67108864")  # WAL file kept <= 64 MiB after checkpoints
+            db.execute("PRAGMA secure_delete=FAST")  # see module docstring
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"{self.path}: schema version {version}, this server reads {SCHEMA_VERSION}"
                 )
             db.execute("PRAGMA synchronous=FULL")
-            db.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
+            db.execute("BEGIN IMMEDIATE")  # exclusive locking mode: a second process stops here
+            if version != SCHEMA_VERSION:
+                for statement in _SCHEMA if version == 0 else _MIGRATE_1:
                     db.execute(statement)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             db.close()
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6):  # BUSY, LOCKED
-                raise DataDirInUseError(
-                    f"{self.path} is in use by another process: the SQLite store serves one process "
-                    "(stop the other server, or set REDIS_URL to share models between processes)"
-                ) from None
+                raise self._in_use() from None
             raise
         except BaseException:
             db.close()
@@ -268,6 +403,14 @@ class SQLiteStore(Store):
             if db.in_transaction:  # SQLite rolls back by itself after some I/O errors
                 db.execute("ROLLBACK")
             raise
+        if self._checkpointer is not None:
+            self._checkpointer.committed(db)
+
+    async def _pause(self) -> bool:
+        """Let other requests run between two housekeeping steps; False if the store was closed."""
+        db = self._db
+        await asyncio.sleep(0)
+        return db is not None and self._db is db
 
     @staticmethod
     def _model_id(db: sqlite3.Connection, name: str) -> int:
@@ -275,39 +418,6 @@ class SQLiteStore(Store):
         if row is None:
             raise _unknown(name)
         return int(row[0])
-
-    def _forget_claims(self, db: sqlite3.Connection, now: float, limit: int) -> None:
-        db.execute(
-            "DELETE FROM claims WHERE id IN (SELECT id FROM claims WHERE forget_at <= ? LIMIT ?)",
-            (now, limit),
-        )
-
-    def _claim(
-        self,
-        db: sqlite3.Connection,
-        model_id: int,
-        model: str,
-        decision_id: str,
-        outcome: str,
-        reward: bool | None,
-        now: float,
-    ) -> Claim:
-        """Append the learn event (unless ``reward`` is None), record the claim, remove the record."""
-        position = None
-        if reward is not None:
-            db.execute("UPDATE models SET last = last + 1 WHERE id = ?", (model_id,))
-            position = int(db.execute("SELECT last FROM models WHERE id = ?", (model_id,)).fetchone()[0])
-            db.execute(
-                "INSERT INTO events (model, position, kind, at, decision_id, x, decision, reward, outcome) "
-                "SELECT model, ?, 'learn', ?, id, x, decision, ?, ? FROM decisions WHERE id = ?",
-                (position, now, int(reward), outcome, decision_id),
-            )
-        db.execute(
-            "INSERT INTO claims (id, model, outcome, position, at, forget_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (decision_id, model, outcome, position, now, now + self.claim_ttl),
-        )
-        db.execute("DELETE FROM decisions WHERE id = ?", (decision_id,))
-        return Claim(decision_id, model, outcome, position, now)  # type: ignore[arg-type]
 
     # -- models -----------------------------------------------------------------------------
 
@@ -336,6 +446,10 @@ class SQLiteStore(Store):
     async def delete_model(self, name: str) -> None:
         with self._write(self._acked) as db:
             model_id = self._model_id(db, name)
+            db.execute(
+                "DELETE FROM blobs WHERE id IN (SELECT blob FROM decisions WHERE model = ?)", (model_id,)
+            )
+            db.execute("DELETE FROM blobs WHERE id IN (SELECT blob FROM events WHERE model = ?)", (model_id,))
             for table in ("decisions", "events", "checkpoints"):
                 db.execute(f"DELETE FROM {table} WHERE model = ?", (model_id,))
             db.execute("DELETE FROM models WHERE id = ?", (model_id,))
@@ -358,29 +472,32 @@ class SQLiteStore(Store):
     @_available
     async def put_decision(self, record: DecisionRecord) -> None:
         x, decision = encode_x(record.x), encode_decision(record.decision)
+        decision_id = record.decision_id
         with self._write("NORMAL") as db:  # see module docstring: a lost record is a later 404
-            model_id = self._model_id(db, record.model)
-            if db.execute("SELECT 1 FROM claims WHERE id = ?", (record.decision_id,)).fetchone():
-                raise ValueError(f"decision id {record.decision_id!r} is not new")
+            blob = db.execute("INSERT INTO blobs (x, decision) VALUES (?, ?)", (x, decision)).lastrowid
             try:
-                db.execute(
-                    "INSERT INTO decisions (id, model, x, decision, model_version, created_at, expires_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                added = db.execute(
+                    "INSERT INTO decisions (id, model, blob, model_version, created_at, expires_at) "
+                    "SELECT ?, id, ?, ?, ?, ? FROM models WHERE name = ? "
+                    "AND NOT EXISTS (SELECT 1 FROM claims WHERE id = ?)",
                     (
-                        record.decision_id,
-                        model_id,
-                        x,
-                        decision,
+                        decision_id,
+                        blob,
                         int(record.model_version),
                         float(record.created_at),
                         float(record.expires_at),
+                        record.model,
+                        decision_id,
                     ),
-                )
-            except sqlite3.IntegrityError:
-                raise ValueError(f"decision id {record.decision_id!r} is not new") from None
+                ).rowcount
+            except sqlite3.IntegrityError:  # pending already
+                raise ValueError(f"decision id {decision_id!r} is not new") from None
+            if not added:  # no such model, or claimed already (the transaction is rolled back)
+                self._model_id(db, record.model)
+                raise ValueError(f"decision id {decision_id!r} is not new")
             db.execute(
-                "UPDATE models SET decisions = decisions + 1, pending = pending + 1 WHERE id = ?",
-                (model_id,),
+                "UPDATE models SET decisions = decisions + 1, pending = pending + 1 WHERE name = ?",
+                (record.model,),
             )
 
     @_available
@@ -388,8 +505,9 @@ class SQLiteStore(Store):
         row = (
             self._conn()
             .execute(
-                "SELECT m.name, d.x, d.decision, d.model_version, d.created_at, d.expires_at "
-                "FROM decisions d JOIN models m ON m.id = d.model WHERE d.id = ?",
+                "SELECT m.name, b.x, b.decision, d.model_version, d.created_at, d.expires_at "
+                "FROM decisions d JOIN models m ON m.id = d.model JOIN blobs b ON b.id = d.blob "
+                "WHERE d.id = ?",
                 (decision_id,),
             )
             .fetchone()
@@ -405,32 +523,42 @@ class SQLiteStore(Store):
     async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
         with self._write(self._acked) as db:
             row = db.execute(
-                "SELECT model, outcome, position, at FROM claims WHERE id = ? AND forget_at > ?",
-                (decision_id, now),
+                "SELECT d.model, d.blob, d.expires_at, m.name, m.last "
+                "FROM decisions d JOIN models m ON m.id = d.model WHERE d.id = ?",
+                (decision_id,),
             ).fetchone()
-            if row is not None:
+            if row is None:  # claimed before (a pending record never has a claim), or unknown
+                row = db.execute(
+                    "SELECT model, outcome, position, at FROM claims WHERE id = ? AND forget_at > ?",
+                    (decision_id, now),
+                ).fetchone()
+                if row is None:
+                    return ClaimOutcome(ClaimStatus.UNKNOWN)
                 claim = Claim(decision_id, row[0], row[1], row[2], row[3])
                 status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
                 return ClaimOutcome(status, claim)
-            row = db.execute(
-                "SELECT d.model, m.name, d.expires_at FROM decisions d JOIN models m ON m.id = d.model "
-                "WHERE d.id = ?",
-                (decision_id,),
-            ).fetchone()
-            if row is None:
-                return ClaimOutcome(ClaimStatus.UNKNOWN)
-            model_id, model, expires_at = row
+            model_id, blob, expires_at, model, last = row
             if now >= expires_at:  # left for expire_due, which claims it
                 pending = Claim(decision_id, model, "expired", None, expires_at)
                 return ClaimOutcome(ClaimStatus.EXPIRED, pending)
+            position = int(last) + 1
             outcome = "click" if click else "no_click"
-            claim = self._claim(db, model_id, model, decision_id, outcome, bool(click), now)
-            counter = "clicks" if click else "no_clicks"
             db.execute(
-                f"UPDATE models SET {counter} = {counter} + 1, pending = pending - 1 WHERE id = ?",
-                (model_id,),
+                f"UPDATE models SET last = ?, {outcome}s = {outcome}s + 1, pending = pending - 1 "
+                "WHERE id = ?",
+                (position, model_id),
             )
-            return ClaimOutcome(ClaimStatus.ACCEPTED, claim)
+            db.execute(
+                "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
+                "VALUES (?, ?, 'learn', ?, ?, ?, ?, ?)",
+                (model_id, position, now, decision_id, blob, int(bool(click)), outcome),
+            )
+            db.execute(
+                "INSERT INTO claims (id, model, outcome, position, at, forget_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (decision_id, model, outcome, position, now, now + self.claim_ttl),
+            )
+            db.execute("DELETE FROM decisions WHERE id = ?", (decision_id,))
+        return ClaimOutcome(ClaimStatus.ACCEPTED, Claim(decision_id, model, outcome, position, now))
 
     @_available
     async def expire_due(
@@ -438,26 +566,59 @@ class SQLiteStore(Store):
     ) -> list[Claim]:
         db = self._conn()
         model_id = self._model_id(db, model)
-        due_query = "SELECT id FROM decisions WHERE model = ? AND expires_at <= ?"
+        due_query = "SELECT id, blob FROM decisions WHERE model = ? AND expires_at <= ?"
         # Read first: a sweep that finds nothing (the usual case, every second) writes nothing.
-        if (
-            not db.execute(due_query + " LIMIT 1", (model_id, now)).fetchone()
-            and not db.execute("SELECT 1 FROM claims WHERE forget_at <= ? LIMIT 1", (now,)).fetchone()
-        ):
+        forget = db.execute("SELECT 1 FROM claims WHERE forget_at <= ? LIMIT 1", (now,)).fetchone()
+        if not forget and not db.execute(due_query + " LIMIT 1", (model_id, now)).fetchone():
             return []
-        reward = False if default_reward == "no_click" else None
-        claims: list[Claim] = []
         # Not acknowledged to anyone: if lost, the decisions are still pending and expire again.
-        with self._write("NORMAL") as db:
-            self._forget_claims(db, now, self._FORGET_PER_SWEEP)
-            due = db.execute(due_query + " ORDER BY expires_at, id", (model_id, now)).fetchall()
-            for (decision_id,) in due:
-                claims.append(self._claim(db, model_id, model, decision_id, "expired", reward, now))
-            if claims:
-                db.execute(
-                    "UPDATE models SET expired = expired + ?, pending = pending - ? WHERE id = ?",
-                    (len(claims), len(claims), model_id),
+        forgotten = 0
+        while forget and forgotten < self._FORGET_PER_SWEEP:
+            with self._write("NORMAL") as db:
+                n = db.execute(
+                    "DELETE FROM claims WHERE id IN "
+                    "(SELECT id FROM claims WHERE forget_at <= ? ORDER BY forget_at LIMIT ?)",
+                    (now, self._FORGET_STEP),
+                ).rowcount
+            forgotten += n
+            forget = n == self._FORGET_STEP  # maybe more
+            if not await self._pause():
+                return []
+        learn = default_reward == "no_click"
+        claims: list[Claim] = []
+        forget_at = now + self.claim_ttl
+        while True:
+            with self._write("NORMAL") as db:
+                due = db.execute(
+                    due_query + " ORDER BY expires_at, id LIMIT ?", (model_id, now, self._EXPIRE_STEP)
+                ).fetchall()
+                if not due:
+                    break
+                (last,) = db.execute("SELECT last FROM models WHERE id = ?", (model_id,)).fetchone()
+                if learn:  # each learn event refers to the record's blob
+                    db.executemany(
+                        "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
+                        "VALUES (?, ?, 'learn', ?, ?, ?, 0, 'expired')",
+                        [(model_id, last + i, now, d, b) for i, (d, b) in enumerate(due, 1)],
+                    )
+                    made = [Claim(d, model, "expired", last + i, now) for i, (d, _) in enumerate(due, 1)]
+                    last += len(due)
+                else:  # nothing refers to the blob any more
+                    db.executemany("DELETE FROM blobs WHERE id = ?", [(b,) for _, b in due])
+                    made = [Claim(d, model, "expired", None, now) for d, _ in due]
+                db.executemany(
+                    "INSERT INTO claims (id, model, outcome, position, at, forget_at) "
+                    "VALUES (?, ?, 'expired', ?, ?, ?)",
+                    [(c.decision_id, model, c.position, now, forget_at) for c in made],
                 )
+                db.executemany("DELETE FROM decisions WHERE id = ?", [(d,) for d, _ in due])
+                db.execute(
+                    "UPDATE models SET last = ?, expired = expired + ?, pending = pending - ? WHERE id = ?",
+                    (last, len(due), len(due), model_id),
+                )
+            claims += made
+            if len(due) < self._EXPIRE_STEP or not await self._pause():
+                break
         return claims
 
     # -- event log and checkpoints ------------------------------------------------------------
@@ -467,9 +628,11 @@ class SQLiteStore(Store):
         if event.kind == "learn":
             raise ValueError("learn events are appended by claim_and_append / expire_due only")
         with self._write(self._acked) as db:
-            model_id = self._model_id(db, model)
-            db.execute("UPDATE models SET last = last + 1 WHERE id = ?", (model_id,))
-            position = int(db.execute("SELECT last FROM models WHERE id = ?", (model_id,)).fetchone()[0])
+            row = db.execute("SELECT id, last FROM models WHERE name = ?", (model,)).fetchone()
+            if row is None:
+                raise _unknown(model)
+            model_id, position = row[0], int(row[1]) + 1
+            db.execute("UPDATE models SET last = ? WHERE id = ?", (position, model_id))
             db.execute(
                 "INSERT INTO events (model, position, kind, at, state) VALUES (?, ?, ?, ?, ?)",
                 (model_id, position, event.kind, float(event.at), event.state),
@@ -481,8 +644,10 @@ class SQLiteStore(Store):
         db = self._conn()
         model_id = self._model_id(db, model)
         rows = db.execute(
-            "SELECT position, kind, at, decision_id, x, decision, reward, outcome, state FROM events "
-            "WHERE model = ? AND position > ? ORDER BY position LIMIT ?",
+            "SELECT e.position, e.kind, e.at, e.decision_id, coalesce(b.x, e.x), "
+            "coalesce(b.decision, e.decision), e.reward, e.outcome, e.state "
+            "FROM events e LEFT JOIN blobs b ON b.id = e.blob "
+            "WHERE e.model = ? AND e.position > ? ORDER BY e.position LIMIT ?",
             (model_id, after, limit),
         ).fetchall()
         out = []
@@ -533,9 +698,24 @@ class SQLiteStore(Store):
 
     @_available
     async def trim_log(self, model: str, upto: int) -> None:
-        with self._write("NORMAL") as db:
-            model_id = self._model_id(db, model)
-            db.execute("DELETE FROM events WHERE model = ? AND position <= ?", (model_id, upto))
+        model_id = self._model_id(self._conn(), model)
+        while True:  # oldest first, some hundreds of events per transaction (see module docstring)
+            with self._write("NORMAL") as db:
+                (low,) = db.execute(
+                    "SELECT min(position) FROM events WHERE model = ?", (model_id,)
+                ).fetchone()
+                if low is None or low > upto:
+                    return
+                high = min(upto, low + self._TRIM_STEP - 1)
+                span = (model_id, low, high)
+                db.execute(
+                    "DELETE FROM blobs WHERE id IN "
+                    "(SELECT blob FROM events WHERE model = ? AND position BETWEEN ? AND ?)",
+                    span,
+                )
+                db.execute("DELETE FROM events WHERE model = ? AND position BETWEEN ? AND ?", span)
+            if high >= upto or not await self._pause():
+                return
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -545,6 +725,109 @@ class SQLiteStore(Store):
 
     async def close(self) -> None:
         """Close the file (SQLite checkpoints the WAL into it) and release the lock."""
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.stop()
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
+        if checkpointer is not None:
+            checkpointer.close_file()
+        if self._lock_fd >= 0:
+            fd, self._lock_fd = self._lock_fd, -1
+            os.close(fd)  # releases the flock
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file from a thread, so that no request waits for it.
+
+    The thread has its own connection and runs ``PRAGMA wal_checkpoint(PASSIVE)`` after commits
+    (at most every ``PAUSE`` seconds): it copies the committed frames and fsyncs, while the loop
+    goes on committing (WAL readers and the writer are never blocked by a passive checkpoint). It
+    changes no row, so the store's methods stay atomic on the loop thread. SQLite starts the WAL
+    file over only when a transaction begins with every frame copied, which never happens while
+    commits keep arriving faster than a checkpoint takes; so once the WAL holds ``RESTART_FRAMES``
+    the thread checkpoints again until a round finds at most ``FINISH_FRAMES`` new frames, and the
+    loop copies those few after its next commit (a millisecond or so), which lets its following
+    transaction restart the WAL. ``SAFETY_FRAMES`` (SQLite's auto-checkpoint on the loop) only
+    matters if the thread cannot checkpoint at all.
+    """
+
+    PAUSE = 0.01
+    RESTART_FRAMES = 4000
+    FINISH_FRAMES = 64
+    SYNC_FRAMES = 256
+    SAFETY_FRAMES = 20_000
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._finish = False  # set by the thread: the loop copies the last few frames
+        self._finished = threading.Event()
+        self._synced = 0
+        # Closing any descriptor of the file drops this process's POSIX locks on it (SQLite's): this
+        # one stays open until the store's connection is closed (see close_file).
+        self._fd = os.open(path, os.O_RDONLY)
+        self._thread = threading.Thread(target=self._run, name="sqlite-checkpointer", daemon=True)
+        self._thread.start()
+
+    def committed(self, db: sqlite3.Connection) -> None:
+        """After each commit on the loop thread (never raises: the commit is done)."""
+        if self._finish:
+            self._finish = False
+            try:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as exc:  # the thread tries again
+                log.warning("SQLite checkpoint failed: %s", exc)
+            self._finished.set()
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _checkpoint(self, db: sqlite3.Connection) -> tuple[int, int]:
+        _, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if copied < self._synced:  # the WAL started over
+            self._synced = 0
+        if copied - self._synced >= self.SYNC_FRAMES:
+            # SQLite syncs the file only when a checkpoint copied everything: sync the copies now, so
+            # that the loop's final catch-up has little to sync.
+            _fdatasync(self._fd)
+            self._synced = copied
+        return int(frames), int(copied)
+
+    def _run(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=self.timeout)
+        try:
+            while True:
+                self._wake.wait()
+                if self._stopping.is_set():
+                    return
+                self._wake.clear()
+                try:
+                    frames, copied = self._checkpoint(db)
+                    if frames >= self.RESTART_FRAMES:
+                        for _ in range(10):
+                            before = copied
+                            frames, copied = self._checkpoint(db)
+                            if copied - before <= self.FINISH_FRAMES:
+                                break
+                        self._finished.clear()
+                        self._finish = True
+                        self._finished.wait(1.0)  # the loop's next commit, if any
+                except (sqlite3.Error, OSError) as exc:  # the loop goes on; SAFETY_FRAMES bounds the WAL
+                    log.warning("SQLite checkpoint failed: %s", exc)
+                    self._stopping.wait(1.0)
+                self._stopping.wait(self.PAUSE)
+        finally:
+            db.close()
+
+    def stop(self) -> None:
+        """Stop the thread (the store then closes its connection, then calls :meth:`close_file`)."""
+        self._stopping.set()
+        self._wake.set()
+        self._finished.set()
+        self._thread.join()
+
+    def close_file(self) -> None:
+        os.close(self._fd)

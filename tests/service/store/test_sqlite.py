@@ -5,6 +5,8 @@ The shared contract runs against it in test_contract.py (conftest.STORES["sqlite
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -30,6 +32,7 @@ from service.store import (
     SQLiteStore,
     open_store,
 )
+from service.store.codec import encode_decision, encode_x
 from service.store.redis import RedisStore
 from service.store.sqlite import DataDirInUseError
 
@@ -219,6 +222,7 @@ async def test_kill_9_mid_write_leaves_a_consistent_file(tmp_path: Path) -> None
         claimed = set(db.execute("SELECT id, position FROM claims").fetchall())
         assert learn == claimed
         assert not set(db.execute("SELECT id FROM decisions").fetchall()) & {(d,) for d, _ in claimed}
+        blob_references_are_exact(db)
     finally:
         db.close()
     s = SQLiteStore(path)  # and the store itself reopens it
@@ -255,4 +259,164 @@ async def test_the_sweep_deletes_forgotten_claims(tmp_path: Path) -> None:
     assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 3
     assert await s.expire_due("m", now=11.0, default_reward="no_click") == []
     assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+    await s.close()
+
+
+def blob_references_are_exact(db: sqlite3.Connection) -> None:
+    """Every blob is referenced by exactly one pending record or learn event, and every reference resolves."""
+    refs = [b for (b,) in db.execute("SELECT blob FROM decisions UNION ALL SELECT blob FROM events")]
+    refs = [b for b in refs if b is not None]
+    assert sorted(refs) == sorted(b for (b,) in db.execute("SELECT id FROM blobs"))
+
+
+async def test_housekeeping_runs_in_steps_and_leaves_no_orphan_blob(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=50.0)
+    s._EXPIRE_STEP, s._TRIM_STEP, s._FORGET_STEP = 3, 4, 2  # type: ignore[misc]
+    await s.create_model("m", CONFIG)
+    await s.create_model("d", CONFIG)
+    for i in range(10):
+        await s.put_decision(record(f"m{i}", created=float(i), window=10.0))
+        await s.put_decision(record(f"d{i}", created=float(i), window=10.0, model="d"))
+    for i in range(5):
+        assert (
+            await s.claim_and_append(f"m{i}", i % 2 == 0, now=float(i) + 0.5)
+        ).status is ClaimStatus.ACCEPTED
+    assert (await s.claim_and_append("m0", True, now=60.0)).status is ClaimStatus.UNKNOWN  # forgotten
+    # The sweep claims the 5 due decisions of "m" in steps of 3 while feedback runs in between.
+    sweep, late = await asyncio.gather(
+        s.expire_due("m", now=60.0, default_reward="no_click"),
+        s.claim_and_append("m9", True, now=18.0),  # runs between two steps of the sweep
+    )
+    assert late.status is ClaimStatus.ACCEPTED and late.claim is not None and late.claim.position == 6
+    assert [c.decision_id for c in sweep] == ["m5", "m6", "m7", "m8"]
+    assert [c.position for c in sweep] == [7, 8, 9, 10]
+    db = s._conn()
+    assert db.execute("SELECT count(*) FROM claims").fetchone()[0] == 5  # the 5 early claims forgotten
+    dropped = await s.expire_due("d", now=100.0, default_reward="drop")
+    assert [(c.decision_id, c.position) for c in dropped] == [(f"d{i}", None) for i in range(10)]
+    blob_references_are_exact(db)
+    await s.put_checkpoint("m", Checkpoint(9, b"nine"))
+    await s.trim_log("m", 9)  # 3 steps of 4, 4, 1 events
+    assert [e.position for e in await s.read_log("m", after=0)] == [10]
+    blob_references_are_exact(db)
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 1
+    c = await s.counts("m")
+    assert (c.decisions, c.clicks, c.no_clicks, c.expired, c.pending) == (10, 4, 2, 4, 0)
+    await s.delete_model("m")
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+    await s.close()
+
+
+async def test_closing_stops_a_housekeeping_step_loop(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / SQLITE_FILE)
+    s._TRIM_STEP = 1  # type: ignore[misc]
+    await s.create_model("m", CONFIG)
+    for i in range(3):
+        await s.append("m", Event(0, "reset", at=float(i)))
+    trim = asyncio.ensure_future(s.trim_log("m", 3))
+    await asyncio.sleep(0)  # the first step ran
+    await s.close()
+    await trim
+    assert s._db is None  # not reopened by the trim
+    s = SQLiteStore(tmp_path / SQLITE_FILE)
+    assert [e.position for e in await s.read_log("m", after=0)] == [2, 3]
+    await s.close()
+
+
+# Schema 1 (the first release), as its files hold it.
+_SCHEMA_1 = """
+CREATE TABLE models (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE, config TEXT NOT NULL,
+    last INTEGER NOT NULL DEFAULT 0, decisions INTEGER NOT NULL DEFAULT 0, clicks INTEGER NOT NULL DEFAULT 0,
+    no_clicks INTEGER NOT NULL DEFAULT 0, expired INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE decisions (id TEXT PRIMARY KEY, model INTEGER NOT NULL, x BLOB NOT NULL, decision BLOB NOT NULL,
+    model_version INTEGER NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL);
+CREATE INDEX decisions_due ON decisions (model, expires_at);
+CREATE TABLE claims (id TEXT PRIMARY KEY, model TEXT NOT NULL, outcome TEXT NOT NULL, position INTEGER,
+    at REAL NOT NULL, forget_at REAL NOT NULL);
+CREATE INDEX claims_forget ON claims (forget_at);
+CREATE TABLE events (model INTEGER NOT NULL, position INTEGER NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL,
+    decision_id TEXT NOT NULL DEFAULT '', x BLOB, decision BLOB, reward INTEGER, outcome TEXT, state BLOB,
+    PRIMARY KEY (model, position)) WITHOUT ROWID;
+CREATE TABLE checkpoints (model INTEGER PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL);
+PRAGMA user_version = 1;
+"""
+
+
+async def test_a_schema_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    a, b = record("a"), record("b", created=1.0)
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_1)
+    with db:
+        db.execute(
+            "INSERT INTO models (name, config, last, decisions, clicks, pending) VALUES ('m', ?, 2, 2, 1, 1)",
+            (json.dumps(CONFIG),),
+        )
+        db.execute(  # "a" was clicked at 1.0: its learn event holds a copy of the record
+            "INSERT INTO events VALUES (1, 1, 'learn', 1.0, 'a', ?, ?, 1, 'click', NULL)",
+            (encode_x(a.x), encode_decision(a.decision)),
+        )
+        db.execute("INSERT INTO events VALUES (1, 2, 'reset', 1.5, '', NULL, NULL, NULL, NULL, NULL)")
+        db.execute("INSERT INTO claims VALUES ('a', 'm', 'click', 1, 1.0, 101.0)")
+        db.execute(
+            "INSERT INTO decisions VALUES ('b', 1, ?, ?, 7, 1.0, 11.0)",
+            (encode_x(b.x), encode_decision(b.decision)),
+        )
+    db.close()
+
+    s = SQLiteStore(path, claim_ttl=100.0)
+    try:
+        got = await s.get_decision("b")
+        assert (
+            got is not None
+            and got.x.tobytes() == b.x.tobytes()
+            and encode(got.decision) == encode(b.decision)
+        )
+        assert (got.model_version, got.created_at, got.expires_at) == (7, 1.0, 11.0)
+        dup = await s.claim_and_append("a", False, now=2.0)
+        assert dup.status is ClaimStatus.DUPLICATE and dup.claim is not None and dup.claim.position == 1
+        out = await s.claim_and_append("b", False, now=2.0)
+        assert out.status is ClaimStatus.ACCEPTED and out.claim is not None and out.claim.position == 3
+        log = await s.read_log("m", after=0)
+        assert [(e.position, e.kind, e.decision_id, e.reward) for e in log] == [
+            (1, "learn", "a", True),
+            (2, "reset", "", None),
+            (3, "learn", "b", False),
+        ]
+        assert log[0].x is not None and log[0].x.tobytes() == a.x.tobytes()
+        assert log[2].x is not None and log[2].x.tobytes() == b.x.tobytes()
+        c = await s.counts("m")
+        assert (c.decisions, c.clicks, c.no_clicks, c.pending) == (2, 1, 1, 0)
+        await s.trim_log("m", 3)
+        assert await s.read_log("m", after=0) == []
+        assert s._conn().execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        await s.close()
+
+
+async def test_the_checkpointer_thread_keeps_the_wal_short_under_sustained_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WAL is copied by the thread and started over, though commits never stop for long."""
+    from service.store.sqlite import _Checkpointer
+
+    monkeypatch.setattr(_Checkpointer, "RESTART_FRAMES", 100)
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path, synchronous="normal")
+    await s.create_model("m", CONFIG)
+    x = np.arange(784.0)  # a record of 6 KiB: a pair writes some 13 WAL frames of 4 KiB
+    d = Decision(np.array([0.5, 0.5]), 0, {}).to_state()
+    for i in range(300):
+        await s.put_decision(DecisionRecord(f"d{i}", "m", x, d, 0, 0.0, 1e9))
+        assert (await s.claim_and_append(f"d{i}", True, now=1.0)).status is ClaimStatus.ACCEPTED
+        if i % 10 == 9:
+            await asyncio.sleep(0.01)  # the thread runs meanwhile (it also runs during SQLite calls)
+    wal = Path(f"{path}-wal").stat().st_size
+    assert wal < 300 * 13 * 4096 / 2, wal  # started over several times (else ~16 MB)
+    await s.close()
+    assert not Path(f"{path}-wal").exists()  # the last connection merged it on close
+    s = SQLiteStore(path)
+    assert await s.log_position("m") == 300
     await s.close()
