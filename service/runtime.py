@@ -17,7 +17,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,13 @@ log = logging.getLogger("clickboost.runtime")
 TAIL_BLOCK_SECONDS = 0.5
 UNSAVED_MAX = 100_000
 RECOVERY_SECONDS = 2.0
+
+
+class _LoadFailure(NamedTuple):
+    incarnation: Any
+    retry_at: float  # time.monotonic() of the next attempt
+    attempts: int
+    reason: str
 
 
 def _backoff(failures: int) -> float:
@@ -145,7 +152,9 @@ class ModelRuntime:
         Limit on named features per request.
     """
 
-    def __init__(self, name: str, spec: ModelSpec, incarnation: str, max_named: int) -> None:
+    def __init__(
+        self, name: str, spec: ModelSpec, incarnation: str, max_named: int, budget_bytes: int | None = None
+    ) -> None:
         self.name = name
         self.spec = spec
         self.incarnation = incarnation
@@ -156,7 +165,7 @@ class ModelRuntime:
         self.checkpoint_position = 0
         self.checkpoint_at = time.monotonic()
         self.last_apply_lag = 0.0
-        self.budget_bytes = state_nbytes(spec)
+        self.budget_bytes = state_nbytes(spec) if budget_bytes is None else budget_bytes
         self._checksum: tuple[int, int, str] | None = None  # (position, id(learner), digest)
         # Isolated failures: an event this process cannot apply stops this model only.
         self.failure: str | None = None
@@ -241,9 +250,8 @@ class Runtime:
         self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
         self._flush_lock = asyncio.Lock()
         self._store_down_at = -float("inf")  # time.monotonic() when the store last failed us
-        # name -> (incarnation, time.monotonic() of the next attempt, attempts, reason): models
-        # in the store that this process cannot load (a bad checkpoint, over its memory budget)
-        self._load_failures: dict[str, tuple[Any, float, int, str]] = {}
+        # Models in the store this process cannot load (a bad checkpoint, over its memory budget)
+        self._load_failures: dict[str, _LoadFailure] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -311,25 +319,31 @@ class Runtime:
         """Load a model; a model this process cannot load is skipped (logged, retried later)."""
         incarnation = config.get("incarnation")
         failed = self._load_failures.get(name)
-        if failed is not None and failed[0] == incarnation and time.monotonic() < failed[1]:
+        if failed is not None and failed.incarnation != incarnation:
+            failed = None  # a new model of that name: a fresh start
+        if failed is not None and time.monotonic() < failed.retry_at:
             return  # backing off
         try:
             self.models[name] = await self._load(name, config)
         except StoreUnavailableError:
             raise
         except Exception as exc:
-            attempts = failed[2] + 1 if failed is not None and failed[0] == incarnation else 1
+            attempts = failed.attempts + 1 if failed is not None else 1
             reason = f"{type(exc).__name__}: {exc}"
-            self._load_failures[name] = (incarnation, time.monotonic() + _backoff(attempts), attempts, reason)
+            retry_at = time.monotonic() + _backoff(attempts)
+            self._load_failures[name] = _LoadFailure(incarnation, retry_at, attempts, reason)
             log.error("model %r cannot be loaded here (attempt %d): %s", name, attempts, reason)
             return
         self._load_failures.pop(name, None)
 
+    def _held(self, name: str) -> int:
+        """State bytes the process's models other than ``name`` hold (their estimates)."""
+        return sum(m.budget_bytes for n, m in self.models.items() if n != name)
+
     async def _load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
         spec = ModelSpec.model_validate(config["spec"])
-        others = sum(m.budget_bytes for n, m in self.models.items() if n != name)
-        check_budget(name, spec, self.settings, others)  # before allocating
-        m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features)
+        need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
+        m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)
         await self._from_checkpoint(m)
         await self.catch_up(m)
         return m
@@ -453,11 +467,9 @@ class Runtime:
             except Exception as exc:
                 self._failed(m, exc)
                 return
-            fresh.failures = m.failures
             if self.models.get(m.name) is m:
                 self.models[m.name] = fresh
-            m = fresh
-            log.warning("model %r recovered at version %d", m.name, m.position)
+            log.warning("model %r recovered at version %d", fresh.name, fresh.position)
             return
         try:
             await self.catch_up(m)
@@ -516,7 +528,8 @@ class Runtime:
             failed = self._load_failures.get(name)
             if failed is not None:
                 raise ModelUnavailableError(
-                    f"model {name!r} cannot be loaded on this replica ({failed[3]}); retried with back-off"
+                    f"model {name!r} cannot be loaded on this replica ({failed.reason}); "
+                    "retried with back-off"
                 ) from None
             raise UnknownModelError(f"unknown model {name!r}; known: {sorted(self.models)}") from None
 
@@ -601,13 +614,10 @@ class Runtime:
     async def create_model(self, name: str, spec: ModelSpec) -> ModelRuntime:
         """Create ``name``: :class:`ModelExistsError` if taken, :class:`ParamError` if invalid,
         :class:`BudgetError` if its state would not fit (checked before anything is allocated)."""
-        others = sum(m.budget_bytes for n, m in self.models.items() if n != name)
-        check_budget(name, spec, self.settings, others)
+        check_budget(name, spec, self.settings, self._held(name))  # before the store has it
         await self.store.create_model(name, self._config(spec))
         m = await self.sync_model(name)
-        if m is None:
-            raise UnknownModelError(f"model {name!r} was deleted as it was created")
-        return m
+        return m if m is not None else self.get(name)  # raises: deleted meanwhile, or not loadable
 
     async def delete_model(self, name: str) -> None:
         await self.store.delete_model(name)

@@ -128,7 +128,7 @@ async def test_checkpoints_are_validated_on_load_and_never_unpickled(replicas: S
         # the replica starts (its other models are served); this one is refused and reported
         r = await replicas()
         assert "cp" not in r.models
-        assert "StateFormatError" in r._load_failures["cp"][3]
+        assert "StateFormatError" in r._load_failures["cp"].reason
         with pytest.raises(ModelUnavailableError, match="cannot be loaded on this replica"):
             r.get("cp")
     assert not sentinel.exists()
