@@ -21,14 +21,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from service.kernels import merge_buckets
+
 DEFAULT_HASHING_BITS = 12
-MAX_HASHING_BITS = 18  # 2**18 float64 weights per label: K 2**b bytes x 8 of model (the budget)
+MAX_HASHING_BITS = 22  # 2**22 float64 weights per label: K 2**b x 8 bytes of model (the budget)
 # Larger magnitudes are refused: updates like W += x / p(label) must stay finite forever.
 MAX_ABS_VALUE = 1e9
+#: Most feature keys a featuriser remembers the bucket of (then it starts over): ~10 MB per model.
+CACHE_SIZE = 1 << 16
 
 FeatureValue = float | int | str | bool
 
@@ -76,18 +79,14 @@ class FeatureError(ValueError):
     """The features of a request do not fit the model; the message names the problem."""
 
 
-@lru_cache(maxsize=65_536)
-def _digest(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-
-
 def bucket(key: str, bits: int) -> int:
     """Stable bucket of the feature key ``key`` among ``2**bits``."""
-    return _digest(key) & ((1 << bits) - 1)
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << bits) - 1)
 
 
 class Featuriser:
-    """Turns request features into a learner's dense input for one model.
+    """Turns request features into a learner's input for one model.
 
     Parameters
     ----------
@@ -105,6 +104,9 @@ class Featuriser:
         self.hashing_bits = hashing_bits
         self.dim = n_features if hashing_bits is None else 1 << hashing_bits
         self.max_named = max_named
+        self._strings: dict[str, dict[str, int]] = {}  # name -> value -> bucket of "name=value"
+        self._numbers: dict[str, int] = {}  # name -> bucket of a number or bool feature
+        self._cached = 0
 
     def __call__(self, features: Sequence[float] | Mapping[str, FeatureValue]) -> np.ndarray | SparseVector:
         """The vector of ``features`` (dense float64 for a dense model, a :class:`SparseVector` of
@@ -129,27 +131,49 @@ class Featuriser:
             raise FeatureError("features: this model hashes named features: send an object {name: value}")
         if len(features) > self.max_named:
             raise FeatureError(f"features: {len(features)} named features, at most {self.max_named} allowed")
-        acc: dict[int, float] = {}  # bucket -> sum, added in request order as a dense x[b] += v would
-        bits = self.hashing_bits
+        # The loop below is the whole cost of a hashed request (a few dozen features): buckets come
+        # from per-model dictionaries (string hashes are cached by Python), not from blake2b each time.
+        strings, numbers = self._strings, self._numbers
+        buckets: list[int] = []
+        values: list[float] = []
         for name, value in features.items():
-            if isinstance(value, str):
-                b, v = bucket(f"{name}={value}", bits), 1.0
-            elif isinstance(value, bool):
-                b, v = bucket(name, bits), float(value)
+            if value.__class__ is str or isinstance(value, str):
+                per = strings.get(name)
+                b = per.get(value) if per is not None else None
+                if b is None:
+                    b = self._remember(name, value)
+                buckets.append(b)
+                values.append(1.0)
+                continue
+            if isinstance(value, bool):
+                v = 1.0 if value else 0.0
             else:
                 v = float(value)
-                if not abs(v) <= MAX_ABS_VALUE:
+                if not abs(v) <= MAX_ABS_VALUE:  # False for NaN too
                     raise FeatureError(
                         f"features.{name}: {v!r} is not a finite number of magnitude <= {MAX_ABS_VALUE:g}"
                     )
-                b = bucket(name, bits)
-            acc[b] = acc.get(b, 0.0) + v
-        nonzero = sorted((b, v) for b, v in acc.items() if v != 0.0)
-        return SparseVector(
-            np.array([b for b, _ in nonzero], dtype=np.int64),
-            np.array([v for _, v in nonzero], dtype=np.float64),
-            self.dim,
-        )
+            b = numbers.get(name)
+            if b is None:
+                b = self._remember(name, None)
+            buckets.append(b)
+            values.append(v)
+        idx, val = merge_buckets(np.array(buckets, dtype=np.int64), np.array(values, dtype=np.float64))
+        return SparseVector(idx, val, self.dim)
+
+    def _remember(self, name: str, value: str | None) -> int:
+        """Bucket of ``name=value`` (a string feature) or of ``name`` (a number), cached. The cache is
+        emptied when it reaches ``CACHE_SIZE`` entries: memory stays bounded whatever names arrive."""
+        if self._cached >= CACHE_SIZE:
+            self._strings.clear()
+            self._numbers.clear()
+            self._cached = 0
+        self._cached += 1
+        if value is None:
+            b = self._numbers[name] = bucket(name, self.hashing_bits)  # type: ignore[arg-type]
+        else:
+            b = self._strings.setdefault(name, {})[value] = bucket(f"{name}={value}", self.hashing_bits)  # type: ignore[arg-type]
+        return b
 
     def pack(self, x: np.ndarray | SparseVector) -> np.ndarray:
         """What a decision record keeps of ``x``: ``x`` itself for dense models; for hashed ones the

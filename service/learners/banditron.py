@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
+from service.kernels import banditron_update, sparse_scores
 from service.learners.base import (
     Decision,
     Learner,
@@ -81,8 +82,8 @@ class Banditron(Learner):
         return True
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
-        # sparse: the K x nnz columns of the non-zero features only
-        scores = self.W_[:, x.idx] @ x.val if isinstance(x, SparseVector) else self.W_ @ x
+        # sparse: a compiled loop over the K x nnz weights of the non-zero features only
+        scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
         if self.params.tie_break == "random":
             greedy = randargmax(scores, rng)
         else:
@@ -94,7 +95,10 @@ class Banditron(Learner):
         self.t_ += 1
         # Row yhat always loses x; row ytilde gains x / P(ytilde) on a click (seed 002, eq. of U~).
         # Sparse: the same element-wise arithmetic on the non-zero columns (w - 0 = w exactly).
-        cols, v = (x.idx, x.val) if isinstance(x, SparseVector) else (slice(None), x)
-        self.W_[decision.memo["greedy"], cols] -= v
+        greedy, label = int(decision.memo["greedy"]), decision.label
+        if isinstance(x, SparseVector):
+            banditron_update(self.W_, x.idx, x.val, greedy, label, reward, float(decision.probs[label]))
+            return
+        self.W_[greedy] -= x
         if reward:
-            self.W_[decision.label, cols] += v / decision.probs[decision.label]
+            self.W_[label] += x / decision.probs[label]

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
+from service.kernels import PA_BASES, pa_update, sparse_scores
 from service.learners.base import Decision, Learner, Params, learners, randargmax
 from service.learners.weak import BinaryFamily, weak_families
 
@@ -111,7 +112,7 @@ class ConservativeOVA(Learner):
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         if isinstance(x, SparseVector):
-            scores = self.W_[:, x.idx] @ x.val
+            scores = sparse_scores(self.W_, x.idx, x.val)
         else:
             scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
         greedy = randargmax(scores, rng)
@@ -125,12 +126,11 @@ class ConservativeOVA(Learner):
             self._learn_weak(x, decision.label, reward)
             return
         self.t_ += 1
-        # Sparse: norms, margins and steps on the non-zero columns only (O(K nnz)).
-        if isinstance(x, SparseVector):
-            cols, v = x.idx, x.val
-            W = self.W_[:, cols]
-        else:
-            cols, v, W = slice(None), x, self.W_
+        if isinstance(x, SparseVector):  # the same steps, compiled, on the non-zero columns (O(K nnz))
+            base = PA_BASES[self.params.base]
+            pa_update(self.W_, x.idx, x.val, decision.label, reward, base, self.params.C)
+            return
+        W, v = self.W_, x
         sqnorm = float(v @ v)
         if sqnorm == 0.0:  # PA is 0/0 here; PA-I and PA-II would not move (ALGORITHMS.md §6)
             return
@@ -144,12 +144,12 @@ class ConservativeOVA(Learner):
                 ys = 1.0 if s == yhat else -1.0
                 loss = 1.0 - ys * score
                 if loss > 0.0:
-                    self.W_[s, cols] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * v
+                    W[s] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * v
         else:
             loss = max(0.0, 1.0 + float(W[yhat] @ v))
             if loss > 0.0:
                 tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-                self.W_[yhat, cols] -= float(tau) * v
+                W[yhat] -= float(tau) * v
 
     def _learn_weak(self, x: np.ndarray, yhat: int, reward: bool) -> None:
         """Seed 004 Algorithm 1 with weak-learner steps: all K models on a click, else model yhat."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.features import SparseVector
+from service.kernels import perceptron_update, sparse_scores
 from service.learners.base import Decision, Learner, learners, randargmax
 
 
@@ -46,7 +47,7 @@ class Perceptron(Learner):
         return True
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
-        scores = self.W_[:, x.idx] @ x.val if isinstance(x, SparseVector) else self.W_ @ x
+        scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
         greedy = randargmax(scores, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
@@ -54,7 +55,10 @@ class Perceptron(Learner):
 
     def learn_full(self, x: np.ndarray | SparseVector, decision: Decision, y: int) -> None:
         self.t_ += 1
-        if decision.label != y:
-            cols, v = (x.idx, x.val) if isinstance(x, SparseVector) else (slice(None), x)
-            self.W_[y, cols] += v
-            self.W_[decision.label, cols] -= v
+        if decision.label == y:
+            return
+        if isinstance(x, SparseVector):
+            perceptron_update(self.W_, x.idx, x.val, int(y), decision.label)
+        else:
+            self.W_[y] += x
+            self.W_[decision.label] -= x

@@ -1,0 +1,132 @@
+"""Compiled loops of the linear learners on sparse input (issue 19): O(K nnz) per event, no temporaries.
+
+A hashed request has a few dozen non-zero buckets out of up to 2**22, so the work per event is tiny
+and numpy's per-call overhead (fancy-indexing copies, a few microseconds per call) dominated it.
+These loops are compiled with numba (a maintained JIT for numpy code, with wheels on PyPI) with
+explicit signatures, so they compile when this module is imported, from the on-disk cache
+(``cache=True``) after the first time: the service imports the learners before it turns ready, so
+no request pays a compilation. No ``fastmath`` (no reassociation, no fused multiply-add): every loop
+sums in index order with IEEE arithmetic, so replicas applying the same log stay bit-identical.
+
+The weight matrices are the learners' ``W_`` of shape (K, d); ``idx`` holds strictly
+increasing column indices and ``val`` their values (:class:`service.features.SparseVector`).
+The element-wise updates are those of the dense textbook learner on the non-zero columns
+(``w - 0 = w`` elsewhere), so they match it bit for bit; sums over nnz terms instead of d (scores,
+``||x||^2``) differ from a dense BLAS dot in the last bits only (``tests/service/learners/test_sparse.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["banditron_update", "merge_buckets", "pa_update", "perceptron_update", "sparse_scores"]
+
+_W = "float64[:, :]"
+_IDX = "int64[:]"
+_VAL = "float64[:]"
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+
+#: ``base`` codes of :func:`pa_update` (C-OVA's linear bases, seed 004 eqs. 10-12 and the Perceptron).
+PA_BASES = {"pa": 0, "pa1": 1, "pa2": 2, "perceptron": 3}
+
+
+@njit(f"float64[::1]({_W}, {_IDX}, {_VAL})", **_OPTS)
+def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """``W[:, idx] @ val``: the K scores of a sparse input."""
+    k_labels = W.shape[0]
+    out = np.zeros(k_labels)
+    for k in range(k_labels):
+        s = 0.0
+        for j in range(idx.size):
+            s += W[k, idx[j]] * val[j]
+        out[k] = s
+    return out
+
+
+@njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64, boolean, float64)", **_OPTS)
+def banditron_update(
+    W: np.ndarray, idx: np.ndarray, val: np.ndarray, greedy: int, label: int, click: bool, p: float
+) -> None:
+    """Banditron's ``W += U~`` on the non-zero columns: row ``greedy`` loses x, row ``label`` gains
+    ``x / p`` on a click (seed 002, Algorithm 1 with the erratum of ALGORITHMS.md §5)."""
+    for j in range(idx.size):
+        W[greedy, idx[j]] -= val[j]
+    if click:
+        for j in range(idx.size):
+            W[label, idx[j]] += val[j] / p
+
+
+@njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64)", **_OPTS)
+def perceptron_update(W: np.ndarray, idx: np.ndarray, val: np.ndarray, y: int, yhat: int) -> None:
+    """The multiclass Perceptron's mistake update: row ``y`` gains x, row ``yhat`` loses it."""
+    for j in range(idx.size):
+        W[y, idx[j]] += val[j]
+    for j in range(idx.size):
+        W[yhat, idx[j]] -= val[j]
+
+
+@njit("float64(float64, float64, int64, float64)", **_OPTS)
+def _step(loss: float, sqnorm: float, base: int, C: float) -> float:
+    """``tau`` of :func:`service.learners.cova.pa_step` for one hinge loss."""
+    if base == 3:
+        return 1.0 if loss >= 1.0 else 0.0
+    if base == 0:
+        return loss / sqnorm
+    if base == 1:
+        return min(C, loss / sqnorm)
+    return loss / (sqnorm + 1.0 / (2.0 * C))
+
+
+@njit(f"void({_W}, {_IDX}, {_VAL}, int64, boolean, int64, float64)", **_OPTS)
+def pa_update(
+    W: np.ndarray, idx: np.ndarray, val: np.ndarray, yhat: int, click: bool, base: int, C: float
+) -> None:
+    """Conservative OVA's update with PA / PA-I / PA-II / Perceptron bases (seed 004, Algorithm 1).
+
+    Click: every scorer s takes a step on ``(x, +1 if s = yhat else -1)``; no click: scorer ``yhat``
+    takes a step on ``(x, -1)``. A step is ``w += tau y x`` where the hinge loss is positive; nothing
+    moves when ``x = 0`` (ALGORITHMS.md §6).
+    """
+    sqnorm = 0.0
+    for j in range(idx.size):
+        sqnorm += val[j] * val[j]
+    if sqnorm == 0.0:
+        return
+    first = 0 if click else yhat
+    last = W.shape[0] if click else yhat + 1
+    for s in range(first, last):
+        score = 0.0
+        for j in range(idx.size):
+            score += W[s, idx[j]] * val[j]
+        ys = 1.0 if s == yhat and click else -1.0
+        loss = 1.0 - ys * score
+        if loss > 0.0:
+            c = _step(loss, sqnorm, base, C) * ys
+            for j in range(idx.size):
+                W[s, idx[j]] += c * val[j]
+
+
+@njit("Tuple((int64[::1], float64[::1]))(int64[:], float64[:])", **_OPTS)
+def merge_buckets(buckets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse vector of ``(bucket, value)`` pairs: sorted buckets, colliding values added in
+    request order (as a dense ``x[b] += v`` would), zero sums dropped."""
+    n = buckets.size
+    order = np.argsort(buckets, kind="mergesort")  # stable: equal buckets keep request order
+    idx = np.empty(n, np.int64)
+    val = np.empty(n, np.float64)
+    m = -1
+    for i in order:
+        if m >= 0 and idx[m] == buckets[i]:
+            val[m] += values[i]
+        else:
+            m += 1
+            idx[m] = buckets[i]
+            val[m] = values[i]
+    kept = 0
+    for i in range(m + 1):
+        if val[i] != 0.0:
+            idx[kept] = idx[i]
+            val[kept] = val[i]
+            kept += 1
+    return idx[:kept].copy(), val[:kept].copy()

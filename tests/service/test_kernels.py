@@ -1,0 +1,107 @@
+"""The compiled pieces of the sparse path (issue 19): decision generator, featuriser, kernels.
+
+* :class:`service.sampling.DecisionRng` draws exactly what numpy's PCG64 seeded from the decision id
+  draws, for every sequence of calls (its own ``random()`` and any call it hands to numpy);
+* the featuriser's bucket cache changes nothing (a cold, warm or emptied cache gives the same
+  vector as the textbook dense ``x[bucket] += v``);
+* the numba loops are compiled when ``service.kernels`` is imported (the service imports it before
+  turning ready): no call compiles, and a call with other array types is refused, not compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from service import features, kernels
+from service.features import Featuriser, bucket
+from service.sampling import DecisionIds, DecisionRng, decision_rng
+
+
+def numpy_rng(decision_id: str) -> np.random.Generator:
+    """The textbook generator of a decision: a PCG64 set from ``blake2b(decision_id)``."""
+    h = hashlib.blake2b(decision_id.encode(), digest_size=32).digest()
+    gen = np.random.Generator(np.random.PCG64(0))
+    gen.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1},
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    return gen
+
+
+CALLS = [
+    lambda g: g.random(),
+    lambda g: int(g.integers(7)),
+    lambda g: g.random(3).tolist(),
+    lambda g: int(g.integers(1 << 40)),
+    lambda g: g.normal(),
+]
+
+
+def test_decision_rng_draws_what_numpy_draws() -> None:
+    ids = DecisionIds.for_seed(5)
+    pick = np.random.default_rng(0)
+    for _ in range(500):
+        did = ids.new()
+        ours, ref = decision_rng(did), numpy_rng(did)
+        assert isinstance(ours, DecisionRng)
+        # a random sequence of calls: runs of the Python random() then anything numpy does
+        for i in pick.integers(len(CALLS), size=int(pick.integers(1, 6))):
+            if pick.random() < 0.5:
+                assert ours.random() == ref.random()
+            assert CALLS[i](ours) == CALLS[i](ref)
+        assert ours.random() == ref.random()
+
+
+def test_featuriser_cache_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    requests = []
+    for _ in range(300):
+        r: dict[str, object] = {f"s{j}": f"v{rng.integers(30)}" for j in range(12)}
+        r |= {f"n{j}": float(rng.normal()) for j in range(4)} | {"b": bool(rng.integers(2)), "i": 3}
+        requests.append(r)
+    monkeypatch.setattr(features, "CACHE_SIZE", 50)  # emptied every few requests
+    small, warm = Featuriser(None, 6, 100), Featuriser(None, 6, 100)  # 64 buckets: many collisions
+    for r in requests:
+        dense = np.zeros(64)
+        for name, value in r.items():  # the textbook definition, in request order
+            key = f"{name}={value}" if isinstance(value, str) else name
+            dense[bucket(key, 6)] += 1.0 if isinstance(value, str) else float(value)  # type: ignore[arg-type]
+        for f in (small, warm, Featuriser(None, 6, 100)):
+            x = f(r)
+            assert np.all(np.diff(x.idx) > 0) and np.all(x.val != 0.0)
+            np.testing.assert_array_equal(x.dense(), dense)
+    assert small._cached <= 50
+
+
+@pytest.mark.parametrize("name", kernels.__all__)
+def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
+    kernel = getattr(kernels, name)
+    compiled = list(kernel.signatures)
+    assert compiled, f"{name} has no compiled signature"
+    # the types a request brings, in every layout they come in: no new compilation
+    W = np.zeros((3, 16))
+    idx, val = np.array([1, 5, 9]), np.array([1.0, -2.0, 0.5])
+    args = {
+        "sparse_scores": (W, idx, val),
+        "banditron_update": (W, idx, val, 0, 1, True, 0.5),
+        "perceptron_update": (W, idx, val, 0, 1),
+        "pa_update": (W, idx, val, 1, True, kernels.PA_BASES["pa1"], 1.0),
+        "merge_buckets": (idx, val),
+    }[name]
+    kernel(*args)
+    kernel(
+        *[np.repeat(a, 2)[::2] if isinstance(a, np.ndarray) and a.ndim == 1 else a for a in args]
+    )  # strided
+    assert list(kernel.signatures) == compiled
+    with pytest.raises(TypeError):  # float32 weights: refused rather than compiled on a request
+        kernel(
+            *[
+                a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a
+                for a in args
+            ]
+        )
