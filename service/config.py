@@ -85,8 +85,9 @@ class Settings(BaseSettings):
     # fsync of the SQLite store: "full" syncs every feedback's commit (survives power loss),
     # "normal" survives a killed process but may lose the last commits on power loss.
     sqlite_synchronous: Literal["full", "normal"] = "full"
-    # Memory budgets checked before a model is allocated (422 at creation when over).
-    max_model_bytes: int = Field(256 * 2**20, ge=1024)
+    # Memory budgets checked before a model is allocated (422 at creation when over). 512 MiB: a
+    # hashed linear model at the largest b = 22 with K = 10 holds 320 MiB of float64 weights.
+    max_model_bytes: int = Field(512 * 2**20, ge=1024)
     max_total_model_bytes: int = Field(2 * 2**30, ge=1024)
 
     @property
