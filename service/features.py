@@ -50,6 +50,9 @@ __all__ = [
 class SparseVector:
     """A vector of dimension ``dim`` given by its non-zero entries.
 
+    Read-only by contract: nothing writes into ``idx`` or ``val`` (the featuriser hands out views of
+    one shared array of ones).
+
     Attributes
     ----------
     idx : ndarray of int64
@@ -107,6 +110,8 @@ class Featuriser:
         self._strings: dict[str, dict[str, int]] = {}  # name -> value -> bucket of "name=value"
         self._numbers: dict[str, int] = {}  # name -> bucket of a number or bool feature
         self._cached = 0
+        # Values of the fast path: views of one array of ones (no learner writes into its input).
+        self._ones = np.ones(max_named)
 
     def __call__(self, features: Sequence[float] | Mapping[str, FeatureValue]) -> np.ndarray | SparseVector:
         """The vector of ``features`` (dense float64 for a dense model, a :class:`SparseVector` of
@@ -131,10 +136,21 @@ class Featuriser:
             raise FeatureError("features: this model hashes named features: send an object {name: value}")
         if len(features) > self.max_named:
             raise FeatureError(f"features: {len(features)} named features, at most {self.max_named} allowed")
-        # The loop below is the whole cost of a hashed request (a few dozen features): buckets come
-        # from per-model dictionaries (string hashes are cached by Python), not from blake2b each time.
+        # Featurising is most of the cost of a hashed request (a few dozen features): buckets come
+        # from per-model dictionaries, not from blake2b each time. Fast path: every value a string
+        # whose key was seen before (a number never matches: the inner keys are strings) and no two
+        # keys in one bucket, so the vector is the sorted buckets with ones.
         strings, numbers = self._strings, self._numbers
-        buckets: list[int] = []
+        try:
+            buckets = [strings[name][value] for name, value in features.items()]
+        except (KeyError, TypeError):
+            pass
+        else:
+            buckets.sort()
+            n = len(buckets)
+            if len(set(buckets)) == n:
+                return SparseVector(np.array(buckets, dtype=np.int64), self._ones[:n], self.dim)
+        buckets = []
         values: list[float] = []
         for name, value in features.items():
             if value.__class__ is str or isinstance(value, str):

@@ -63,7 +63,9 @@ def test_featuriser_cache_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> No
     for _ in range(300):
         r: dict[str, object] = {f"s{j}": f"v{rng.integers(30)}" for j in range(12)}
         r |= {f"n{j}": float(rng.normal()) for j in range(4)} | {"b": bool(rng.integers(2)), "i": 3}
-        requests.append(r)
+        # one name with a string, a number or a bool; requests with strings only (the fast path)
+        r["m"] = ["x", 1.0, True, 0][int(rng.integers(4))]
+        requests.append(r if rng.random() < 0.5 else {k: v for k, v in r.items() if isinstance(v, str)})
     monkeypatch.setattr(features, "CACHE_SIZE", 50)  # emptied every few requests
     small, warm = Featuriser(None, 6, 100), Featuriser(None, 6, 100)  # 64 buckets: many collisions
     for r in requests:
