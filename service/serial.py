@@ -1,10 +1,16 @@
 """A canonical, pickle-free binary encoding of flat state dictionaries.
 
-A state is ``dict[str, np.ndarray | int | float | str | bool]``. The encoding is a JSON header
-(sorted keys, one entry per value) followed by the raw little-endian bytes of every array in key
-order. The same state always encodes to the same bytes, so ``sha256(encode(state))`` is a model
-checksum that replicas can compare. Decoding only ever builds numeric/bool arrays and JSON scalars:
-no code is executed and object arrays are refused.
+A state is ``dict[str, np.ndarray | int | float | str | bool]``. The encoding (:func:`encode`,
+magic ``CBST1``) is a JSON header (sorted keys, one entry per value) followed by the raw
+little-endian bytes of every array in key order. The same state always encodes to the same bytes, so
+``sha256(encode(state))`` is a model checksum that replicas can compare. Decoding only ever builds
+numeric/bool arrays and JSON scalars: no code is executed and object arrays are refused.
+
+Checkpoints use the sparse variant (:func:`encode_sparse`, magic ``CBST2``): the same header and
+order, but an array whose non-zero entries take less room as ``(flat index, value)`` pairs is stored
+as those (its header entry adds ``nnz`` and the index dtype), so a hashed model's 2**b columns cost
+only what it learned. "Non-zero" is by bit pattern, so ``-0.0`` is kept and the round trip is exact.
+It is canonical too (the choice depends only on the values). :func:`decode` reads both.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import numpy as np
 
 MAGIC = b"CBST1\n"
+MAGIC_SPARSE = b"CBST2\n"
 _ALLOWED_KINDS = set("biufc")  # bool, int, uint, float, complex; never object/str/void arrays
 
 StateValue = np.ndarray | int | float | str | bool
@@ -28,11 +35,11 @@ class StateFormatError(ValueError):
     """The bytes or the dictionary are not a valid serialised state."""
 
 
-def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
-    """The header and the arrays of the encoding, in order: C-contiguous little-endian arrays,
-    views of the state's own arrays wherever they already are (no copy)."""
+def _arrays(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+    """The header entries and the ``(key, array)`` pairs of ``state`` in key order: C-contiguous
+    little-endian arrays, views of the state's own arrays wherever they already are (no copy)."""
     header: dict[str, Any] = {}
-    arrays: list[np.ndarray] = []
+    arrays: list[tuple[str, np.ndarray]] = []
     for key in sorted(state):
         value = state[key]
         if isinstance(value, np.ndarray):
@@ -40,7 +47,7 @@ def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
                 raise StateFormatError(f"state[{key!r}]: dtype {value.dtype} is not numeric")
             arr = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
             header[key] = {"dtype": arr.dtype.str, "shape": list(value.shape)}
-            arrays.append(arr)
+            arrays.append((key, arr))
         elif isinstance(value, bool | int | float | str) or value is None:
             if isinstance(value, float) and not np.isfinite(value):
                 header[key] = {"float": repr(value)}
@@ -50,19 +57,97 @@ def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
             header[key] = {"value": value.item()}
         else:
             raise StateFormatError(f"state[{key!r}]: unsupported type {type(value).__name__}")
+    return header, arrays
+
+
+def _head(magic: bytes, header: Mapping[str, Any]) -> bytes:
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return MAGIC + struct.pack("<Q", len(head)) + head, arrays
+    return magic + struct.pack("<Q", len(head)) + head
+
+
+def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
+    """The header and the arrays of the canonical encoding, in order."""
+    header, arrays = _arrays(state)
+    return _head(MAGIC, header), [a for _, a in arrays]
 
 
 def encode(state: Mapping[str, Any]) -> bytes:
     """Encode a flat state dictionary canonically (see module docstring)."""
     head, arrays = _parts(state)
-    return head + b"".join(a.tobytes() for a in arrays)
+    return head + b"".join(arrays)
+
+
+def _nonzero(arr: np.ndarray) -> np.ndarray | None:
+    """Flat indices of ``arr``'s entries that are not all zero bits, when they and their values
+    take less room than ``arr`` (else None). ``arr`` is C-contiguous little-endian."""
+    size = arr.dtype.itemsize
+    if size not in (1, 2, 4, 8):  # complex128 and the like: always raw
+        return None
+    nonzero = arr.reshape(-1).view(f"<u{size}") != 0  # by bits: -0.0 is kept
+    index = np.dtype("<u4") if arr.size <= 2**32 else np.dtype("<u8")
+    if np.count_nonzero(nonzero) * (index.itemsize + size) >= arr.nbytes:
+        return None
+    return np.flatnonzero(nonzero).astype(index)  # 3x faster on a bool mask than on the words
+
+
+def encode_sparse(state: Mapping[str, Any]) -> bytes:
+    """Encode ``state`` with mostly-zero arrays as (flat index, value) pairs (magic ``CBST2``).
+
+    Canonical, and exact bit for bit through :func:`decode`; the size of a hashed model's
+    checkpoint grows with the columns it learned, not with ``2**b``.
+    """
+    header, arrays = _arrays(state)
+    data: list[np.ndarray] = []
+    for key, arr in arrays:
+        idx = _nonzero(arr)
+        if idx is None:
+            data.append(arr)
+        else:
+            header[key] |= {"nnz": int(idx.size), "index": idx.dtype.str}
+            data += [idx, arr.reshape(-1)[idx]]
+    return _head(MAGIC_SPARSE, header) + b"".join(data)
+
+
+def _array(data: bytes, pos: int, key: str, entry: dict[str, Any], sparse: bool) -> tuple[np.ndarray, int]:
+    """The array of header ``entry`` starting at ``data[pos]``, and the position after it."""
+    try:
+        dtype = np.dtype(entry["dtype"])
+        shape = tuple(int(s) for s in entry["shape"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateFormatError(f"state[{key!r}]: bad array entry ({exc})") from None
+    if dtype.kind not in _ALLOWED_KINDS or any(s < 0 for s in shape):
+        raise StateFormatError(f"state[{key!r}]: refused dtype {dtype} or shape {shape}")
+    n = int(np.prod(shape, dtype=np.int64))
+    native = dtype.newbyteorder("=")
+    if "nnz" not in entry:
+        nbytes = dtype.itemsize * n
+        if pos + nbytes > len(data):
+            raise StateFormatError(f"state[{key!r}]: truncated data")
+        arr = np.frombuffer(data, dtype=dtype, count=n, offset=pos).reshape(shape).astype(native)
+        return arr, pos + nbytes
+    nnz, index_str = entry["nnz"], entry.get("index")
+    if not sparse or index_str not in ("<u4", "<u8") or type(nnz) is not int or not 0 <= nnz <= n:
+        raise StateFormatError(f"state[{key!r}]: bad sparse entry")
+    index = np.dtype(index_str)
+    end = pos + nnz * (index.itemsize + dtype.itemsize)
+    if end > len(data):
+        raise StateFormatError(f"state[{key!r}]: truncated data")
+    idx = np.frombuffer(data, dtype=index, count=nnz, offset=pos)
+    if nnz and (idx[-1] >= n or np.any(idx[1:] <= idx[:-1])):  # in range and canonical
+        raise StateFormatError(f"state[{key!r}]: sparse indices out of range or not increasing")
+    try:
+        flat = np.zeros(n, dtype=native)  # calloc: untouched pages cost nothing
+    except (MemoryError, ValueError):  # a forged shape ("array is too big")
+        raise StateFormatError(f"state[{key!r}]: shape {shape} too large") from None
+    flat[idx] = np.frombuffer(data, dtype=dtype, count=nnz, offset=pos + nnz * index.itemsize)
+    return flat.reshape(shape), end
 
 
 def decode(data: bytes) -> State:
-    """Decode bytes made by :func:`encode`; raise :class:`StateFormatError` on anything else."""
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
+    """Decode bytes made by :func:`encode` or :func:`encode_sparse`; raise :class:`StateFormatError`
+    on anything else."""
+    magic = data[: len(MAGIC)]
+    if magic not in (MAGIC, MAGIC_SPARSE) or len(data) < len(MAGIC) + 8:
         raise StateFormatError("not a clickboost state (bad magic)")
     (n,) = struct.unpack_from("<Q", data, len(MAGIC))
     start = len(MAGIC) + 8
@@ -83,22 +168,7 @@ def decode(data: bytes) -> State:
         elif "float" in entry:
             out[key] = float(entry["float"])
         else:
-            try:
-                dtype = np.dtype(entry["dtype"])
-                shape = tuple(int(s) for s in entry["shape"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StateFormatError(f"state[{key!r}]: bad array entry ({exc})") from None
-            if dtype.kind not in _ALLOWED_KINDS or any(s < 0 for s in shape):
-                raise StateFormatError(f"state[{key!r}]: refused dtype {dtype} or shape {shape}")
-            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-            if pos + nbytes > len(data):
-                raise StateFormatError(f"state[{key!r}]: truncated data")
-            out[key] = (
-                np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=pos)
-                .reshape(shape)
-                .astype(dtype.newbyteorder("="))
-            )
-            pos += nbytes
+            out[key], pos = _array(data, pos, key, entry, magic == MAGIC_SPARSE)
     if pos != len(data):
         raise StateFormatError("trailing bytes after the state")
     return out
