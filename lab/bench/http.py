@@ -1,7 +1,7 @@
 """``bench http``: throughput and latency of the HTTP service against a bare FastAPI echo endpoint.
 
-Three kinds of load, one after the other, each for the same duration with the same number of keep-alive
-connections from a minimal asyncio HTTP/1.1 client (pre-built requests, so the client stays cheap):
+Kinds of load, one after the other, each for the same duration with 8 keep-alive connections
+unless said, from a minimal asyncio HTTP/1.1 client (pre-built requests, so the client stays cheap):
 
 ``echo``
     ``POST /echo`` of a separate FastAPI app (same uvicorn settings) that validates the very
@@ -13,9 +13,20 @@ connections from a minimal asyncio HTTP/1.1 client (pre-built requests, so the c
 ``predict+feedback``
     ``POST /predict`` then ``POST /feedback`` for the returned id (click = sampled label is the
     true one): the full loop of a web app; rate = pairs per second.
+``predict+feedback, hashed b=18``
+    The same loop with a hashed Banditron (``hashing_bits`` 18, K=10, 20 MB of weights) on the same
+    server: 30 named string features per request (``{"f0": "v17", ...}``, 100 values each, the true
+    label is f0's value mod 10). Run with 8 connections and with 1 (sequential) beside the dense
+    model's loop with 1; target (issue 19): hashed pairs/s >= 0.9 x dense, both ways.
+``..., checkpoints every 100`` / ``..., checkpoints off``
+    The hashed loop on two more servers of the default store, one writing a checkpoint every 100
+    events (``CLICKBOOST_CHECKPOINT_EVERY``), the other never; the latency of the predict requests
+    alone is recorded. Target (issue 19): predict p99 with checkpoints <= 2 x without, same run.
+    The section also gives that model's latest stored checkpoint (version, bytes) and the time and
+    size of encoding its final state sparse (as checkpoints are) and plain.
 
 The service runs once per store of :data:`STORES`, each its own server process: ``memory``
-(the rows ``predict`` and ``predict+feedback``), ``sqlite-normal`` and ``sqlite-full`` (the
+(the rows ``predict`` and ``predict+feedback``, dense and hashed), ``sqlite-normal`` and ``sqlite-full`` (the
 embedded SQLite store, WAL, in its own temporary data directory, with
 ``CLICKBOOST_SQLITE_SYNCHRONOUS`` normal or full). The two SQLite rows of each load give the fsync
 cost of a durable feedback as a ratio measured in the same run; ``sqlite-full`` is the service's
@@ -35,10 +46,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,10 +64,16 @@ from pydantic import BaseModel
 from lab.bench import benches, report
 from lab.sim.datasets import load_dataset
 from service.config import Settings
+from service.serial import decode, encode, encode_sparse
 
 TARGET_RATIO = 0.5
 CONNECTIONS = 8
 STORES = ("memory", "sqlite-normal", "sqlite-full")
+HASHED_BITS = 18
+NAMED_FEATURES = 30
+HASHED_TARGET = 0.9  # hashed pairs/s vs dense pairs/s
+CHECKPOINT_EVERY = 100
+CHECKPOINT_TARGET = 2.0  # predict p99 with checkpoints vs without
 
 
 class _EchoBody(BaseModel):
@@ -229,6 +248,37 @@ def _bodies(n: int) -> tuple[list[bytes], np.ndarray]:
     return [json.dumps({"model": "digits", "features": x.tolist()}).encode() for x in X], y
 
 
+def _hashed_bodies(n: int) -> tuple[list[bytes], np.ndarray]:
+    """``n`` predict bodies of the model ``hashed`` (30 features ``"f{j}": "v{0..99}"``, seeded) and
+    their true labels (f0's value mod 10)."""
+    values = np.random.default_rng(0).integers(0, 100, size=(n, NAMED_FEATURES))
+    bodies = [
+        json.dumps({"model": "hashed", "features": {f"f{j}": f"v{v}" for j, v in enumerate(row)}}).encode()
+        for row in values
+    ]
+    return bodies, values[:, 0] % 10
+
+
+def _pair(bodies: list[bytes], labels: np.ndarray, predict_latencies: list[float] | None = None) -> Step:
+    """Predict request i (mod len), then its feedback (click = sampled label is the true one);
+    the predict's latency is appended to ``predict_latencies`` if given."""
+    predicts = [_request("/predict", b) for b in bodies]
+
+    async def pair(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
+        t0 = time.perf_counter()
+        status, body = await _roundtrip(reader, writer, predicts[i % len(predicts)])
+        if predict_latencies is not None:
+            predict_latencies.append(time.perf_counter() - t0)
+        assert status == 200, status
+        d = json.loads(body)
+        click = d["label_index"] == int(labels[i % len(labels)])
+        fb = json.dumps({"decision_id": d["decision_id"], "click": click}).encode()
+        status, _ = await _roundtrip(reader, writer, _request("/feedback", fb))
+        assert status == 200, status
+
+    return pair
+
+
 def steps() -> tuple[Step, Step, Step]:
     """The three loads on one keep-alive connection: echo, predict, and predict then feedback.
 
@@ -246,76 +296,130 @@ def steps() -> tuple[Step, Step, Step]:
         status, _ = await _roundtrip(reader, writer, predicts[i % len(predicts)])
         assert status == 200, status
 
-    async def pair(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, i: int) -> None:
-        status, body = await _roundtrip(reader, writer, predicts[i % len(predicts)])
-        assert status == 200, status
-        d = json.loads(body)
-        click = d["label_index"] == int(labels[i % len(labels)])
-        fb = json.dumps({"decision_id": d["decision_id"], "click": click}).encode()
-        status, _ = await _roundtrip(reader, writer, _request("/feedback", fb))
-        assert status == 200, status
+    return echo, predict, _pair(bodies, labels)
 
-    return echo, predict, pair
+
+def _checkpoint_row(path: Path, model: str) -> tuple[int, int] | None:
+    """``(position, bytes)`` of ``model``'s checkpoint in the SQLite file ``path`` (read-only), if any."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute(
+            "SELECT c.position, length(c.state) FROM checkpoints c JOIN models m ON m.id = c.model "
+            "WHERE m.name = ?",
+            (model,),
+        ).fetchone()
+    finally:
+        db.close()
+
+
+def _encode_costs(state: bytes) -> tuple[tuple[int, float], tuple[int, float]]:
+    """``(bytes, best ms)`` of the checkpoint encodings of an exported state: plain, then sparse."""
+    decoded = decode(state)
+    out = []
+    for encoder in (encode, encode_sparse):
+        best = min(timeit.repeat(lambda e=encoder: e(decoded), number=1, repeat=5))
+        out.append((len(encoder(decoded)), 1e3 * best))
+    return out[0], out[1]
 
 
 @benches.register("http")
 def bench_http(quick: bool) -> str:
-    """Echo vs predict vs predict+feedback on each store, over loopback; markdown table and target check."""
+    """Echo vs predict vs predict+feedback on each store, dense vs hashed, checkpoints on vs off,
+    over loopback; markdown table and target checks."""
     seconds, rounds = (1.0, 1) if quick else (5.0, 3)
     echo, predict, pair = steps()
+    hashed_bodies, hashed_labels = _hashed_bodies(2000)
+    hashed_pair = _pair(hashed_bodies, hashed_labels)
+    predict_lat: dict[str, list[float]] = {"on": [], "off": []}
     py = sys.executable
     uv = ["--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
 
-    spec = {
-        "learner": "banditron",
-        "n_features": 784,
-        "n_labels": 10,
-        "reward_window_seconds": 5,
-        "default_reward": "drop",
-    }
-    # Row names: the memory store's rows keep their plain names.
-    rows = {"echo": ("echo", echo)}
+    common = {"n_labels": 10, "reward_window_seconds": 5, "default_reward": "drop"}
+    dense = {"learner": "banditron", "n_features": 784, **common}
+    hashed = {"learner": "banditron", "hashing_bits": HASHED_BITS, **common}
+    cp_store = default_store()
+    # server -> (store, extra settings): one per store, and the two of the checkpoint rows
+    servers: dict[str, tuple[str, dict[str, str]]] = {store: (store, {}) for store in STORES}
+    servers["checkpoints-on"] = (cp_store, {"CLICKBOOST_CHECKPOINT_EVERY": str(CHECKPOINT_EVERY)})
+    servers["checkpoints-off"] = (
+        cp_store,
+        {"CLICKBOOST_CHECKPOINT_EVERY": "1000000000", "CLICKBOOST_CHECKPOINT_INTERVAL_SECONDS": "1e9"},
+    )
+    # name -> (server, step, connections). The memory store's rows keep their plain names; each
+    # hashed row runs right after its dense one, so that load from elsewhere hits both alike.
+    hashed_row = f"predict+feedback, hashed b={HASHED_BITS}"
+    rows: dict[str, tuple[str, Step, int]] = {"echo": ("echo", echo, CONNECTIONS)}
     for store in STORES:
         suffix = "" if store == "memory" else f", {store}"
-        rows[f"predict{suffix}"] = (store, predict)
-        rows[f"predict+feedback{suffix}"] = (store, pair)
+        rows[f"predict{suffix}"] = (store, predict, CONNECTIONS)
+        rows[f"predict+feedback{suffix}"] = (store, pair, CONNECTIONS)
+        if store == "memory":
+            rows[hashed_row] = ("memory", hashed_pair, CONNECTIONS)
+            rows["predict+feedback, 1 connection"] = ("memory", pair, 1)
+            rows[f"{hashed_row}, 1 connection"] = ("memory", hashed_pair, 1)
+    cp_rows = {
+        "on": f"{hashed_row}, checkpoints every {CHECKPOINT_EVERY}, {cp_store}",
+        "off": f"{hashed_row}, checkpoints off, {cp_store}",
+    }
+    for mode, name in cp_rows.items():
+        rows[name] = (
+            f"checkpoints-{mode}",
+            _pair(hashed_bodies, hashed_labels, predict_lat[mode]),
+            CONNECTIONS,
+        )
     pairs_of = {store: "predict+feedback" + ("" if store == "memory" else f", {store}") for store in STORES}
     totals = {name: [0, 0.0, 0.0, []] for name in rows}
     with tempfile.TemporaryDirectory(prefix="clickboost-bench-") as tmp:
         fs = _fs_type(tmp)
         cmds = {"echo": ([py, "-m", "uvicorn", "lab.bench.http:echo_app", "--factory", *uv], {})}
-        for store in STORES:
-            data_dir = Path(tmp) / store  # one data directory per server process
-            data_dir.mkdir()
-            cmds[store] = ([py, "-m", "service", "serve", *uv], store_settings(store, data_dir))
+        data_dirs = {}
+        for server, (store, extra) in servers.items():
+            data_dirs[server] = Path(tmp) / server  # one data directory per server process
+            data_dirs[server].mkdir()
+            cmds[server] = (
+                [py, "-m", "service", "serve", *uv],
+                store_settings(store, data_dirs[server]) | extra,
+            )
         with _servers(cmds) as up:
             for store in STORES:
-                httpx.put(f"{up[store][0]}/models/digits", json=spec).raise_for_status()
+                httpx.put(f"{up[store][0]}/models/digits", json=dense).raise_for_status()
+            for server in ("memory", "checkpoints-on", "checkpoints-off"):
+                httpx.put(f"{up[server][0]}/models/hashed", json=hashed).raise_for_status()
             # Interleaved rounds, so a burst of load from elsewhere hits every load alike.
             for _ in range(rounds):
-                for name, (server, step) in rows.items():
+                for name, (server, step, connections) in rows.items():
                     target, pid = up[server]
                     cpu = _cpu_seconds(pid)
-                    count, secs, lat = asyncio.run(_load(target, step, seconds))
+                    count, secs, lat = asyncio.run(_load(target, step, seconds, connections))
                     t = totals[name]
                     t[0] += count
                     t[1] += secs
                     t[2] += _cpu_seconds(pid) - cpu
                     t[3].append(lat)
             version = httpx.get(f"{up['memory'][0]}/models/digits").json()["version"]
+            cp_url = up["checkpoints-on"][0]
+            cp_version = httpx.get(f"{cp_url}/models/hashed").json()["version"]
+            exported = httpx.get(f"{cp_url}/models/hashed/state", timeout=60).content
+            cp_row = (
+                _checkpoint_row(data_dirs["checkpoints-on"] / "clickboost.sqlite3", "hashed")
+                if cp_store != "memory"
+                else None
+            )
 
     rate = {name: t[0] / t[1] for name, t in totals.items()}
     cpu_ms = {name: 1e3 * t[2] / t[0] for name, t in totals.items()}
     flag = " --quick" if quick else ""
     lines = [
-        f"### HTTP service: Banditron d=784 K=10, {CONNECTIONS} keep-alive connections, "
-        f"{rounds} x {seconds:g} s per load",
+        f"### HTTP service: Banditron K=10 dense d=784 and hashed b={HASHED_BITS}, {CONNECTIONS} keep-alive "
+        f"connections unless said, {rounds} x {seconds:g} s per load",
         "",
         f"`python -m service bench http{flag}`. {report.machine()} Rows `predict` and `predict+feedback`: "
         "memory store; `sqlite-normal` / `sqlite-full`: the embedded SQLite store (WAL, "
         "`CLICKBOOST_SQLITE_SYNCHRONOUS` normal / full) in a temporary data directory on "
         f"{fs}. One server process per store, all up at once, loads interleaved in rounds; fsync waits "
-        "are not CPU time, so durability costs show in the rates.",
+        f"are not CPU time, so durability costs show in the rates. `hashed b={HASHED_BITS}`: the hashed "
+        f"Banditron on the memory store's server, {NAMED_FEATURES} named string features per request; its "
+        "`checkpoints` rows on two more servers of the default store.",
         "",
         "| load | count | per second | vs echo | server CPU ms each | capacity vs echo | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -346,5 +450,36 @@ def bench_http(quick: bool) -> str:
         f"{pps['sqlite-normal'] / pps['memory']:.2f}; vs echo (target >= {TARGET_RATIO} x): "
         + ", ".join(f"{store} {pps[store] / rate['echo']:.2f} {met[store]}" for store in STORES)
         + f". {default} is the default (`make run`).",
+    ]
+    hashed_vs = {
+        f"{CONNECTIONS} connections": rate[hashed_row] / rate["predict+feedback"],
+        "1 connection": rate[f"{hashed_row}, 1 connection"] / rate["predict+feedback, 1 connection"],
+    }
+    lines += [
+        "",
+        f"hashed b={HASHED_BITS} ({NAMED_FEATURES} named features) / dense d=784 predict+feedback pairs/s "
+        f"(target >= {HASHED_TARGET} x): "
+        + ", ".join(
+            f"{how} {r:.2f} {'met' if r >= HASHED_TARGET else 'MISSED'}" for how, r in hashed_vs.items()
+        )
+        + ".",
+    ]
+    p99 = {mode: 1e3 * float(np.percentile(predict_lat[mode], 99)) for mode in predict_lat}
+    cp_ratio = p99["on"] / p99["off"]
+    (plain_bytes, plain_ms), (sparse_bytes, sparse_ms) = _encode_costs(exported)
+    stored = (
+        f"; its latest checkpoint in the store is at version {cp_row[0]}, {cp_row[1]:,} bytes"
+        if cp_row is not None
+        else ""
+    )
+    lines += [
+        "",
+        f"checkpoints, hashed b={HASHED_BITS} on {cp_store}: predict p99 while pairs run with a "
+        f"checkpoint every {CHECKPOINT_EVERY} events {p99['on']:.2f} ms, without checkpoints "
+        f"{p99['off']:.2f} ms: {cp_ratio:.2f} x (target <= {CHECKPOINT_TARGET:g} x): "
+        f"{'met' if cp_ratio <= CHECKPOINT_TARGET else 'MISSED'}. That model learned {cp_version} events"
+        f"{stored}. Its state encoded as a checkpoint here: {sparse_bytes:,} bytes in {sparse_ms:.1f} ms "
+        f"(sparse, `service.serial.encode_sparse`) against {plain_bytes:,} bytes in {plain_ms:.1f} ms "
+        "(plain). The server encodes it in a thread; that model applies no event meanwhile, requests go on.",
     ]
     return "\n".join(lines)

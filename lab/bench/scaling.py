@@ -7,8 +7,13 @@ cost per event is wall time over the timed rounds (after warm-up rounds), in mic
 number of weak learners of a booster (its ``n_learners`` hyperparameter); the d and K axes run at
 the booster's own default N.
 
-Model bytes are the size of the canonical state encoding (:func:`service.serial.encode`), which is
-exactly what a checkpoint stores; the checkpoint write time is encode + write to a local file.
+The hashed axis feeds :class:`service.features.SparseVector` rows (a few ones among ``2**b``
+buckets) as the service does: as is to learners that take sparse input (``accepts_sparse``, O(K nnz)
+per event), as ``x.dense()`` to the others.
+
+Model bytes are the size of the state's checkpoint encoding (:func:`service.serial.encode_sparse`),
+which is exactly what a checkpoint stores; the checkpoint write time is encode + write to a local
+file.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import numpy as np
 from lab.bench import benches, report
 from lab.runcache import progress as report_progress
 from lab.sim.stream import run_stream
+from service.features import SparseVector
 from service.learners.base import Learner, learners, make_learner
-from service.sampling import DecisionIds
-from service.serial import encode
+from service.sampling import DecisionIds, decision_rng
+from service.serial import encode_sparse
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ FULL = Grid(
     d=(16, 128, 1024, 8192),
     k=(2, 10, 50, 200),
     n=(10, 50, 100),
-    bits=(10, 14, 18),
+    bits=(10, 14, 18, 22),
     nnz=32,
     base_d=128,
     base_k=10,
@@ -73,6 +79,13 @@ QUICK = Grid(
 
 #: Points whose model would hold more weights than this (K d, times N for a booster) are skipped.
 MAX_WEIGHTS = 2**24
+#: Keys of the hashed axis's stream (:func:`linear_stream`). A fixed vocabulary keeps the workload
+#: the same at every b: with buckets drawn afresh per row, at b = 22 almost no bucket recurs in a
+#: run, so every score is a tie of zeros and every event an update, unlike at b = 10.
+VOCAB = 4096
+#: The same cap on the hashed axis for learners that take sparse input: K 2**22 float64 = 320 MiB
+#: at K = 10, which their O(K nnz) events never sweep.
+MAX_SPARSE_WEIGHTS = 2**26
 #: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
 #: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
 MAX_K = {"banditbbm": 20}
@@ -97,22 +110,43 @@ class Point:
 
 def linear_stream(
     d: int, k: int, n: int, nnz: int | None = None, seed: int = 0, chunk: int = 100
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+) -> Iterator[tuple[np.ndarray | list[SparseVector], np.ndarray]]:
     """``n`` examples of a random linear K-class problem in dimension ``d``, in chunks of ``chunk``.
 
-    Dense: ``x ~ N(0, I/d)``. Hashed sparse (``nnz`` given): ``nnz`` ones at random buckets, what
-    ``nnz`` hashed string features look like; chunks keep memory bounded at d = 2**18.
+    Dense: rows ``x ~ N(0, I/d)`` of an array, labelled by ``argmax(W* x)``. Hashed sparse (``nnz``
+    given): what ``nnz`` hashed string features look like, a list of :class:`SparseVector`. Each
+    row draws ``nnz`` of ``VOCAB`` keys; every key has a random bucket among ``d`` (its hash;
+    colliding keys add up) and teacher weights, and the label is the argmax of the row's summed
+    key weights. Keys and labels do not depend on ``d``, only where the keys land; nothing is dense
+    in ``d``.
     """
     rng = np.random.default_rng(seed)
-    W = rng.normal(size=(k, d))
+    if nnz is None:
+        W = rng.normal(size=(k, d))
+        for start in range(0, n, chunk):
+            X = rng.normal(size=(min(chunk, n - start), d)) / np.sqrt(d)
+            yield X, np.argmax(X @ W.T, axis=1)
+        return
+    W = rng.normal(size=(VOCAB, k))
+    keys = rng.integers(0, VOCAB, size=(n, nnz))
+    y = np.argmax(W[keys].sum(axis=1), axis=1)
+    bucket = rng.integers(0, d, VOCAB)  # drawn last: the draws above are the same for every d
+    rows = []
+    for row in bucket[keys]:
+        idx, count = np.unique(row, return_counts=True)
+        rows.append(SparseVector(idx, count.astype(np.float64), d))
     for start in range(0, n, chunk):
-        m = min(chunk, n - start)
-        if nnz is None:
-            X = rng.normal(size=(m, d)) / np.sqrt(d)
-        else:
-            X = np.zeros((m, d))
-            X[np.arange(m)[:, None], rng.integers(0, d, size=(m, nnz))] = 1.0
-        yield X, np.argmax(X @ W.T, axis=1)
+        yield rows[start : start + chunk], y[start : start + chunk]
+
+
+def run_hashed(model: Learner, xs: list[SparseVector], y: np.ndarray, ids: DecisionIds) -> None:
+    """:func:`run_stream`'s loop for a bandit learner over hashed rows, each handed over as the
+    service does: as is if the learner takes sparse input, else ``x.dense()`` (timed with it)."""
+    sparse = model.accepts_sparse
+    for x, label in zip(xs, y.tolist(), strict=True):
+        v = x if sparse else x.dense()
+        d = model.decide(v, decision_rng(ids.new()))
+        model.learn(v, d, d.label == label)
 
 
 def checkpoint_ms(model: Learner, directory: Path) -> float:
@@ -120,7 +154,7 @@ def checkpoint_ms(model: Learner, directory: Path) -> float:
     times = []
     for i in range(5):
         start = time.perf_counter()
-        (directory / f"ckpt{i}").write_bytes(encode(model.state()))
+        (directory / f"ckpt{i}").write_bytes(encode_sparse(model.state(copy=False)))
         times.append(time.perf_counter() - start)
     return float(np.median(times)) * 1e3
 
@@ -145,7 +179,10 @@ def measure(
     warm_rounds, warm_seconds, timed, seconds = 0, 0.0, 0, 0.0
     for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=10):
         start = time.perf_counter()
-        run_stream(model, X, y, ids)
+        if isinstance(X, list):
+            run_hashed(model, X, y, ids)
+        else:
+            run_stream(model, X, y, ids)
         spent = time.perf_counter() - start
         if warm_rounds < grid.warmup and warm_seconds < grid.budget / 4:
             warm_rounds, warm_seconds = warm_rounds + len(y), warm_seconds + spent
@@ -155,7 +192,7 @@ def measure(
             break
     us = seconds / timed * 1e6
     n = params.get("n_learners") if n_axis else None  # None: a point of the d, K or hashed axis
-    size = len(encode(model.state()))
+    size = len(encode_sparse(model.state(copy=False)))
     return Point(name, d, k, n, nnz, us, timed, size, checkpoint_ms(model, directory))
 
 
@@ -179,8 +216,13 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
                 if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
                     points.append(measure(name, params, d, k, grid, Path(tmp)))
                     progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
+            cap = (
+                MAX_SPARSE_WEIGHTS
+                if make_learner(name, 1, grid.base_k, params).accepts_sparse
+                else MAX_WEIGHTS
+            )
             for b in grid.bits:
-                if grid.base_k * 2**b * n <= MAX_WEIGHTS:
+                if grid.base_k * 2**b * n <= cap:
                     points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
                     progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
             if n_default is not None:
@@ -271,13 +313,17 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
             "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
-            "model would hold more than 2^24 weights (K·d, times N for a booster) are not run (–), nor "
+            "model would hold more than 2^24 weights (K·d, times N for a booster; 2^26 on the hashed axis "
+            "for learners that take sparse input) are not run (–), nor "
             + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
             + ", "
             + ", ".join(f"{n} above N={v}" for n, v in MAX_N.items())
             + " (its exact boost-by-majority potential costs grow as a high power of K). "
-            "Hashed sparse input is what the service's feature hashing hands a learner: a vector of 2^b "
-            "buckets with a few ones (the hashing itself is not timed here). N is a booster's number of "
+            "Hashed sparse input is what the service's feature hashing hands a learner: the few non-zero "
+            "buckets of 2^b as a sparse vector, taken as is by learners with sparse input (O(K·nnz) per "
+            "event) and as a dense 2^b vector by the others (the hashing itself is not timed here, see "
+            f"`bench sparse`); every row draws {grid.nnz} keys of the same {VOCAB:,} at every b, only their "
+            "buckets change. N is a booster's number of "
             "weak learners; the other axes use each learner's setting of the quality part.",
             *tables,
             "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "

@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 
 from lab.bench import scaling
+from lab.sim.stream import run_stream
 from service.cli import main
 from service.learners.base import make_learner
+from service.sampling import DecisionIds
 from service.serial import decode
 
 DOCS_MD = Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md"
 
 
-def test_linear_stream_is_labelled_by_a_linear_teacher_dense_or_hashed() -> None:
+def test_dense_linear_stream_is_labelled_by_a_linear_teacher() -> None:
     chunks = list(scaling.linear_stream(7, 4, 500, chunk=200, seed=2))
     assert [len(y) for _, y in chunks] == [200, 200, 100]
     X = np.concatenate([X for X, _ in chunks])
@@ -23,8 +25,26 @@ def test_linear_stream_is_labelled_by_a_linear_teacher_dense_or_hashed() -> None
     assert X.shape == (500, 7) and set(np.unique(y)) == {0, 1, 2, 3}
     again = np.concatenate([y for _, y in scaling.linear_stream(7, 4, 500, chunk=200, seed=2)])
     np.testing.assert_array_equal(y, again)
-    (Xh, _), *_ = scaling.linear_stream(1024, 3, 50, nnz=5, chunk=50)
-    assert Xh.shape == (50, 1024) and np.all((Xh != 0).sum(axis=1) <= 5) and set(np.unique(Xh)) == {0.0, 1.0}
+
+
+def test_hashed_stream_is_sparse_and_the_same_keys_and_labels_at_every_b() -> None:
+    (rows, y), *_ = scaling.linear_stream(1024, 3, 50, nnz=5, chunk=50)
+    assert len(rows) == 50 and all(x.dim == 1024 and x.nnz <= 5 for x in rows)
+    assert all(np.all(np.diff(x.idx) > 0) and x.val.sum() == 5 for x in rows)  # colliding keys add up
+    (wide, y_wide), *_ = scaling.linear_stream(2**22, 3, 50, nnz=5, chunk=50)
+    np.testing.assert_array_equal(y, y_wide)  # only the buckets depend on b
+    assert all(x.dim == 2**22 and x.idx.max() < 2**22 for x in wide)
+
+
+def test_hashed_rows_reach_sparse_learners_as_is_and_the_others_dense() -> None:
+    ((rows, y),) = scaling.linear_stream(64, 3, 40, nnz=4, chunk=40)
+    sparse, dense = make_learner("banditron", 64, 3, seed=0), make_learner("banditron", 64, 3, seed=0)
+    scaling.run_hashed(sparse, rows, y, DecisionIds.for_seed(0))
+    run_stream(dense, np.stack([x.dense() for x in rows]), y, DecisionIds.for_seed(0))
+    np.testing.assert_allclose(sparse.W_, dense.W_)
+    weak = make_learner("cova", 64, 3, {"base": "naive_bayes"}, seed=0)  # no sparse input: x.dense()
+    assert not weak.accepts_sparse
+    scaling.run_hashed(weak, rows, y, DecisionIds.for_seed(0))
 
 
 def test_model_bytes_are_the_checkpoint_and_grow_with_k_times_d(tmp_path: Path) -> None:
