@@ -20,7 +20,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["banditron_update", "merge_buckets", "pa_update", "perceptron_update", "sparse_scores"]
+__all__ = [
+    "banditron_update",
+    "merge_buckets",
+    "pa_update",
+    "perceptron_update",
+    "sparse_argmax",
+    "sparse_scores",
+]
 
 _W = "float64[:, :]"
 _IDX = "int64[:]"
@@ -42,6 +49,22 @@ def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray
             s += W[k, idx[j]] * val[j]
         out[k] = s
     return out
+
+
+@njit(f"UniTuple(int64, 2)({_W}, {_IDX}, {_VAL})", **_OPTS)
+def sparse_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> tuple[int, int]:
+    """The first maximiser of the scores ``W[:, idx] @ val`` and how many labels share its score
+    (so a caller draws a tie-break only on a tie, as :func:`service.learners.base.randargmax`)."""
+    best, first, count = -np.inf, 0, 0
+    for k in range(W.shape[0]):
+        s = 0.0
+        for j in range(idx.size):
+            s += W[k, idx[j]] * val[j]
+        if s > best:
+            best, first, count = s, k, 1
+        elif s == best:
+            count += 1
+    return first, count
 
 
 @njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64, boolean, float64)", **_OPTS)

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import banditron_update, sparse_scores
+from service.kernels import banditron_update, sparse_argmax, sparse_scores
 from service.learners.base import (
     Decision,
     Learner,
@@ -17,6 +17,7 @@ from service.learners.base import (
     learners,
     randargmax,
     sample,
+    sample_list,
 )
 
 
@@ -82,8 +83,17 @@ class Banditron(Learner):
         return True
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
-        # sparse: a compiled loop over the K x nnz weights of the non-zero features only
-        scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
+        if isinstance(x, SparseVector):
+            # A compiled loop over the K x nnz weights of the non-zero features only; the scores
+            # are needed again only for a random tie-break. The draws are those of the dense path.
+            greedy, count = sparse_argmax(self.W_, x.idx, x.val)
+            if count > 1 and self.params.tie_break == "random":
+                greedy = randargmax(sparse_scores(self.W_, x.idx, x.val), rng)
+            k, gamma = self.n_labels, self.params.gamma
+            p = [gamma / k] * k  # gamma_mix, as a list
+            p[greedy] += 1.0 - gamma
+            return Decision(np.array(p), sample_list(p, rng), {"greedy": greedy})
+        scores = self.W_ @ x
         if self.params.tie_break == "random":
             greedy = randargmax(scores, rng)
         else:

@@ -48,6 +48,7 @@ __all__ = [
     "randargmin",
     "rho_mix",
     "sample",
+    "sample_list",
 ]
 
 
@@ -107,7 +108,12 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     The CDF is summed left to right, exactly as ``np.cumsum``; the index is the first CDF value
     strictly above ``u * total`` (``searchsorted(..., side="right")``), capped at ``K - 1``.
     """
-    c = list(accumulate(p.tolist()))
+    return sample_list(p.tolist(), rng)
+
+
+def sample_list(p: list[float], rng: np.random.Generator) -> int:
+    """:func:`sample` of a distribution given as a list (the same draw, without a numpy array)."""
+    c = list(accumulate(p))
     return min(bisect_right(c, rng.random() * c[-1]), len(c) - 1)
 
 

@@ -90,6 +90,7 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
     idx, val = np.array([1, 5, 9]), np.array([1.0, -2.0, 0.5])
     args = {
         "sparse_scores": (W, idx, val),
+        "sparse_argmax": (W, idx, val),
         "banditron_update": (W, idx, val, 0, 1, True, 0.5),
         "perceptron_update": (W, idx, val, 0, 1),
         "pa_update": (W, idx, val, 1, True, kernels.PA_BASES["pa1"], 1.0),

@@ -18,6 +18,7 @@ from service.sampling import DecisionIds, decision_rng
 BITS, K, T = 12, 6, 400
 LINEAR = [
     ("banditron", {"gamma": 0.1}),
+    ("banditron", {"tie_break": "first"}),
     ("cova", {"base": "pa"}),
     ("cova", {"base": "pa1", "C": 0.5}),
     ("cova", {"base": "pa2", "C": 0.5}),
