@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import banditron_update, sparse_argmax, sparse_scores
+from service.kernels import banditron_update, sparse_argmax
 from service.learners.base import (
     Decision,
     Learner,
@@ -18,6 +18,7 @@ from service.learners.base import (
     randargmax,
     sample,
     sample_list,
+    sparse_greedy,
 )
 
 
@@ -84,11 +85,12 @@ class Banditron(Learner):
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         if isinstance(x, SparseVector):
-            # A compiled loop over the K x nnz weights of the non-zero features only; the scores
-            # are needed again only for a random tie-break. The draws are those of the dense path.
-            greedy, count = sparse_argmax(self.W_, x.idx, x.val)
-            if count > 1 and self.params.tie_break == "random":
-                greedy = randargmax(sparse_scores(self.W_, x.idx, x.val), rng)
+            # Compiled loops over the K x nnz weights of the non-zero features only; the same draws
+            # as the dense path.
+            if self.params.tie_break == "random":
+                greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
+            else:
+                greedy = sparse_argmax(self.W_, x.idx, x.val)[0]
             k, gamma = self.n_labels, self.params.gamma
             p = [gamma / k] * k  # gamma_mix, as a list
             p[greedy] += 1.0 - gamma

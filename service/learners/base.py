@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from service.kernels import sparse_argmax, sparse_scores
 from service.registry import Registry
 from service.serial import State, StateFormatError
 
@@ -49,6 +50,7 @@ __all__ = [
     "rho_mix",
     "sample",
     "sample_list",
+    "sparse_greedy",
 ]
 
 
@@ -94,6 +96,13 @@ def randargmax(v: np.ndarray, rng: np.random.Generator) -> int:
     """Index of a maximum of ``v``, uniform among ties; draws from ``rng`` only when there is a tie."""
     s = v.tolist()
     return _pick(s, max(s), rng)
+
+
+def sparse_greedy(W: np.ndarray, idx: np.ndarray, val: np.ndarray, rng: np.random.Generator) -> int:
+    """:func:`randargmax` of the scores ``W[:, idx] @ val`` of a sparse input (compiled; the scores
+    are built only on a tie, the one case that draws from ``rng``)."""
+    greedy, count = sparse_argmax(W, idx, val)
+    return randargmax(sparse_scores(W, idx, val), rng) if count > 1 else greedy
 
 
 def randargmin(v: np.ndarray, rng: np.random.Generator) -> int:

@@ -12,8 +12,8 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import PA_BASES, pa_update, sparse_scores
-from service.learners.base import Decision, Learner, Params, learners, randargmax
+from service.kernels import PA_BASES, pa_update
+from service.learners.base import Decision, Learner, Params, learners, randargmax, sparse_greedy
 from service.learners.weak import BinaryFamily, weak_families
 
 
@@ -112,10 +112,10 @@ class ConservativeOVA(Learner):
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         if isinstance(x, SparseVector):
-            scores = sparse_scores(self.W_, x.idx, x.val)
+            greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
         else:
             scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
-        greedy = randargmax(scores, rng)
+            greedy = randargmax(scores, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from service.features import SparseVector
-from service.kernels import perceptron_update, sparse_scores
-from service.learners.base import Decision, Learner, learners, randargmax
+from service.kernels import perceptron_update
+from service.learners.base import Decision, Learner, learners, randargmax, sparse_greedy
 
 
 @learners.register("perceptron")
@@ -47,8 +47,10 @@ class Perceptron(Learner):
         return True
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
-        scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
-        greedy = randargmax(scores, rng)
+        if isinstance(x, SparseVector):
+            greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
+        else:
+            greedy = randargmax(self.W_ @ x, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})
