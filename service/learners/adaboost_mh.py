@@ -34,6 +34,11 @@ class AdaBoostMHParams(Params):
         Stump search of the retrain (§7.2-7.4).
     max_log : int, default 10000
         The retrain uses the most recent ``max_log`` logged rows (bounds its cost and the state).
+    max_log_bytes : int, default 128 MiB
+        Bound of the log's memory: it keeps at most ``max_log_bytes // (8 d + 9 K)`` rows (x as
+        float64, a sign and a weight per label), at least 2. It binds only for wide inputs
+        (mnist's d = 784 at ``max_log`` = 10,000 takes 63 MB; a hashed model at b = 18, 2 MB a
+        row, keeps 64 rows).
     """
 
     epsilon: float = Field(0.05, gt=0.0, lt=1.0)
@@ -41,6 +46,12 @@ class AdaBoostMHParams(Params):
     iterations: int = Field(100, ge=1)
     search: Literal["ucb", "exp3p", "full"] = "ucb"
     max_log: int = Field(10000, ge=2)
+    max_log_bytes: int = Field(128 * 2**20, ge=1)
+
+
+def log_rows(params: AdaBoostMHParams, n_features: int, n_labels: int) -> int:
+    """Rows the click log keeps: ``max_log``, or fewer when they would exceed ``max_log_bytes``."""
+    return max(2, min(params.max_log, params.max_log_bytes // (8 * n_features + 9 * n_labels)))
 
 
 @learners.register("adaboost-mh")
@@ -56,7 +67,7 @@ class AdaBoostMH(Learner):
     of the full-information one, and the retrain is AdaBoost.MH on it (weights normalised to 1).
 
     Retraining. Every ``retrain_every`` events the model is replaced by ``iterations`` rounds of
-    AdaBoost.MH (``epsilon_alpha = 0.01 / n``, MultiBoost) on the last ``max_log`` rows; EXP3.P
+    AdaBoost.MH (``epsilon_alpha = 0.01 / n``, MultiBoost) on the last :func:`log_rows` rows; EXP3.P
     draws come from ``rng_``, so the retrain is deterministic given the state.
 
     Warm start. :meth:`warm_start` logs labelled rows with every entry of ``Y`` known and the
@@ -65,11 +76,11 @@ class AdaBoostMH(Learner):
     Attributes
     ----------
     X_log_, Y_log_, W_log_ : ndarray of shapes (capacity, d), (capacity, K), (capacity, K)
-        Ring buffer of logged rows (capacity doubles up to ``max_log``); row ``i`` of the
-        ``min(n_logged_, max_log)`` valid ones holds x, the revealed signs (0 = unknown) and the
+        Ring buffer of logged rows (capacity doubles up to :func:`log_rows`); row ``i`` of the
+        ``min(n_logged_, log_rows)`` valid ones holds x, the revealed signs (0 = unknown) and the
         initial weights.
     n_logged_ : int
-        Rows logged so far (the next goes to row ``n_logged_ % max_log``).
+        Rows logged so far (the next goes to row ``n_logged_ % log_rows``).
     features_, thresholds_, alphas_, votes_ : ndarray of shapes (T,), (T,), (T,), (T, K)
         The served ensemble ``f_l(x) = sum_t alphas_t votes_tl (+1 if x[features_t] > thresholds_t
         else -1)``; empty (all scores 0, uniform greedy tie) before the first retrain.
@@ -98,10 +109,11 @@ class AdaBoostMH(Learner):
 
     @classmethod
     def growth_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
-        """The click log at ``max_log`` rows (x float64, label int8, weight float64 per label) and
+        """The click log at :func:`log_rows` rows (x float64, label int8, weight float64 per label) and
         an ensemble of ``iterations`` stumps (feature, threshold, alpha, K votes)."""
         p = AdaBoostMHParams.parse(cls.name, params)
-        return p.max_log * (8 * n_features + 9 * n_labels) + p.iterations * (24 + 8 * n_labels)
+        rows = log_rows(p, n_features, n_labels)
+        return rows * (8 * n_features + 9 * n_labels) + p.iterations * (24 + 8 * n_labels)
 
     def _init(self) -> None:
         d, K = self.n_features, self.n_labels
@@ -147,17 +159,14 @@ class AdaBoostMH(Learner):
         Y = np.full((y.size, K), -1, dtype=np.int8)
         Y[np.arange(y.size), y] = 1
         W = np.where(Y > 0, 0.5, 0.5 / (K - 1))
-        for lo in range(0, y.size, self.params.max_log):
-            self._log(
-                X[lo : lo + self.params.max_log],
-                Y[lo : lo + self.params.max_log],
-                W[lo : lo + self.params.max_log],
-            )
+        cap = log_rows(self.params, self.n_features, K)
+        for lo in range(0, y.size, cap):
+            self._log(X[lo : lo + cap], Y[lo : lo + cap], W[lo : lo + cap])
         self.retrain()
 
     def _log(self, X: np.ndarray, Y: np.ndarray, W: np.ndarray) -> None:
-        """Append rows (at most ``max_log``) to the ring buffer, growing it by doubling."""
-        cap, m = self.params.max_log, X.shape[0]
+        """Append rows (at most the log's capacity) to the ring buffer, growing it by doubling."""
+        cap, m = log_rows(self.params, self.n_features, self.n_labels), X.shape[0]
         need = min(cap, self.n_logged_ + m)
         if need > self.X_log_.shape[0]:
             size = min(cap, max(need, 2 * self.X_log_.shape[0], 16))
@@ -173,7 +182,7 @@ class AdaBoostMH(Learner):
 
     def retrain(self) -> None:
         """Replace the model by AdaBoost.MH trained on the logged rows (§7; deterministic)."""
-        n = min(self.n_logged_, self.params.max_log)
+        n = min(self.n_logged_, log_rows(self.params, self.n_features, self.n_labels))
         if n < 2:
             return
         data = StumpData(self.X_log_[:n], self.Y_log_[:n], self.W_log_[:n])

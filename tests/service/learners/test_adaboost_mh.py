@@ -121,3 +121,18 @@ def test_bad_params_are_refused() -> None:
         make_learner("adaboost-mh", 3, 2, {"epsilon": 0.0})
     with pytest.raises(ParamError, match="search"):
         make_learner("adaboost-mh", 3, 2, {"search": "random"})
+
+
+def test_the_log_is_bounded_in_bytes() -> None:
+    """A wide input keeps fewer rows: the log never exceeds ``max_log_bytes`` (issue 20, item 3)."""
+
+    d, k = 1 << 18, 10
+    assert AdaBoostMH.growth_nbytes(d, k) <= 128 * 2**20 + 100 * (24 + 8 * k)
+    m = make_learner("adaboost-mh", d, k, {"max_log_bytes": 3 * (8 * d + 9 * k), "retrain_every": 4}, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        x = np.zeros(d)
+        x[rng.integers(d, size=5)] = 1.0
+        m.learn(x, m.decide(x, rng), bool(rng.integers(2)))
+    assert m.X_log_.shape[0] == 3 and m.n_logged_ == 10
+    assert m.state_nbytes(d, k, m.params.model_dump()) == m.nbytes()
