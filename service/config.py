@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     default_model: str | None = None
     decision_id_seed: int | None = Field(None, ge=0)
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    # Browser origins allowed to call the API (comma list, "*" for any); none by default.
+    cors_origins: str = ""
+    # Requests per second per API key (per client address without one), per replica; unset: no limit.
+    rate_limit: float | None = Field(None, gt=0)
+    # Log lines: "text" or "json" (one object per line), each with the request's X-Request-ID.
+    log_format: Literal["text", "json"] = "text"
     max_named_features: int = Field(1000, ge=1)
     # Answered ids are remembered this long (409 for duplicates, then 404); memory grows with rate x TTL.
     claim_ttl_seconds: float = Field(3600.0, gt=0)
@@ -89,6 +95,10 @@ class Settings(BaseSettings):
     # hashed linear model at the largest b = 22 with K = 10 holds 320 MiB of float64 weights.
     max_model_bytes: int = Field(512 * 2**20, ge=1024)
     max_total_model_bytes: int = Field(2 * 2**30, ge=1024)
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
     def api_key_set(self) -> frozenset[str]:

