@@ -1,5 +1,8 @@
 # Set-up is part of every target: `make run` and `make test` work on a fresh machine with Python 3.11.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# `make run PORT=8080 HOST=0.0.0.0` (a non-loopback host needs API keys, or the server refuses)
+PORT ?= 8000
+HOST ?= 127.0.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -15,7 +18,7 @@ $(STAMP): pyproject.toml clients/pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(PY) -m service serve --host 127.0.0.1 --port 8000 --demo
+	$(PY) -m service serve --host $(HOST) --port $(PORT) --demo
 
 test: install
 	$(PY) -m ruff check .

@@ -413,7 +413,7 @@ def save(results: list[Result], path: Path) -> None:
 def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
     """Run the quality/speed benchmark; plots and raw results go to :func:`report.out_dir`."""
     plan = QUICK if quick else FULL
-    out_dir = report.out_dir()
+    out_dir = report.out_dir(quick)
     command = "python -m service bench quality" + (" --quick" if quick else "")
 
     results = list(run_plan(plan, progress or report_progress, None if quick else CACHE))

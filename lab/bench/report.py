@@ -36,10 +36,17 @@ EXPECTED = {
 }
 
 
-def out_dir() -> Path:
-    """Where the parts write: ``$BENCH_DIR`` if set (tests, trial runs), else ``docs/``."""
+#: Where ``--quick`` runs write without ``$BENCH_DIR`` (ignored by git): never the committed tables.
+QUICK_DIR = DOCS.parent / "out" / "bench-quick"
+
+
+def out_dir(quick: bool = False) -> Path:
+    """Where the parts write: ``$BENCH_DIR`` if set (tests, trial runs), else ``docs/``, or for a
+    ``--quick`` run ``out/bench-quick/`` (its small numbers never replace the committed ones)."""
     env = os.environ.get("BENCH_DIR")
-    return Path(env) if env else DOCS
+    if env:
+        return Path(env)
+    return QUICK_DIR if quick else DOCS
 
 
 def machine(extra: Sequence[str] = ()) -> str:

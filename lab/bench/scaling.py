@@ -339,4 +339,4 @@ def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
     grid = QUICK if quick else FULL
     command = "python -m service bench scaling" + (" --quick" if quick else "")
 
-    return render(run_grid(grid, progress or report_progress), grid, command, report.out_dir())
+    return render(run_grid(grid, progress or report_progress), grid, command, report.out_dir(quick))

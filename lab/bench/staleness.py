@@ -6,8 +6,8 @@ per second. Meanwhile, one probe at a time: a feedback is acknowledged by replic
 position P (time ``t_ack``, when the answer arrived), then replica B's ``GET /models/{name}`` is
 polled back to back until its version is >= P (time ``t_seen``, when that answer arrived). The
 staleness ``t_seen - t_ack`` is an upper bound: it includes up to one polling round trip, whose
-median is reported alongside. Target: p99 < 100 ms. The table is returned and also written to
-the ``staleness`` section of docs/BENCHMARKS.md.
+median is reported alongside. Target: p99 < 100 ms. The table is returned; ``bench`` writes it to
+the ``staleness`` section of BENCHMARKS.md (``$BENCH_DIR`` or docs/, as every part).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import numpy as np
 
 from lab.bench import benches
 from lab.cluster import RedisServer, start_replicas
-from lab.repro import DOCS, write_section
 
-BENCHMARKS_MD = DOCS / "BENCHMARKS.md"
 D, K = 20, 5
 SPEC = {"learner": "banditron", "n_features": D, "n_labels": K, "reward_window_seconds": 600}
 
@@ -170,9 +168,4 @@ def bench_staleness(quick: bool) -> str:
         "below the offered one, the machine (client, Redis and both replicas share its cores) was "
         "saturated, and the poll round trip shows how much of the staleness is queueing for CPU.\n"
     )
-    if not BENCHMARKS_MD.exists():
-        BENCHMARKS_MD.write_text(
-            "# Benchmarks\n\nEvery table below is written by the command named in its section.\n"
-        )
-    write_section("staleness", md, BENCHMARKS_MD)
-    return md
+    return md  # `bench` writes it into BENCHMARKS.md of report.out_dir(), as every part

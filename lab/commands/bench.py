@@ -1,12 +1,15 @@
 """``python -m service bench NAME [--quick]``: run one benchmark part, or ``all`` of them in turn.
 
 Each part's markdown is printed and replaces that part's section of ``BENCHMARKS.md`` in
-``$BENCH_DIR`` (default ``docs/``), so ``bench all`` regenerates the whole file.
+``$BENCH_DIR`` (default ``docs/``), so ``bench all`` regenerates the whole file. A ``--quick`` run
+without ``$BENCH_DIR`` writes to ``out/bench-quick/`` instead: its small numbers never replace the
+committed tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lab.bench import benches, report
 from service.cli import plain_text
@@ -29,5 +32,7 @@ def run(args: argparse.Namespace) -> int:
     for name in parts:
         markdown = benches.get(name)(args.quick)
         print(markdown, flush=True)
-        report.write(name, markdown, report.out_dir())  # its section of BENCHMARKS.md
+        out = report.out_dir(args.quick)  # docs/, $BENCH_DIR, or out/bench-quick/ for --quick
+        report.write(name, markdown, out)  # its section of BENCHMARKS.md
+        print(f"written to {out / 'BENCHMARKS.md'}", file=sys.stderr)
     return 0
