@@ -1,0 +1,198 @@
+"""Off-policy evaluation (issue 22, items 3-4): the estimators against textbook loops, and their
+95 % intervals checked against the truth, which the simulator knows because the full label is known.
+
+Coverage figures are printed (``-s`` or the summary of a failure shows them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lab.sim.datasets import load_dataset
+from service import ope
+from service.features import SparseVector
+from service.learners import make_learner
+
+K = 4
+
+
+def random_log(n: int, seed: int, sparse: bool = False) -> ope.LoggedData:
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.ones(K), size=n) * 0.8 + 0.2 / K
+    actions = np.array([rng.choice(K, p=p) for p in probs])
+    rewards = (rng.random(n) < 0.3 + 0.1 * actions).astype(float)
+    if sparse:
+        xs = [
+            SparseVector(np.sort(rng.choice(64, 5, replace=False)), rng.normal(size=5), 64) for _ in range(n)
+        ]
+        dim = 64
+    else:
+        xs = [rng.normal(size=6) for _ in range(n)]
+        dim = 6
+    return ope.LoggedData(xs, probs, actions, rewards, dim)
+
+
+def test_estimators_equal_textbook_loops() -> None:
+    data = random_log(300, 1)
+    pi = np.random.default_rng(2).dirichlet(np.ones(K), size=data.n)
+    q = np.random.default_rng(3).random((data.n, K))
+    w = [pi[i, data.actions[i]] / data.probs[i, data.actions[i]] for i in range(data.n)]
+    ips_terms = [w[i] * data.rewards[i] for i in range(data.n)]
+    dr_terms = [
+        sum(pi[i, a] * q[i, a] for a in range(K)) + w[i] * (data.rewards[i] - q[i, data.actions[i]])
+        for i in range(data.n)
+    ]
+    snips_value = sum(ips_terms) / sum(w)
+
+    def ci(terms: list[float]) -> tuple[float, float]:
+        m = sum(terms) / len(terms)
+        sd = math.sqrt(sum((t - m) ** 2 for t in terms) / (len(terms) - 1))
+        return m - 1.959963984540054 * sd / math.sqrt(len(terms)), m + 1.959963984540054 * sd / math.sqrt(
+            len(terms)
+        )
+
+    e = ope.ips(data, pi)
+    assert e.value == pytest.approx(sum(ips_terms) / data.n, rel=1e-12)
+    assert (e.low, e.high) == pytest.approx(ci(ips_terms), rel=1e-12)
+    e = ope.dr(data, pi, q)
+    assert e.value == pytest.approx(sum(dr_terms) / data.n, rel=1e-12)
+    assert (e.low, e.high) == pytest.approx(ci(dr_terms), rel=1e-12)
+    e = ope.snips(data, pi)
+    assert e.value == pytest.approx(snips_value, rel=1e-12)
+    mw = sum(w) / data.n
+    delta = [w[i] * (data.rewards[i] - snips_value) / mw for i in range(data.n)]
+    half = ci(delta)[1] - sum(delta) / data.n
+    assert (e.low, e.high) == pytest.approx((snips_value - half, snips_value + half), rel=1e-9)
+    # the logging policy itself: IPS weights are 1, so IPS is the logged click rate
+    assert ope.ips(data, data.probs).value == pytest.approx(data.rewards.mean())
+
+
+def test_reward_model_is_cross_fitted_and_takes_sparse_input() -> None:
+    for sparse in (False, True):
+        data = random_log(400, 5, sparse)
+        q = ope.dm_cross_fit(data, folds=4)
+        assert q.shape == (data.n, K) and np.all((q > 0) & (q < 1))
+        # label a's click rate is 0.3 + 0.1 a: the fitted model orders the labels that way on average
+        assert np.all(np.diff(q.mean(axis=0)) > 0)
+        assert np.array_equal(q, ope.dm_cross_fit(data, folds=4))  # deterministic
+
+
+def test_records_round_trip_dense_and_hashed() -> None:
+    recs = [
+        {"features": [1.0, 0.0], "probs": [0.5, 0.5], "label_index": 1, "reward": 1},
+        {
+            "features": {"idx": [3], "val": [1.0], "dim": 8},
+            "probs": [0.9, 0.1],
+            "label_index": 0,
+            "reward": 0,
+        },
+        {"features": [0.0, 1.0], "probs": [0.5, 0.5], "label_index": 0, "reward": None},  # pending: left out
+    ]
+    data = ope.LoggedData.from_records(recs[:1] + recs[2:])
+    assert data.n == 1 and data.rewards.tolist() == [1.0]
+    data = ope.LoggedData.from_records(recs[1:])
+    assert isinstance(data.x[0], SparseVector) and data.x[0].dim == 8 and data.actions.tolist() == [0]
+
+
+# -- validation against the truth (car: the full label is known) --------------------------------
+
+
+def _car() -> tuple[np.ndarray, np.ndarray]:
+    car = load_dataset("car")
+    return car.X, car.y
+
+
+def _snapshot(X: np.ndarray, y: np.ndarray, name: str, params: dict, seed: int, rounds: int) -> object:
+    """A learner trained online (bandit feedback) on ``rounds`` random rows, then frozen."""
+    rng = np.random.default_rng(seed)
+    m = make_learner(name, X.shape[1], K, params, seed=seed)
+    for i in rng.integers(len(y), size=rounds):
+        d = m.decide(X[i], rng)
+        m.learn(X[i], d, d.label == y[i])
+    return m
+
+
+def test_stationary_intervals_cover_the_truth() -> None:
+    """100 logs of 4,000 events from an ε-greedy logging policy on car; three target policies whose
+    true click rate on car is computed exactly; each estimator's 95 % interval must cover it in at
+    least 90 of the 100 logs. (At 2,000 events DR's normal interval of the constant policy was
+    narrower than DR's spread, 0.014 against 0.016, and covered 89-90 %; at 4,000 they agree.)"""
+    X, y = _car()
+    logger = _snapshot(X, y, "banditron", {"gamma": 0.3}, 0, 300)
+    target = _snapshot(X, y, "cova", {}, 1, 3000)
+    rng = np.random.default_rng(0)
+    pmf = {
+        "logger": np.array([logger.decide(x, rng).probs for x in X]),
+        "cova snapshot": np.array([target.decide(x, rng).probs for x in X]),
+        "uniform": np.full((len(y), K), 1 / K),
+        "constant 0": np.eye(K)[np.zeros(len(y), dtype=int)],
+    }
+    truth = {name: float(p[np.arange(len(y)), y].mean()) for name, p in pmf.items()}
+    hits = {(name, est): 0 for name in pmf if name != "logger" for est in ("ips", "snips", "dr")}
+    runs, n = 100, 4000
+    for run in range(runs):
+        r = np.random.default_rng(1000 + run)
+        rows = r.integers(len(y), size=n)
+        probs = pmf["logger"][rows]
+        actions = np.array([r.choice(K, p=p) for p in probs])
+        data = ope.LoggedData(list(X[rows]), probs, actions, (actions == y[rows]).astype(float), X.shape[1])
+        res = ope.evaluate_stationary(data, {k: v[rows] for k, v in pmf.items() if k != "logger"})
+        for name, est in hits:
+            e = res[name][est]
+            hits[(name, est)] += e.low <= truth[name] <= e.high
+    line = ", ".join(f"{name}/{est} {h}%" for (name, est), h in hits.items())
+    print(f"\nstationary coverage over {runs} logs of {n} events (truth {truth}): {line}")
+    assert all(h >= 90 for h in hits.values()), line
+
+
+def test_replay_of_a_learning_policy_covers_its_simulated_click_rate() -> None:
+    """Banditron replayed (5 runs) over uniformly logged car traffic until it accepted 300 events,
+    on 100 logs; the truth is Banditron's mean click rate over its first 300 decisions on car, from
+    400 direct simulations. The replay's interval must cover it in at least 90 of the 100 logs."""
+    X, y = _car()
+    m_acc = 300
+    direct = []
+    for s in range(400):
+        r = np.random.default_rng(10_000 + s)
+        learner = make_learner("banditron", X.shape[1], K, seed=s)
+        clicks = 0
+        for i in r.integers(len(y), size=m_acc):
+            d = learner.decide(X[i], r)
+            clicks += d.label == y[i]
+            learner.learn(X[i], d, d.label == y[i])
+        direct.append(clicks / m_acc)
+    truth = float(np.mean(direct))
+    hits, accepted = 0, []
+    runs, n = 100, 1600  # uniform logging over 4 labels accepts 1/4: ~400 events available
+    for run in range(runs):
+        r = np.random.default_rng(run)
+        rows = r.integers(len(y), size=n)
+        actions = r.integers(K, size=n)
+        rewards = (actions == y[rows]).astype(float)
+        data = ope.LoggedData(list(X[rows]), np.full((n, K), 1 / K), actions, rewards, X.shape[1])
+        e = ope.replay(
+            data, lambda s: make_learner("banditron", 21, K, seed=s), 5, 10 * run, max_accepted=m_acc
+        )
+        accepted.append(e.n)
+        hits += e.low <= truth <= e.high
+    span = f"{min(accepted)}-{max(accepted)}"
+    print(f"\nreplay coverage: {hits}% of {runs} logs (truth {truth:.4f}, accepted {span})")
+    assert min(accepted) == m_acc and hits >= 90
+
+
+def test_replay_refuses_what_it_cannot_do() -> None:
+    data = random_log(50, 0)
+    with pytest.raises(ValueError, match="full labels"):
+        ope.replay(data, lambda s: make_learner("perceptron", 6, K, seed=s))
+    bad = ope.LoggedData(
+        data.x,
+        np.eye(K)[data.actions] * 0.0 + np.eye(K)[(data.actions + 1) % K],
+        data.actions,
+        data.rewards,
+        6,
+    )
+    with pytest.raises(ValueError, match="probability 0"):
+        ope.ips(bad, bad.probs)
