@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from lab.sim.datasets import load_dataset
+from lab.ope import replay_coverage, stationary_coverage
 from service import ope
 from service.features import SparseVector
 from service.learners import make_learner
@@ -100,87 +100,28 @@ def test_records_round_trip_dense_and_hashed() -> None:
 # -- validation against the truth (car: the full label is known) --------------------------------
 
 
-def _car() -> tuple[np.ndarray, np.ndarray]:
-    car = load_dataset("car")
-    return car.X, car.y
-
-
-def _snapshot(X: np.ndarray, y: np.ndarray, name: str, params: dict, seed: int, rounds: int) -> object:
-    """A learner trained online (bandit feedback) on ``rounds`` random rows, then frozen."""
-    rng = np.random.default_rng(seed)
-    m = make_learner(name, X.shape[1], K, params, seed=seed)
-    for i in rng.integers(len(y), size=rounds):
-        d = m.decide(X[i], rng)
-        m.learn(X[i], d, d.label == y[i])
-    return m
-
-
 def test_stationary_intervals_cover_the_truth() -> None:
     """100 logs of 4,000 events from an ε-greedy logging policy on car; three target policies whose
     true click rate on car is computed exactly; each estimator's 95 % interval must cover it in at
-    least 90 of the 100 logs. (At 2,000 events DR's normal interval of the constant policy was
-    narrower than DR's spread, 0.014 against 0.016, and covered 89-90 %; at 4,000 they agree.)"""
-    X, y = _car()
-    logger = _snapshot(X, y, "banditron", {"gamma": 0.3}, 0, 300)
-    target = _snapshot(X, y, "cova", {}, 1, 3000)
-    rng = np.random.default_rng(0)
-    pmf = {
-        "logger": np.array([logger.decide(x, rng).probs for x in X]),
-        "cova snapshot": np.array([target.decide(x, rng).probs for x in X]),
-        "uniform": np.full((len(y), K), 1 / K),
-        "constant 0": np.eye(K)[np.zeros(len(y), dtype=int)],
-    }
-    truth = {name: float(p[np.arange(len(y)), y].mean()) for name, p in pmf.items()}
-    hits = {(name, est): 0 for name in pmf if name != "logger" for est in ("ips", "snips", "dr")}
-    runs, n = 100, 4000
-    for run in range(runs):
-        r = np.random.default_rng(1000 + run)
-        rows = r.integers(len(y), size=n)
-        probs = pmf["logger"][rows]
-        actions = np.array([r.choice(K, p=p) for p in probs])
-        data = ope.LoggedData(list(X[rows]), probs, actions, (actions == y[rows]).astype(float), X.shape[1])
-        res = ope.evaluate_stationary(data, {k: v[rows] for k, v in pmf.items() if k != "logger"})
-        for name, est in hits:
-            e = res[name][est]
-            hits[(name, est)] += e.low <= truth[name] <= e.high
-    line = ", ".join(f"{name}/{est} {h}%" for (name, est), h in hits.items())
-    print(f"\nstationary coverage over {runs} logs of {n} events (truth {truth}): {line}")
-    assert all(h >= 90 for h in hits.values()), line
+    least 90 of the 100 logs (lab.ope.stationary_coverage). At 2,000 events DR's normal interval of
+    the constant policy was narrower than DR's spread, 0.014 against 0.016, and covered 89-90 %;
+    at 4,000 they agree."""
+    res = stationary_coverage(runs=100, n=4000)
+    line = ", ".join(f"{k} {v:.0%}" for k, v in res["coverage"].items())
+    print(
+        f"\nstationary coverage over {res['runs']} logs of {res['n']} events (truth {res['truth']}): {line}"
+    )
+    assert all(v >= 0.90 for v in res["coverage"].values()), line
 
 
 def test_replay_of_a_learning_policy_covers_its_simulated_click_rate() -> None:
     """Banditron replayed (5 runs) over uniformly logged car traffic until it accepted 300 events,
     on 100 logs; the truth is Banditron's mean click rate over its first 300 decisions on car, from
     400 direct simulations. The replay's interval must cover it in at least 90 of the 100 logs."""
-    X, y = _car()
-    m_acc = 300
-    direct = []
-    for s in range(400):
-        r = np.random.default_rng(10_000 + s)
-        learner = make_learner("banditron", X.shape[1], K, seed=s)
-        clicks = 0
-        for i in r.integers(len(y), size=m_acc):
-            d = learner.decide(X[i], r)
-            clicks += d.label == y[i]
-            learner.learn(X[i], d, d.label == y[i])
-        direct.append(clicks / m_acc)
-    truth = float(np.mean(direct))
-    hits, accepted = 0, []
-    runs, n = 100, 1600  # uniform logging over 4 labels accepts 1/4: ~400 events available
-    for run in range(runs):
-        r = np.random.default_rng(run)
-        rows = r.integers(len(y), size=n)
-        actions = r.integers(K, size=n)
-        rewards = (actions == y[rows]).astype(float)
-        data = ope.LoggedData(list(X[rows]), np.full((n, K), 1 / K), actions, rewards, X.shape[1])
-        e = ope.replay(
-            data, lambda s: make_learner("banditron", 21, K, seed=s), 5, 10 * run, max_accepted=m_acc
-        )
-        accepted.append(e.n)
-        hits += e.low <= truth <= e.high
-    span = f"{min(accepted)}-{max(accepted)}"
-    print(f"\nreplay coverage: {hits}% of {runs} logs (truth {truth:.4f}, accepted {span})")
-    assert min(accepted) == m_acc and hits >= 90
+    res = replay_coverage(runs=100, m=300)
+    share, truth, accepted = f"{res['coverage']:.0%}", f"{res['truth']:.4f}", res["accepted"]
+    print(f"\nreplay coverage: {share} of {res['runs']} logs (truth {truth}, accepted {accepted})")
+    assert res["accepted"] == (300, 300) and res["coverage"] >= 0.90
 
 
 def test_replay_refuses_what_it_cannot_do() -> None:
