@@ -1,0 +1,111 @@
+"""The boosters' default hyperparameters: a sweep on car, dna and nursery (issue 20, item 4).
+
+Each booster runs every setting of its grid (:data:`GRIDS`) on shuffled streams of the three tuning
+data sets (``SEEDS`` shuffles, streams cut at ``ROUNDS``), and a setting is scored by its online
+error (sampled label wrong: 1 - click rate, what a user of the service earns) averaged over data
+sets and seeds. The defaults are tuned on car, dna and nursery only; ``bench quality`` also reports
+those three, where the boosters' defaults are therefore tuned on the evaluation data (it must say
+so), and the other seven data sets are untouched by the tuning.
+Results are cached per run (:mod:`lab.runcache`, keyed by a fingerprint of the learner code), so the
+sweep resumes where it stopped. ``clickboost sweep-defaults`` runs it and writes the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.runcache import cached
+from lab.sim.datasets import load_dataset
+from lab.sim.stream import run_stream
+from service.learners import make_learner
+from service.sampling import DecisionIds
+
+TUNING = ("car", "dna", "nursery")
+SEEDS = (0, 1, 2)
+ROUNDS = 10_000
+
+#: learner -> parameter -> values; every combination is one setting.
+GRIDS: dict[str, dict[str, list[Any]]] = {
+    "banditboost": {
+        "weak": ["perceptron", "naive_bayes"],
+        "n_learners": [20, 100],
+        "delta": [0.02, 0.05, 0.1],
+    },
+    "binbandit": {"n_learners": [5, 10, 20], "delta": [0.05, 0.1, 0.2]},
+    "adabandit": {"n_learners": [10, 20, 50], "rho": [0.05, 0.1, 0.2], "lr_scale": [1.0, 10.0]},
+    "banditbbm": {"n_learners": [10, 20], "rho": [0.05, 0.1, 0.2], "gamma": [0.05, 0.1, 0.2]},
+}
+
+
+def settings(learner: str) -> list[dict[str, Any]]:
+    """Every combination of ``learner``'s grid."""
+    grid = GRIDS[learner]
+    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def code_fingerprint() -> str:
+    """Hash of the learner and kernel sources: a change of any invalidates the cached runs."""
+    root = Path(__file__).resolve().parents[1] / "service"
+    h = hashlib.sha256()
+    for path in sorted([*root.glob("learners/**/*.py"), root / "kernels.py", root / "sampling.py"]):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def one_run(learner: str, params: Mapping[str, Any], dataset: str, seed: int) -> dict[str, Any]:
+    """Online error and CPU time of one run (cut at ``ROUNDS``)."""
+    data = load_dataset(dataset)
+    X, y = data.stream(seed, duplicate=-(-ROUNDS // data.n), limit=ROUNDS)
+    model = make_learner(learner, data.d, data.n_labels, dict(params), seed=seed)
+    start = time.process_time()
+    correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
+    return {"error": 1.0 - float(correct.mean()), "seconds": time.process_time() - start}
+
+
+def sweep(
+    learner: str, store: Path | None, progress: Callable[[str], None] = lambda _: None
+) -> list[tuple[dict[str, Any], float, dict[str, float], float]]:
+    """Every setting of ``learner``, best first: (params, mean error, mean error per data set, CPU s)."""
+    fp = code_fingerprint()
+    rows = []
+    for params in settings(learner):
+        per: dict[str, list[float]] = {d: [] for d in TUNING}
+        seconds = 0.0
+        for dataset in TUNING:
+            for seed in SEEDS:
+                key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{ROUNDS}"
+                res = cached(store, key, lambda p=params, d=dataset, s=seed: one_run(learner, p, d, s))
+                per[dataset].append(res["error"])
+                seconds += res["seconds"]
+        means = {d: float(np.mean(v)) for d, v in per.items()}
+        rows.append((params, float(np.mean(list(means.values()))), means, seconds))
+        progress(f"{learner} {params}: {rows[-1][1]:.4f}")
+    return sorted(rows, key=lambda r: r[1])
+
+
+def render(
+    results: Mapping[str, list[tuple[dict[str, Any], float, dict[str, float], float]]],
+    defaults: Mapping[str, dict[str, Any]],
+) -> str:
+    """Markdown: per learner, its settings ranked, the current default marked."""
+    parts = []
+    for learner, rows in results.items():
+        lines = [
+            f"### {learner}",
+            "",
+            f"| rank | setting | mean online error | {' | '.join(TUNING)} | CPU s (9 runs) |",
+            "|---:|---|---:|" + "---:|" * len(TUNING) + "---:|",
+        ]
+        for rank, (params, mean, per, seconds) in enumerate(rows, 1):
+            mark = " **(default)**" if all(defaults[learner].get(k) == v for k, v in params.items()) else ""
+            cells = " | ".join(f"{per[d]:.4f}" for d in TUNING)
+            lines.append(f"| {rank} | `{params}`{mark} | {mean:.4f} | {cells} | {seconds:.0f} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
