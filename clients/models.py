@@ -34,7 +34,11 @@ _NUM = (int, float)
 
 @dataclass(frozen=True)
 class Prediction:
-    """Answer of ``POST /predict``: one sampled label, its probability and the decision id."""
+    """Answer of ``POST /predict``: one sampled label, its probability and the decision id.
+
+    ``server`` is the base URL of the replica that answered (set by the SDK; the SDK sends the
+    decision's feedback there first).
+    """
 
     decision_id: str
     label: str
@@ -43,6 +47,7 @@ class Prediction:
     probabilities: tuple[float, ...]
     model: str
     model_version: int
+    server: str = field(default="", compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> Prediction:

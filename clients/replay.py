@@ -1,23 +1,32 @@
 """Replay a labelled dataset as traffic against one or more clickboost replicas (load test + accuracy).
 
-``python -m clients.replay --url URL[,URL...] --model NAME --dataset NAME_OR_PATH [--limit N]
-[--concurrency C] [--rate R] [--seed S] [--json-out FILE] [--plot FILE]``
+``python -m clients.replay --url URL[,URL...] [--url URL...] --model NAME --dataset NAME_OR_PATH
+[--limit N] [--concurrency C] [--rate R] [--seed S] [--retry-budget SECONDS] [--json-out FILE]
+[--plot FILE]``
 
 Each example is one visit, cbify-style (the contextual-bandit reduction of a multiclass dataset that
 Vowpal Wabbit's ``--cbify`` uses): ``predict`` with the example's features, then ``feedback`` with
 click = (sampled label == true label). So the click-through rate is the online accuracy of the
-learner under bandit feedback. Example ``i`` of the stream goes to replica ``i mod R``. Feedback
-is sent with ``?wait=true``, so a worker's next prediction sees its previous update; at concurrency
-1 the replay is the offline simulator's stream, deterministic for a fixed ``--seed`` when the server
-derives its decision ids from a seed too.
+learner under bandit feedback.
+
+The visits go through one SDK client (:class:`~clients.sdk.AsyncClient`) over every replica given:
+predictions round-robin over the replicas that are up (example ``i`` to replica ``i mod R`` while
+all are), each feedback to the replica that answered its predict, a failing replica skipped until
+its ``/readyz`` answers again, and retries within ``--retry-budget`` seconds (the SDK's module doc
+says which calls are retried when). Feedback is sent with ``?wait=true``, so with one replica a
+worker's next prediction sees its previous update; at concurrency 1 on one replica the replay is the
+offline simulator's stream, deterministic for a fixed ``--seed`` when the server derives its
+decision ids from a seed too.
 
 The stream is :meth:`lab.sim.datasets.Dataset.stream` for ``--seed`` (shuffled, cut at
 ``--limit``). The API key for ``/predict`` and ``/feedback``, if the server needs one, is read from
 the environment variable ``CLICKBOOST_API_KEY`` (never a command-line argument, which ``ps`` shows).
 
 Printed and written as JSON: n, accuracy (= CTR), rps (predict+feedback pairs per second),
-latency_ms p50/p95/p99 for predict and feedback, error counts by status. The plot shows the
-learning curve and the latency over time. Exit code 2, with one line on stderr, when the replay
+latency_ms p50/p95/p99 for predict and feedback, failed visits (no label: the predict failed after
+its retries), feedbacks given up (their decisions will be learned as the default reward when their
+window ends), error counts by status, visits by replica, and what the SDK's retries did. The plot
+shows the learning curve and the latency over time. Exit code 2, with one line on stderr, when the replay
 cannot run: missing dataset, or a predict answered 4xx (unknown model, wrong dimension, bad key),
 which would repeat for every example; exit code 1 when no visit completed.
 """
@@ -36,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clients.errors import APIError, ClickboostError, RateLimited, TransportError
-from clients.sdk import API_KEY_ENV, AsyncClient
+from clients.sdk import API_KEY_ENV, AsyncClient, Retry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,7 +66,7 @@ class Visit:
     """One replayed example: what was sampled and how long each call took."""
 
     index: int
-    replica: int
+    replica: int  # index in the URLs of the replica that answered the predict
     label_index: int
     click: bool
     start_s: float  # since the replay began
@@ -67,13 +76,28 @@ class Visit:
 
 @dataclass
 class ReplayResult:
-    """Every completed visit (in completion order), error counts and the wall time."""
+    """Every completed visit (in completion order), error counts, the SDK's stats and the wall time.
+
+    A visit whose predict failed is not in ``visits``: it is counted in ``errors["predict"]``.
+    """
 
     visits: list[Visit]
+    urls: list[str] = field(default_factory=list)
     errors: dict[str, Counter[str]] = field(
         default_factory=lambda: {"predict": Counter(), "feedback": Counter()}
     )
+    stats: Counter[str] = field(default_factory=Counter)
     duration_s: float = 0.0
+
+    @property
+    def failed_visits(self) -> int:
+        """Visits that showed no label: their predict failed after the SDK's retries."""
+        return sum(self.errors["predict"].values())
+
+    @property
+    def feedback_given_up(self) -> int:
+        """Feedbacks that failed after the SDK's retries (learned as the default reward, later)."""
+        return sum(self.errors["feedback"].values())
 
 
 def _status(exc: ClickboostError) -> str:
@@ -92,6 +116,7 @@ async def replay(
     concurrency: int = 1,
     rate: float | None = None,
     api_key: str | None = None,
+    retry: Retry | None = None,
     progress: bool = True,
 ) -> ReplayResult:
     """Replay the stream ``(X, y)`` against ``urls`` with ``concurrency`` workers.
@@ -99,7 +124,7 @@ async def replay(
     Parameters
     ----------
     urls : sequence of str
-        Base URLs of the replicas; example ``i`` goes to ``urls[i % len(urls)]``.
+        Base URLs of the replicas, all served by one SDK client (see the module doc).
     model : str
         Model name on the server (its dimension must be ``X.shape[1]``).
     X, y : numpy.ndarray
@@ -111,6 +136,8 @@ async def replay(
         as the workers go.
     api_key : str, optional
         Key for predict and feedback; default the SDK's (``$CLICKBOOST_API_KEY``).
+    retry : Retry, optional
+        The SDK's retry policy; default :class:`~clients.sdk.Retry()` (retries within 60 s).
     progress : bool
         Show a progress bar on stderr.
 
@@ -126,8 +153,9 @@ async def replay(
     from tqdm import tqdm
 
     n = int(X.shape[0])
-    result = ReplayResult([])
-    clients = [AsyncClient(u, api_key=api_key) for u in urls]
+    client = AsyncClient(urls, api_key=api_key, retry=retry)
+    result = ReplayResult([], list(client.urls), stats=client.stats)
+    replica_of = {u: k for k, u in enumerate(client.urls)}
     bar = tqdm(total=n, unit="visit", file=sys.stderr, disable=not progress, mininterval=0.5)
     next_index = 0
     clicks = 0
@@ -135,16 +163,15 @@ async def replay(
 
     async def visit(i: int) -> None:
         nonlocal clicks
-        replica = i % len(clients)
-        client = clients[replica]
         start = time.perf_counter()
         try:
             pred = await client.predict(X[i].tolist(), model=model)
         except ClickboostError as exc:
             if isinstance(exc, APIError) and exc.status < 500 and not isinstance(exc, RateLimited):
-                raise ReplayAborted(f"predict on {urls[replica]}: {exc}") from exc
+                raise ReplayAborted(f"predict on {', '.join(client.urls)}: {exc}") from exc
             result.errors["predict"][_status(exc)] += 1
             return
+        replica = replica_of[pred.server]
         mid = time.perf_counter()
         click = pred.label_index == int(y[i])
         feedback_ms: float | None = None
@@ -179,8 +206,7 @@ async def replay(
         raise group.exceptions[0] from None
     finally:
         bar.close()
-        for c in clients:
-            await c.aclose()
+        await client.aclose()
     result.duration_s = time.perf_counter() - t0
     return result
 
@@ -195,9 +221,11 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def summarize(result: ReplayResult) -> dict[str, Any]:
-    """The report: n, accuracy (= CTR), rps, latency percentiles, errors by status."""
+    """The report: n, accuracy (= CTR), rps, latency percentiles, failures, errors by status, visits
+    by replica and the SDK's retry stats."""
     n = len(result.visits)
     clicks = sum(v.click for v in result.visits)
+    by_replica = Counter(v.replica for v in result.visits)
     return {
         "n": n,
         "clicks": clicks,
@@ -208,7 +236,11 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
             "predict": _percentiles([v.predict_ms for v in result.visits]),
             "feedback": _percentiles([v.feedback_ms for v in result.visits if v.feedback_ms is not None]),
         },
+        "failed_visits": result.failed_visits,
+        "feedback_given_up": result.feedback_given_up,
         "errors": {call: dict(sorted(c.items())) for call, c in result.errors.items()},
+        "visits_by_replica": [by_replica[k] for k in range(len(result.urls))],
+        "sdk": dict(sorted(result.stats.items())),
     }
 
 
@@ -229,6 +261,17 @@ def format_report(report: dict[str, Any]) -> str:
         f"{call} {status}: {k}" for call, c in report["errors"].items() for status, k in c.items()
     )
     lines.append(f"errors: {errs or 'none'}")
+    lines.append(
+        "  ".join(
+            [
+                f"failed visits {report['failed_visits']}",
+                f"feedbacks given up {report['feedback_given_up']}",
+                *(f"{k.replace('_', ' ')} {v}" for k, v in report["sdk"].items()),
+            ]
+        )
+    )
+    if len(report["visits_by_replica"]) > 1:
+        lines.append("visits by replica: " + " / ".join(str(k) for k in report["visits_by_replica"]))
     return "\n".join(lines)
 
 
@@ -265,13 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0],
         epilog=f"The API key, if the server needs one, is read from {API_KEY_ENV}. Requirements: {NEEDS}.",
     )
-    parser.add_argument("--url", required=True, help="base URL(s) of the replicas, comma-separated")
+    parser.add_argument(
+        "--url",
+        required=True,
+        action="append",
+        help="base URL(s) of the replicas, comma-separated or the option repeated",
+    )
     parser.add_argument("--model", required=True, help="model name on the server")
     parser.add_argument("--dataset", required=True, help="dataset name (../shared/datasets) or .npz path")
     parser.add_argument("--limit", type=int, help="replay only the first N examples of the stream")
     parser.add_argument("--concurrency", type=int, default=1, help="visits in flight (default 1)")
     parser.add_argument("--rate", type=float, help="target visits per second (default: unthrottled)")
     parser.add_argument("--seed", type=int, default=0, help="stream shuffle seed (default 0)")
+    parser.add_argument(
+        "--retry-budget",
+        type=float,
+        default=Retry().budget,
+        help="seconds within which a failed call is retried (default %(default)s)",
+    )
     parser.add_argument("--json-out", type=Path, help="write the report as JSON here")
     parser.add_argument("--plot", type=Path, help="write the learning-curve and latency plot here (PNG)")
     return parser
@@ -288,12 +342,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         print(f"error: no module {exc.name!r}: {NEEDS}", file=sys.stderr)
         return 2
-    urls = [u.strip().rstrip("/") for u in args.url.split(",") if u.strip()]
+    urls = [u.strip().rstrip("/") for arg in args.url for u in arg.split(",") if u.strip()]
     try:
         if args.concurrency < 1 or (args.limit is not None and args.limit < 1):
             raise ReplayAborted("--concurrency and --limit must be >= 1")
         if args.rate is not None and args.rate <= 0:
             raise ReplayAborted("--rate must be > 0")
+        if args.retry_budget < 0:
+            raise ReplayAborted("--retry-budget must be >= 0")
         ds = load_dataset(args.dataset)
         X, y = ds.stream(args.seed, limit=args.limit)
         print(
@@ -309,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 y,
                 concurrency=args.concurrency,
                 rate=args.rate,
+                retry=Retry(budget=args.retry_budget),
                 progress=True,
             )
         )
@@ -326,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "limit": args.limit,
             "concurrency": args.concurrency,
             "rate": args.rate,
+            "retry_budget": args.retry_budget,
         }
         args.json_out.write_text(json.dumps({**meta, **report}, indent=2) + "\n")
     if args.plot:

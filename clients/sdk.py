@@ -2,28 +2,61 @@
 
 Both speak the API contract of issue 3 and share everything but the I/O loop: a method builds a
 :class:`_Call` (what to send, which failures are safe to retry, how to read the answer) and the
-client runs it with :class:`Retry`'s back-off.
+client runs it, one :class:`_Tries` per call deciding where each try goes and whether, and when,
+another one starts.
+
+Several replicas
+----------------
+A client takes one base URL or several. Calls go round-robin over the replicas that are up; a
+replica whose connection fails (refused, reset, timed out) or whose proxy answers 502/504 is taken
+out of rotation at once and the call moves on to the next one without waiting. A background probe
+(a thread for :class:`Client`, a task for :class:`AsyncClient`, running only while a replica is out)
+asks each one out for ``GET /readyz`` every :data:`PROBE_INTERVAL` seconds and puts it back when it
+answers 200. When every replica is out they are tried in turn anyway: the probe may lag, and a
+single URL is never skipped. Feedback goes to the replica that answered the decision's predict (when
+this client made it), on every try while that replica is in rotation: a decision made while the
+shared store was down is held in that replica's memory until the store is back, and replicas without
+a shared store know only their own decisions.
 
 Which failures are retried, and why
 -----------------------------------
+Retries run within :attr:`Retry.budget` seconds (default 60, enough to ride out a 30 s store
+outage), with exponentially growing, fully jittered sleeps and ``Retry-After`` as a floor.
+
 * ``feedback`` re-sends the same decision id after any transport failure or a 429/502/503/504: the
   service records feedback exactly once per id, so a retry can at worst meet its own first attempt,
   which answers 409 with the first outcome; when that outcome is the one being sent, the retry
-  succeeded and the SDK returns it instead of raising.
+  succeeded and the SDK returns it instead of raising. 404 (unknown id) and 410 (reward window
+  passed) are final.
 * ``GET``/``PUT`` calls are idempotent and retried the same way.
-* ``predict``, ``DELETE`` and ``reset`` are retried only when the request cannot have been processed
-  (connection refused, 429, 503): a repeated predict would leave an orphan decision whose default
-  reward, on expiry, teaches the model about a label nobody saw.
+* ``predict`` is retried freely only when it cannot have been recorded: the connection was never
+  made (refused, connect or pool timeout), or the server answered 429 or 503 (nothing recorded).
+  When the connection broke after the request was sent (reset, closed without an answer: a replica
+  killed mid-request) or a proxy answered 502, the predict may have been recorded; it is re-sent
+  once, to another replica when there is one, because the page is waiting for a label. The cost:
+  if the first attempt was recorded, its decision gets no feedback and, when its reward window ends,
+  the model learns its default reward (``no_click``: one no-click for a label nobody saw; ``drop``:
+  nothing). Once only, so that a request that itself crashes replicas cannot take down more than
+  two. A read timeout or a 504 is not re-sent: the replica is alive and most likely recording the
+  decision, and a second request would add load where there is too much. ``Client.stats`` counts
+  the re-sends (``resent_predicts``), i.e. the possible orphan decisions.
+* ``DELETE`` and ``reset`` are retried only when they cannot have been processed (connection never
+  made, 429, 503).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import email.utils
 import os
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -36,38 +69,77 @@ T = TypeVar("T")
 
 Features = Sequence[float] | Mapping[str, float | str | bool]
 
+#: Seconds between two ``/readyz`` probes of a replica out of rotation.
+PROBE_INTERVAL = 1.0
+_PROBE_TIMEOUT = 1.0
+# Feedback affinity remembers the replica of this many recent decisions (about 20 MB at most).
+_OWNERS = 100_000
+
 _SAFE_STATUS = frozenset({429, 502, 503, 504})
 _UNSENT_STATUS = frozenset({429, 503})
-# Exceptions raised before a single byte of the request reached the server.
+_PROXY_STATUS = frozenset({502, 504})  # the replica behind a proxy is gone or hung
+# Raised before a single byte of the request reached the server.
 _UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# The connection broke after the request went out: the server may have processed it.
+_DROPPED_ERRORS = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
-@dataclass(frozen=True)
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delay-seconds or an HTTP date), None if absent/invalid."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass(frozen=True, kw_only=True)
 class Retry:
-    """Back-off policy: ``attempts`` tries in all, delays ``backoff * 2**k`` capped at ``max_backoff``.
+    """Retry policy: tries start within ``budget`` seconds, sleeping with exponential back-off.
 
-    Each delay is scaled by a random factor in [0.5, 1] so that many clients failing together do not
-    retry in lock-step; a ``Retry-After`` header (seconds) from the server takes precedence.
+    The sleep before retry ``k`` (0-based) is drawn uniformly from ``[0, min(max_backoff, backoff *
+    2**k)]`` ("full jitter": many clients failing together spread out instead of retrying in
+    lock-step); a ``Retry-After`` from the server is a floor. A failure against a replica that is
+    then taken out of rotation moves on to another replica without sleeping.
+
+    Parameters
+    ----------
+    budget : float
+        Seconds from the first try after which no new try starts (a try may then still run for the
+        client's ``timeout``). The default, 60, rides out a 30 s outage of the shared store with
+        room for its recovery; a caller that cannot wait that long for a predict passes less.
+    backoff : float
+        Cap of the first sleep, in seconds.
+    max_backoff : float
+        Cap of every sleep (not of ``Retry-After``), in seconds.
+    attempts : int, optional
+        At most this many tries; default: as many as the budget allows.
     """
 
-    attempts: int = 3
+    budget: float = 60.0
     backoff: float = 0.1
     max_backoff: float = 2.0
+    attempts: int | None = None
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
+        if self.attempts is not None and self.attempts < 1:
             raise ValueError(f"Retry.attempts must be >= 1, got {self.attempts}")
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise ValueError("Retry.backoff and Retry.max_backoff must be >= 0")
+        if self.budget < 0 or self.backoff < 0 or self.max_backoff < 0:
+            raise ValueError("Retry.budget, Retry.backoff and Retry.max_backoff must be >= 0")
 
     def delay(self, retry: int, retry_after: str | None = None) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based)."""
-        if retry_after is not None:
-            try:
-                return min(self.max_backoff, max(0.0, float(retry_after)))
-            except ValueError:
-                pass  # an HTTP date: fall back to our own back-off
-        return min(self.max_backoff, self.backoff * 2**retry) * random.uniform(0.5, 1.0)
+        """Seconds to sleep before retry number ``retry`` (0-based), given the server's ``Retry-After``."""
+        own = random.uniform(0.0, min(self.max_backoff, self.backoff * 2 ** min(retry, 32)))
+        floor = _retry_after(retry_after)
+        return own if floor is None else max(own, floor)
 
 
 @dataclass(frozen=True)
@@ -91,14 +163,12 @@ class _Call(Generic[T]):
     params: Mapping[str, str] = field(default_factory=dict)
     admin: bool = False
     idempotent: bool = True
+    # Predict only: re-sent once after the connection broke mid-request (see the module doc).
+    resend_once: bool = False
+    # Feedback only: the decision whose predict's replica is tried first.
+    decision_id: str | None = None
     # Feedback only: a 409 after a retry whose first outcome equals ours is our own first attempt.
     reconcile: Callable[[Conflict], T | None] | None = None
-
-    def retry_status(self, status: int) -> bool:
-        return status in (_SAFE_STATUS if self.idempotent else _UNSENT_STATUS)
-
-    def retry_error(self, exc: httpx.TransportError) -> bool:
-        return self.idempotent or isinstance(exc, _UNSENT_ERRORS)
 
     def finish(self, resp: httpx.Response, retried: bool) -> T:
         """The value of a final answer, or the :class:`APIError` it maps to."""
@@ -144,7 +214,12 @@ class _Calls:
         if model is not None:
             body["model"] = model
         return _Call(
-            "POST", "/predict", lambda r: Prediction.from_json(_json(r)), json=body, idempotent=False
+            "POST",
+            "/predict",
+            lambda r: Prediction.from_json(_json(r)),
+            json=body,
+            idempotent=False,
+            resend_once=True,
         )
 
     @staticmethod
@@ -164,6 +239,7 @@ class _Calls:
             lambda r: FeedbackResult.from_json(_json(r)),
             json={"decision_id": decision_id, "click": bool(click)},
             params={"wait": "true"} if wait else {},
+            decision_id=decision_id,
             reconcile=reconcile,
         )
 
@@ -257,11 +333,108 @@ def key_from_env(key: str | None, variable: str) -> str | None:
     return os.environ.get(variable, "").split(",")[0].strip() or None
 
 
+def _base_urls(base_url: str | Sequence[str]) -> tuple[str, ...]:
+    urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+    urls = tuple(u.strip().rstrip("/") for u in urls)
+    if not urls or not all(urls):
+        raise ValueError(f"base_url must be one URL or a non-empty sequence of URLs, got {base_url!r}")
+    return urls
+
+
+class _Rotation:
+    """Round-robin over base URLs, skipping those marked down; thread-safe (the sync probe is a thread)."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.urls = urls
+        self.down: set[int] = set()
+        self.lock = threading.Lock()
+        self._next = 0
+
+    def pick(self, prefer: int | None = None) -> int:
+        """``prefer`` if it is up, else the next replica up in turn; the next one of all when none is."""
+        with self.lock:
+            if prefer is not None and prefer not in self.down:
+                return prefer
+            n = len(self.urls)
+            order = [(self._next + k) % n for k in range(n)]
+            i = next((j for j in order if j not in self.down), order[0])
+            self._next = i + 1
+            return i
+
+    def mark_down(self, i: int) -> bool:
+        """Take replica ``i`` out of rotation; True if it was in. A lone URL is never taken out."""
+        if len(self.urls) == 1:
+            return False
+        with self.lock:
+            was_up = i not in self.down
+            self.down.add(i)
+            return was_up
+
+    def mark_up(self, i: int) -> None:
+        with self.lock:
+            self.down.discard(i)
+
+    def is_down(self, i: int) -> bool:
+        with self.lock:
+            return i in self.down
+
+    def others_up(self, i: int) -> bool:
+        with self.lock:
+            return any(j != i and j not in self.down for j in range(len(self.urls)))
+
+    def out(self) -> list[int]:
+        with self.lock:
+            return sorted(self.down)
+
+
 class _Base:
-    def __init__(self, api_key: str | None, admin_key: str | None, retry: Retry | None) -> None:
+    """What both clients share: URLs and rotation, keys, retry policy, stats, feedback affinity."""
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        api_key: str | None,
+        admin_key: str | None,
+        retry: Retry | None,
+    ) -> None:
+        self.urls = _base_urls(base_url)
         self.api_key = key_from_env(api_key, API_KEY_ENV)
         self.admin_key = key_from_env(admin_key, ADMIN_KEY_ENV)
         self.retry = retry or Retry()
+        #: What the retries did: ``retries``, ``resent_predicts`` (possible orphan decisions),
+        #: ``marked_down`` (a replica taken out of rotation), ``back_up`` (put back by the probe).
+        self.stats: Counter[str] = Counter()
+        self._rotation = _Rotation(self.urls)
+        self._owners: dict[str, int] = {}  # decision id -> replica that answered its predict
+
+    def _count(self, key: str) -> None:
+        with self._rotation.lock:
+            self.stats[key] += 1
+
+    def _owner(self, decision_id: str | None) -> int | None:
+        if decision_id is None or len(self.urls) == 1:
+            return None
+        with self._rotation.lock:
+            return self._owners.get(decision_id)
+
+    def _answered_by(self, value: T, i: int) -> T:
+        """Tag a prediction with its replica, remembered for the feedback affinity."""
+        if not isinstance(value, Prediction):
+            return value
+        if len(self.urls) > 1:
+            with self._rotation.lock:
+                self._owners[value.decision_id] = i
+                if len(self._owners) > _OWNERS:  # forget the oldest (dicts keep insertion order)
+                    del self._owners[next(iter(self._owners))]
+        return replace(value, server=self.urls[i])  # type: ignore[return-value]
+
+    def _mark_down(self, i: int) -> None:
+        if self._rotation.mark_down(i):
+            self._count("marked_down")
+            self._start_probe()
+
+    def _start_probe(self) -> None:
+        raise NotImplementedError
 
     def _headers(self, call: _Call[Any]) -> dict[str, str]:
         headers = dict(call.headers)
@@ -270,29 +443,108 @@ class _Base:
             headers["x-api-key"] = key
         return headers
 
-    def _request(self, call: _Call[Any]) -> dict[str, Any]:
+
+class _Tries(Generic[T]):
+    """The retry state of one call: where each try goes, and whether and when another one starts.
+
+    The I/O loops of both clients drive it: :meth:`request` for the next try, then :meth:`failed`
+    (no answer) or :meth:`answered`, which return the seconds to sleep before the next try, or
+    :meth:`finish` the call.
+    """
+
+    def __init__(self, client: _Base, call: _Call[T]) -> None:
+        self.client = client
+        self.call = call
+        self.started = time.monotonic()
+        self.tries = 0
+        self.resent = False
+        self.target = -1
+        self._prefer = client._owner(call.decision_id)
+
+    def request(self) -> dict[str, Any]:
+        """The keyword arguments of ``httpx.Client.request`` for the next try."""
+        self.target = self.client._rotation.pick(self._prefer)
+        self.tries += 1
+        if self.tries > 1:
+            self.client._count("retries")
+        call = self.call
         return {
             "method": call.method,
-            "url": call.path,
+            "url": self.client.urls[self.target] + call.path,
             "json": call.json,
             "content": call.content,
             "params": call.params,
-            "headers": self._headers(call),
+            "headers": self.client._headers(call),
         }
 
-    def _give_up(self, call: _Call[Any], exc: httpx.TransportError) -> TransportError:
+    def _delay(self, retry_after: str | None = None) -> float | None:
+        """Seconds to sleep before the next try, or None when the budget or the attempts are spent.
+
+        No sleep when the replica just tried is out of rotation and another one is up: move on.
+        """
+        client, policy = self.client, self.client.retry
+        if policy.attempts is not None and self.tries >= policy.attempts:
+            return None
+        if client._rotation.is_down(self.target) and client._rotation.others_up(self.target):
+            delay = 0.0
+        else:
+            delay = policy.delay(self.tries - 1, retry_after)
+        return delay if time.monotonic() - self.started + delay <= policy.budget else None
+
+    def failed(self, exc: httpx.TransportError) -> float:
+        """Seconds to sleep before the next try after ``exc``; raises :class:`TransportError` if none."""
+        self.client._mark_down(self.target)
+        call = self.call
+        resend = call.resend_once and not self.resent and isinstance(exc, _DROPPED_ERRORS)
+        if not (call.idempotent or isinstance(exc, _UNSENT_ERRORS) or resend):
+            raise self._give_up(exc, "; not re-sent: the server may have recorded it")
+        delay = self._delay()
+        if delay is None:
+            raise self._give_up(exc, "")
+        if resend:
+            self.resent = True
+            self.client._count("resent_predicts")
+        return delay
+
+    def answered(self, resp: httpx.Response) -> float | None:
+        """Seconds to sleep before trying again after ``resp``; None when it is the final answer."""
+        status = resp.status_code
+        if status in _PROXY_STATUS:
+            self.client._mark_down(self.target)
+        call = self.call
+        resend = call.resend_once and not self.resent and status == 502
+        if not (status in _UNSENT_STATUS or (call.idempotent and status in _SAFE_STATUS) or resend):
+            return None
+        delay = self._delay(resp.headers.get("retry-after"))
+        if delay is not None and resend:
+            self.resent = True
+            self.client._count("resent_predicts")
+        return delay
+
+    def finish(self, resp: httpx.Response) -> T:
+        """The value of the final answer ``resp``, or the :class:`APIError` it maps to."""
+        return self.client._answered_by(self.call.finish(resp, retried=self.tries > 1), self.target)
+
+    def _give_up(self, exc: httpx.TransportError, reason: str) -> TransportError:
+        n, elapsed = self.tries, time.monotonic() - self.started
         return TransportError(
-            f"{call.method} {call.path}: {type(exc).__name__}: {exc} (after {self.retry.attempts} tries)"
+            f"{self.call.method} {self.call.path} on {self.client.urls[self.target]}: "
+            f"{type(exc).__name__}: {exc} (after {n} tr{'y' if n == 1 else 'ies'} in {elapsed:.1f} s{reason})"
         )
 
 
 class Client(_Base):
-    """Blocking client of one clickboost server (or load balancer).
+    """Blocking client of one clickboost server, several replicas, or a load balancer.
+
+    Replicas out of rotation are probed by a daemon thread that runs only while one is out, rather
+    than on the request path: a probe there would add a ``/readyz`` round trip (up to its timeout, if
+    the replica is unreachable) to a caller's request.
 
     Parameters
     ----------
-    base_url : str
-        E.g. ``http://127.0.0.1:8000``.
+    base_url : str or sequence of str
+        E.g. ``http://127.0.0.1:8000``, or the base URLs of several replicas (see the module doc:
+        round-robin over those up, a failing one skipped until ``/readyz`` answers again).
     api_key : str, optional
         Key for ``/predict`` and ``/feedback`` (sent as ``X-API-Key``). Default: the first key in
         the environment variable ``CLICKBOOST_API_KEY``, which the server reads its keys from;
@@ -302,26 +554,33 @@ class Client(_Base):
     timeout : float
         Seconds per request (connect, read, write and pool each).
     retry : Retry, optional
-        Back-off policy; default three tries from 0.1 s.
+        Retry policy; default :class:`Retry()`, retries within 60 s.
+
+    Attributes
+    ----------
+    stats : collections.Counter
+        ``retries``, ``resent_predicts``, ``marked_down``, ``back_up``: what the retries did.
 
     Examples
     --------
-    >>> with Client("http://127.0.0.1:8000") as c:  # doctest: +SKIP
+    >>> with Client(["http://127.0.0.1:8000", "http://127.0.0.1:8001"]) as c:  # doctest: +SKIP
     ...     p = c.predict([0.0, 1.0, 0.5])
     ...     c.feedback(p.decision_id, click=p.label == "1")
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         api_key: str | None = None,
         admin_key: str | None = None,
         timeout: float = 10.0,
         retry: Retry | None = None,
     ) -> None:
-        super().__init__(api_key, admin_key, retry)
-        self._http = httpx.Client(base_url=base_url, timeout=timeout)
+        super().__init__(base_url, api_key, admin_key, retry)
+        self._http = httpx.Client(timeout=timeout)
+        self._closed = threading.Event()
+        self._prober: threading.Thread | None = None
 
     def __enter__(self) -> Self:
         return self
@@ -332,24 +591,47 @@ class Client(_Base):
         self.close()
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Stop the probe and close the connection pool."""
+        self._closed.set()
+        prober = self._prober
+        if prober is not None:
+            prober.join(PROBE_INTERVAL + _PROBE_TIMEOUT + 1.0)
         self._http.close()
 
+    def _start_probe(self) -> None:
+        with self._rotation.lock:
+            if self._prober is None and not self._closed.is_set():
+                self._prober = threading.Thread(target=self._probe, name="clickboost-probe", daemon=True)
+                self._prober.start()
+
+    def _probe(self) -> None:
+        while not self._closed.wait(PROBE_INTERVAL):
+            for i in self._rotation.out():
+                try:
+                    resp = self._http.get(self.urls[i] + "/readyz", timeout=_PROBE_TIMEOUT)
+                except (httpx.TransportError, RuntimeError):  # RuntimeError: closed meanwhile
+                    continue
+                if resp.status_code == 200:
+                    self._rotation.mark_up(i)
+                    self._count("back_up")
+            with self._rotation.lock:
+                if not self._rotation.down:
+                    self._prober = None
+                    return
+
     def _run(self, call: _Call[T]) -> T:
-        for attempt in range(self.retry.attempts):
-            last = attempt + 1 == self.retry.attempts
+        tries = _Tries(self, call)
+        while True:
             try:
-                resp = self._http.request(**self._request(call))
+                resp = self._http.request(**tries.request())
             except httpx.TransportError as exc:
-                if last or not call.retry_error(exc):
-                    raise self._give_up(call, exc) from exc
-                time.sleep(self.retry.delay(attempt))
-                continue
-            if not last and call.retry_status(resp.status_code):
-                time.sleep(self.retry.delay(attempt, resp.headers.get("retry-after")))
-                continue
-            return call.finish(resp, retried=attempt > 0)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                delay = tries.failed(exc)
+            else:
+                answered = tries.answered(resp)
+                if answered is None:
+                    return tries.finish(resp)
+                delay = answered
+            time.sleep(delay)
 
     def predict(self, features: Features, model: str | None = None) -> Prediction:
         """Ask for a label: ``POST /predict``.
@@ -440,6 +722,8 @@ class Client(_Base):
 class AsyncClient(_Base):
     """The asyncio twin of :class:`Client`: same constructor and methods, as coroutines.
 
+    Replicas out of rotation are probed by a task on the running loop, alive only while one is out.
+
     Examples
     --------
     >>> async with AsyncClient("http://127.0.0.1:8000") as c:  # doctest: +SKIP
@@ -449,15 +733,16 @@ class AsyncClient(_Base):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         api_key: str | None = None,
         admin_key: str | None = None,
         timeout: float = 10.0,
         retry: Retry | None = None,
     ) -> None:
-        super().__init__(api_key, admin_key, retry)
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        super().__init__(base_url, api_key, admin_key, retry)
+        self._http = httpx.AsyncClient(timeout=timeout)
+        self._prober: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -468,24 +753,43 @@ class AsyncClient(_Base):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Stop the probe and close the connection pool."""
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+            self._prober = None
         await self._http.aclose()
 
+    def _start_probe(self) -> None:
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        while self._rotation.down:
+            await asyncio.sleep(PROBE_INTERVAL)
+            for i in self._rotation.out():
+                try:
+                    resp = await self._http.get(self.urls[i] + "/readyz", timeout=_PROBE_TIMEOUT)
+                except httpx.TransportError:
+                    continue
+                if resp.status_code == 200:
+                    self._rotation.mark_up(i)
+                    self._count("back_up")
+
     async def _run(self, call: _Call[T]) -> T:
-        for attempt in range(self.retry.attempts):
-            last = attempt + 1 == self.retry.attempts
+        tries = _Tries(self, call)
+        while True:
             try:
-                resp = await self._http.request(**self._request(call))
+                resp = await self._http.request(**tries.request())
             except httpx.TransportError as exc:
-                if last or not call.retry_error(exc):
-                    raise self._give_up(call, exc) from exc
-                await asyncio.sleep(self.retry.delay(attempt))
-                continue
-            if not last and call.retry_status(resp.status_code):
-                await asyncio.sleep(self.retry.delay(attempt, resp.headers.get("retry-after")))
-                continue
-            return call.finish(resp, retried=attempt > 0)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                delay = tries.failed(exc)
+            else:
+                answered = tries.answered(resp)
+                if answered is None:
+                    return tries.finish(resp)
+                delay = answered
+            await asyncio.sleep(delay)
 
     async def predict(self, features: Features, model: str | None = None) -> Prediction:
         """See :meth:`Client.predict`."""

@@ -62,7 +62,9 @@ def test_cli_spreads_over_replicas_and_writes_report_and_plot(
     monkeypatch.setenv("CLICKBOOST_API_KEY", API_KEY)
     out, png = tmp_path / "report.json", tmp_path / "replay.png"
     with serve(seed=1) as url1, serve(seed=2) as url2:
-        args = ["--url", f"{url1},{url2}/", "--model", "car", "--dataset", "car", "--limit", "80"]
+        # a comma list and the option repeated, as one may write either
+        args = ["--url", f"{url1},", "--url", f"{url2}/", "--model", "car", "--dataset", "car"]
+        args += ["--limit", "80"]
         args += ["--concurrency", "4", "--seed", "3", "--json-out", str(out), "--plot", str(png)]
         assert main(args) == 0
         counts = []
@@ -77,6 +79,8 @@ def test_cli_spreads_over_replicas_and_writes_report_and_plot(
     assert report["accuracy"] == report["clicks"] / 80
     assert report["urls"] == [url1, url2] and report["concurrency"] == 4 and report["dataset"] == "car"
     assert report["rps"] > 0 and report["errors"] == {"predict": {}, "feedback": {}}
+    assert report["failed_visits"] == report["feedback_given_up"] == 0
+    assert report["visits_by_replica"] == [40, 40] and report["sdk"] == {}
     for call in ("predict", "feedback"):
         q = report["latency_ms"][call]
         assert 0 < q["p50"] <= q["p95"] <= q["p99"]
@@ -112,6 +116,10 @@ def test_configuration_errors_exit_2_with_one_line(
 
 
 def test_unreachable_replica_counts_errors_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--url", "http://127.0.0.1:1", "--model", "car", "--dataset", "car", "--limit", "3"]) == 1
+    args = ["--url", "http://127.0.0.1:1", "--model", "car", "--dataset", "car", "--limit", "3"]
+    start = time.monotonic()
+    assert main([*args, "--retry-budget", "0.3"]) == 1
+    assert time.monotonic() - start < 20  # three visits, each retried for 0.3 s at most
     out = capsys.readouterr().out
     assert "visits 0" in out and "errors: predict transport: 3" in out
+    assert "failed visits 3  feedbacks given up 0  retries " in out

@@ -1,20 +1,20 @@
 """SDK behaviour that the real service cannot produce on demand: error-body parsing, strict answer
 parsing, back-off bounds, the import footprint, and retries after 503s and dropped connections.
 
-The retry tests talk real HTTP over loopback to a scripted stdlib server defined here, because a
-healthy service never drops a connection after recording feedback; everything the service does
-answer is tested against the real server in ``test_sdk_server.py``.
+The retry tests talk real HTTP over loopback to the scripted stdlib server of ``scripted.py``,
+because a healthy service never drops a connection after recording feedback; everything the service
+does answer is tested against the real server in ``test_sdk_server.py``, and rotation over several
+replicas in ``test_sdk_failover.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import email.utils
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,17 +37,7 @@ from clients import (
     Unauthorized,
 )
 from clients.errors import error_for
-
-PRED = {
-    "decision_id": "abc",
-    "label": "music",
-    "label_index": 2,
-    "probability": 0.9,
-    "probabilities": [0.05, 0.05, 0.9],
-    "model": "m",
-    "model_version": 7,
-}
-FB = {"decision_id": "abc", "click": True, "model": "m", "model_version": 8}
+from tests.clients.scripted import FB, PRED, Scripted, drop, reply
 
 
 @pytest.mark.parametrize(
@@ -112,14 +102,26 @@ def test_answers_parse_strictly() -> None:
         ModelInfo.from_json({"name": "m", "version": 2, "checksum": "ab", "counts": {**counts, "ctr": "n/a"}})
 
 
-def test_backoff_doubles_within_bounds_and_honours_retry_after() -> None:
-    r = Retry(attempts=5, backoff=0.1, max_backoff=0.3)
-    for k, cap in enumerate([0.1, 0.2, 0.3, 0.3]):
-        assert all(cap / 2 <= r.delay(k) <= cap for _ in range(50))
-    assert r.delay(0, "0.25") == 0.25
-    assert r.delay(0, "7") == 0.3  # capped
+def test_backoff_is_fully_jittered_and_retry_after_is_a_floor() -> None:
+    r = Retry(backoff=0.1, max_backoff=0.3)
+    for k, cap in enumerate([0.1, 0.2, 0.3, 0.3, 0.3]):
+        delays = [r.delay(k) for _ in range(400)]
+        assert all(0 <= d <= cap for d in delays)
+        assert min(delays) < cap / 4 and max(delays) > 3 * cap / 4  # spread over [0, cap]
+    assert all(r.delay(0, "0.25") == 0.25 for _ in range(50))  # own draw <= 0.1: the floor wins
+    assert 0.25 <= r.delay(3, "0.25") <= 0.3
+    assert r.delay(0, "7") == 7.0  # honoured beyond max_backoff: the budget decides
+    in_30s = email.utils.formatdate(time.time() + 30, usegmt=True)  # the HTTP-date form
+    assert 28 < r.delay(0, in_30s) <= 30
+    assert r.delay(0, "soon") <= 0.1  # unreadable: our own back-off
+    assert r.delay(10_000) <= 0.3
+    assert Retry().budget == 60.0 and Retry().attempts is None
     with pytest.raises(ValueError, match="attempts"):
         Retry(attempts=0)
+    with pytest.raises(ValueError, match="budget"):
+        Retry(budget=-1)
+    with pytest.raises(TypeError):
+        Retry(3)  # type: ignore[misc]  # keyword-only: the first field was once `attempts`
 
 
 def test_sdk_imports_without_numpy_fastapi_or_pydantic() -> None:
@@ -141,60 +143,6 @@ def test_sdk_imports_without_numpy_fastapi_or_pydantic() -> None:
 
 
 # -- retries over real HTTP ---------------------------------------------------------------------
-
-Script = list[Callable[[BaseHTTPRequestHandler, dict[str, Any]], None]]
-
-
-def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Callable[..., None]:
-    def act(h: BaseHTTPRequestHandler, _req: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        h.send_response(status)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
-
-    return act
-
-
-def drop(h: BaseHTTPRequestHandler, _req: dict[str, Any]) -> None:
-    """Read the request, then close the connection without answering (a crash after recording)."""
-    h.close_connection = True
-    h.connection.close()
-
-
-class Scripted:
-    """A loopback HTTP server answering successive requests from a script; logs what it received."""
-
-    def __init__(self) -> None:
-        self.script: Script = []
-        self.seen: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("content-length", 0))
-                req = {
-                    "path": self.path,
-                    "body": json.loads(self.rfile.read(n) or b"null"),
-                    "key": self.headers.get("x-api-key"),
-                }
-                outer.seen.append(req)
-                outer.script.pop(0)(self, req)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -234,14 +182,33 @@ def test_a_real_conflict_is_raised(scripted: Scripted) -> None:
             c.feedback("abc", False)  # not a retry: a 409 on the first attempt is a real duplicate
 
 
-def test_predict_is_not_resent_after_the_server_may_have_recorded_it(scripted: Scripted) -> None:
-    scripted.script = [reply(502, {"detail": "bad gateway"})]
-    with Client(scripted.url, retry=FAST) as c, pytest.raises(ServerError):
+def test_predict_is_re_sent_once_after_a_dropped_connection_or_a_502(scripted: Scripted) -> None:
+    for first in (drop, reply(502, {"detail": "bad gateway"})):
+        scripted.seen.clear()
+        scripted.script = [first, reply(200, PRED)]
+        with Client(scripted.url, retry=FAST) as c:
+            assert c.predict([1.0, 2.0]).decision_id == "abc"
+            assert c.stats["resent_predicts"] == 1
+        assert len(scripted.seen) == 2
+    scripted.seen.clear()
+    scripted.script = [drop, drop]
+    with Client(scripted.url, retry=FAST) as c, pytest.raises(TransportError) as info:
         c.predict([1.0, 2.0])
-    scripted.script = [drop]
-    with Client(scripted.url, retry=FAST) as c, pytest.raises(TransportError, match="RemoteProtocolError"):
+    assert "RemoteProtocolError" in str(info.value) and "not re-sent" in str(info.value)
+    assert len(scripted.seen) == 2  # once, never twice
+    scripted.script = [reply(502, {"detail": "bad gateway"})] * 2
+    with Client(scripted.url, retry=FAST) as c, pytest.raises(ServerError, match="HTTP 502"):
         c.predict([1.0, 2.0])
-    assert len(scripted.seen) == 2  # one request each
+
+
+def test_predict_is_not_re_sent_after_a_read_timeout(scripted: Scripted) -> None:
+    """The replica is alive and most likely recording it: a second request would double the load."""
+    scripted.script = [reply(200, PRED, after=0.5)]
+    with Client(scripted.url, timeout=0.1, retry=FAST) as c, pytest.raises(TransportError) as info:
+        c.predict([1.0, 2.0])
+    assert "ReadTimeout" in str(info.value) and "after 1 try" in str(info.value)
+    assert "not re-sent: the server may have recorded it" in str(info.value)
+    assert len(scripted.seen) == 1
 
 
 def test_predict_retries_503_and_gives_up_after_the_attempts(scripted: Scripted) -> None:
