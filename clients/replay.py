@@ -297,6 +297,7 @@ def plot(result: ReplayResult, path: Path, title: str) -> None:
     ax2.legend(markerscale=4)
     fig.suptitle(title)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -385,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rate": args.rate,
             "retry_budget": args.retry_budget,
         }
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps({**meta, **report}, indent=2) + "\n")
     if args.plot:
         plot(result, args.plot, f"replay of {ds.name} on model {args.model} ({len(urls)} replica(s))")

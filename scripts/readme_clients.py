@@ -4,7 +4,7 @@
 
 Starts ``python -m service serve --demo --config deploy/models.toml`` on a free loopback port (the
 section shows port 8000, where ``make run`` listens), runs the curl commands, executes the SDK snippet
-verbatim, runs the replay client (writing docs/replay-car.png) and scripts/demo-local, and rewrites
+verbatim, runs the replay client (its plot copied to docs/replay-car.png) and scripts/demo-local, and rewrites
 only the text between the section's markers with the commands and their real outputs.
 """
 
@@ -58,7 +58,7 @@ FEEDBACK = (
 )
 REPLAY = (
     f".venv/bin/python -m clients.replay --url {SHOWN} --model car --dataset car \\\n"
-    "  --json-out replay.json --plot docs/replay-car.png"
+    "  --json-out out/replay.json --plot out/replay-car.png"
 )
 DEMO = "scripts/demo-local"
 
@@ -124,7 +124,9 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(data_dir, ignore_errors=True)
-    (ROOT / "replay.json").unlink()
+    # The command writes under out/ (ignored by git: following README leaves `git status` clean);
+    # the README shows the plot from docs/.
+    shutil.copyfile(ROOT / "out" / "replay-car.png", ROOT / "docs" / "replay-car.png")
     demo_out = sh(DEMO, url, env)
 
     section = "\n\n".join(
