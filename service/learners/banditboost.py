@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from pydantic import Field, field_validator
 
+from service.features import SparseVector
 from service.learners.base import Decision, Learner, Params, gamma_mix, learners, randargmax, sample
 from service.learners.weak import BinaryFamily, weak_families
 
@@ -64,6 +66,12 @@ class BanditBoost(Learner):
     decision-time scores of the sampled class and ``f_kappa``, so learn is exact when other updates
     landed in between.
 
+    A round is a few compiled calls (issue 20): the family's scores and votes of all N x K models
+    (:meth:`BinaryFamily.votes`), steps 3-4's weights and eq. (6) on alpha (:func:`boost_step`),
+    the family's weighted update. With the Perceptron and naive Bayes families ``x`` may be a
+    :class:`~service.features.SparseVector`; the Perceptron family then costs O(N K nnz) per event.
+    Schema version 2: the Perceptron family keeps ``u = scale V`` feature-major (was ``U_``).
+
     Attributes
     ----------
     alpha_ : ndarray of shape (N, K)
@@ -92,36 +100,41 @@ class BanditBoost(Learner):
     name = "banditboost"
     Params = BanditBoostParams
     params: BanditBoostParams
+    schema_version = 2
 
     def _init(self) -> None:
         n = self.params.n_learners
-        self.theta = self.params.gamma / (2.0 + self.params.gamma)
         self.eta = self.params.delta**3 / self.n_labels
         self.alpha_ = np.full((n, self.n_labels), 1.0 / n)
         family = weak_families.get(self.params.weak)
         self.weak_: BinaryFamily = family(n, self.n_labels, self.n_features, self.rng_)
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        h = self.weak_.scores(x)  # (N, K)
-        f = np.einsum("ik,ik->k", self.alpha_, h)
+    @property
+    def accepts_sparse(self) -> bool:
+        return self.weak_.accepts_sparse
+
+    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        h, f = self.weak_.votes(x, self.alpha_)  # (N, K) and (K,)
         greedy = randargmax(f, rng)
         p = gamma_mix(self.n_labels, greedy, self.params.delta)
         label = sample(p, rng)
         return Decision(p, label, {"greedy": greedy, "h": h[:, label].copy(), "f": float(f[label])})
 
-    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+    def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         kappa = decision.label
-        p = float(decision.probs[kappa])
         y = 1.0 if reward else -1.0
         h = np.asarray(decision.memo["h"], dtype=np.float64)
-        self.weak_.update(x, kappa, y, osboost_weights(h, y, self.params.gamma) / p, self.rng_)
-        grad = hinge_subgradient(h, y, float(decision.memo["f"]), self.theta) / p
-        if grad.any():  # eq. (6): exponentiated-gradient step on class kappa's voting weights
-            a = self.alpha_[:, kappa] * np.exp(-self.eta * grad)
-            self.alpha_[:, kappa] = a / a.sum()
+        p = float(decision.probs[kappa])
+        w = np.empty(h.size)
+        boost_step(self.alpha_, h, kappa, y, float(decision.memo["f"]), p, self.params.gamma, self.eta, w)
+        self.weak_.update(x, kappa, y, w, self.rng_)
 
 
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+
+
+@njit("float64[::1](float64[:], float64, float64)", **_OPTS)
 def osboost_weights(h: np.ndarray, y: float, gamma: float) -> np.ndarray:
     """OSBoost example weights ``w_bar^(i) = min(1, (1-gamma)^(z^(i-1)/2))`` (seed 000 eqs. 2-3).
 
@@ -129,18 +142,60 @@ def osboost_weights(h: np.ndarray, y: float, gamma: float) -> np.ndarray:
     Dividing by ``p(kappa)`` gives the unbiased bandit estimate of eq. (4).
     """
     theta = gamma / (2.0 + gamma)
-    z = np.empty_like(h)
-    z[0] = 0.0
-    np.cumsum(y * h[:-1] - theta, out=z[1:])
-    z *= 0.5 * math.log1p(-gamma)  # (1-gamma)^(z/2) = exp(z/2 log(1-gamma))
-    np.exp(z, out=z)
-    return np.minimum(z, 1.0, out=z)
+    rate = 0.5 * math.log1p(-gamma)  # (1-gamma)^(z/2) = exp(z/2 log(1-gamma))
+    w = np.empty(h.size)
+    z = 0.0
+    for i in range(h.size):
+        w[i] = min(math.exp(z * rate), 1.0) if z > 0.0 else 1.0  # exp(z rate) >= 1 for z <= 0
+        z += y * h[i] - theta
+    return w
 
 
+@njit("float64[::1](float64[:], float64, float64, float64)", **_OPTS)
 def hinge_subgradient(h: np.ndarray, y: float, f: float, theta: float) -> np.ndarray:
     """Subgradient of ``max(0, theta - y sum_i alpha_i h_i)`` in alpha at margin ``f`` (seed 000 eq. 5).
 
     ``-y h`` where the hinge is active, 0 otherwise (0 at the kink, ALGORITHMS.md §4.1). Dividing by
     ``p(kappa)`` gives the unbiased bandit estimate ``l``.
     """
-    return -y * h if theta - y * f > 0.0 else np.zeros_like(h)
+    g = np.zeros(h.size)
+    if theta - y * f > 0.0:
+        for i in range(h.size):
+            g[i] = -y * h[i]
+    return g
+
+
+_STEP = "void(float64[:, ::1], float64[:], int64, float64, float64, float64, float64, float64, float64[::1])"
+
+
+@njit(_STEP, **_OPTS)
+def boost_step(
+    alpha: np.ndarray,
+    h: np.ndarray,
+    kappa: int,
+    y: float,
+    f: float,
+    p: float,
+    gamma: float,
+    eta: float,
+    w: np.ndarray,
+) -> None:
+    """Steps 3-5 of seed 000 Algorithm 1 for the sampled class kappa, from decision-time ``h``, ``f``.
+
+    Writes the weak learners' example weights ``w^(i) = w_bar^(i) / p`` (eqs. 2-4) into ``w`` and
+    applies eq. (6) to ``alpha[:, kappa]`` in place: ``alpha <- alpha exp(-eta l) / Z`` with
+    ``l = subgradient / p`` (eq. 5), when the hinge is active.
+    """
+    theta = gamma / (2.0 + gamma)
+    w[:] = osboost_weights(h, y, gamma)
+    for i in range(w.size):
+        w[i] /= p
+    if theta - y * f > 0.0:
+        grad = hinge_subgradient(h, y, f, theta)
+        a = np.empty(h.size)
+        total = 0.0
+        for i in range(h.size):
+            a[i] = alpha[i, kappa] * math.exp(-eta * (grad[i] / p))
+            total += a[i]
+        for i in range(h.size):
+            alpha[i, kappa] = a[i] / total

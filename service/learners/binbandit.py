@@ -30,5 +30,7 @@ class BinBandit(BanditBoost):
     """
 
     name = "binbandit"
+    # Its state (binary Hoeffding trees, alpha) did not change when BanditBoost's did (version 2)
+    schema_version = 1
     Params = BinBanditParams
     params: BinBanditParams

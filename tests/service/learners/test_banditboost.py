@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ from lab.repro import reproductions
 from lab.repro.seed000 import render
 from lab.sim.stream import run_stream
 from service.learners import ParamError, make_learner
-from service.learners.banditboost import BanditBoost, hinge_subgradient, osboost_weights
+from service.learners.banditboost import hinge_subgradient, osboost_weights
 from service.learners.base import Learner, gamma_mix
 from service.sampling import DecisionIds, decision_rng
 from service.serial import checksum, decode, encode
@@ -76,78 +75,8 @@ def test_hinge_subgradient_is_zero_at_the_kink() -> None:
     assert hinge_subgradient(np.ones(3), 1.0, theta - 1e-9, theta).tolist() == [-1.0, -1.0, -1.0]
 
 
-# -- oracle: rounds of the learner against a textbook loop (perceptron weak learners) --
-
-
-def textbook_round(
-    U: np.ndarray,
-    n: np.ndarray,
-    alpha: np.ndarray,
-    x: np.ndarray,
-    kappa: int,
-    p: float,
-    y: float,
-    h: np.ndarray,
-    f: float,
-    gamma: float,
-    delta: float,
-) -> None:
-    """One BanditBoost update (seed 000 Alg. 1) with per-learner projected Perceptrons, in loops."""
-    N, K = alpha.shape
-    theta = gamma / (2 + gamma)
-    xs = x / max(1.0, math.sqrt(sum(v * v for v in x)))
-    z = 0.0
-    for i in range(N):
-        w = min(1.0, (1 - gamma) ** (z / 2)) / p
-        z += y * h[i] - theta
-        u = U[kappa, i]
-        if y * float(u @ xs) <= 0 and w > 0:
-            n[kappa, i] += 1
-            u = u + (1 / math.sqrt(n[kappa, i])) * w * y * xs
-            norm = math.sqrt(float(u @ u))
-            U[kappa, i] = u / max(1.0, norm)
-    if theta - y * f > 0:
-        eta = delta**3 / K
-        for i in range(N):
-            alpha[i, kappa] *= math.exp(-eta * (-y * h[i] / p))
-        alpha[:, kappa] /= alpha[:, kappa].sum()
-
-
-def test_rounds_match_textbook_loop() -> None:
-    """Decisions are made in pairs and learned in reverse order, as when feedback arrives late:
-    learn must apply the decision-time snapshot (ALGORITHMS.md §1.1), exactly as the loop does."""
-    K, d, N = 4, 7, 9
-    params = {"weak": "perceptron", "n_learners": N, "delta": 0.3, "gamma": 0.2}
-    m = make_learner("banditboost", d, K, params, seed=3)
-    assert isinstance(m, BanditBoost)
-    U, n, alpha = m.weak_.U_.copy(), m.weak_.n_.copy(), m.alpha_.copy()
-    X, y = stream(300, d, K, 0)
-    X[::7] *= 2.5  # some rows with ||x|| > 1 exercise the scaling
-    rng = np.random.default_rng(0)
-    for t in range(0, len(y), 2):
-        decisions = []
-        for x in X[t : t + 2]:
-            xs = x / max(1.0, float(np.linalg.norm(x)))
-            h_all = np.array([[U[k, i] @ xs for k in range(K)] for i in range(N)])
-            f_all = (alpha * h_all).sum(axis=0)
-            dec = m.decide(x, rng)
-            np.testing.assert_allclose(dec.memo["h"], h_all[:, dec.label], atol=1e-12)
-            assert dec.memo["f"] == pytest.approx(f_all[dec.label], abs=1e-12)
-            assert np.isclose(f_all[dec.memo["greedy"]], f_all.max(), atol=1e-12)
-            np.testing.assert_allclose(dec.probs, gamma_mix(K, dec.memo["greedy"], 0.3))
-            decisions.append(dec)
-        for j in (1, 0):
-            x, dec = X[t + j], decisions[j]
-            hit = dec.label == y[t + j]
-            y_bin = 1.0 if hit else -1.0
-            textbook_round(
-                U, n, alpha, x, dec.label, dec.probability, y_bin, dec.memo["h"], dec.memo["f"], 0.2, 0.3
-            )
-            m.learn(x, dec, hit)
-            np.testing.assert_allclose(m.weak_.U_, U, atol=1e-12)
-            np.testing.assert_array_equal(m.weak_.n_, n)
-            np.testing.assert_allclose(m.alpha_, alpha, rtol=1e-12)
-    assert (alpha != 1 / N).any()  # the voting weights did move
+# The oracle (rounds against a textbook BanditBoost, both families, late feedback) and sparse input:
+# test_banditboost_oracle.py.
 
 
 # -- contract pieces: decide is pure, save/load mid-stream, determinism, parameters --

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lab.sim.stream import run_stream
+from service.features import SparseVector
 from service.learners import make_learner
 from service.learners.base import Learner, randargmax
 from service.learners.weak import BinaryFamily, weak_families
@@ -34,21 +35,30 @@ def updates(n: int, d: int, K: int, N: int, seed: int, numeric: bool):
         yield x, int(rng.integers(K)), float(rng.choice([-1.0, 1.0])), w
 
 
+def as_input(x: np.ndarray, sparse: bool) -> np.ndarray | SparseVector:
+    """x as given, or as the SparseVector of its non-zeros."""
+    if not sparse:
+        return x
+    idx = np.flatnonzero(x)
+    return SparseVector(idx, x[idx], x.size)
+
+
 # -- Perceptron: N x K projected Perceptrons vs one loop per model --
 
 
-def test_perceptron_family_matches_per_model_loop() -> None:
+@pytest.mark.parametrize("sparse", [False, True])
+def test_perceptron_family_matches_per_model_loop(sparse: bool) -> None:
     K, N, d = 3, 5, 6
     fam = PerceptronFamily(N, K, d, np.random.default_rng(0))
     sigma = 0.01 / math.sqrt(d)
     ref = np.random.default_rng(0).normal(0.0, sigma, size=(K, N, d))
     counts = np.zeros((K, N))
-    np.testing.assert_array_equal(fam.U_, ref)
+    np.testing.assert_allclose(fam.U, ref, rtol=1e-15)
     rng = np.random.default_rng(1)
     for x, k, y, w in updates(300, d, K, N, 1, numeric=True):
         xs = x / max(1.0, float(np.linalg.norm(x)))
         expect = np.array([[ref[kk, i] @ xs for kk in range(K)] for i in range(N)])
-        got = fam.scores(x)
+        got = fam.scores(as_input(x, sparse))
         assert got.shape == (N, K)
         np.testing.assert_allclose(got, expect, atol=1e-12)
         assert np.all(np.abs(got) <= 1.0 + 1e-12)
@@ -57,9 +67,10 @@ def test_perceptron_family_matches_per_model_loop() -> None:
                 counts[k, i] += 1
                 u = ref[k, i] + w[i] * y * xs / math.sqrt(counts[k, i])
                 ref[k, i] = u / max(1.0, float(np.linalg.norm(u)))
-        fam.update(x, k, y, w, rng)
-        np.testing.assert_allclose(fam.U_, ref, atol=1e-12)
+        fam.update(as_input(x, sparse), k, y, w, rng)
+        np.testing.assert_allclose(fam.U, ref, atol=1e-12)
         np.testing.assert_array_equal(fam.n_, counts)
+        np.testing.assert_allclose(fam.sqnorm_, (ref * ref).sum(axis=2), rtol=1e-12)
 
 
 # -- naive Bayes: sufficient statistics vs recomputing from all weighted examples --
@@ -94,15 +105,16 @@ def textbook_nb_score(
     return 2 / (1 + math.exp(-a)) - 1
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("numeric", [False, True])
-def test_naive_bayes_family_matches_recomputation(numeric: bool) -> None:
+def test_naive_bayes_family_matches_recomputation(numeric: bool, sparse: bool) -> None:
     K, N, d = 2, 3, 5
     fam = NaiveBayesFamily(N, K, d, np.random.default_rng(0))
     assert not fam.scores(np.ones(d)).any()  # no data: h = 0
     history: dict[tuple[int, int], list[tuple[np.ndarray, float, float]]] = {}
     probe_rng = np.random.default_rng(9)
     for t, (x, k, y, w) in enumerate(updates(60, d, K, N, 2, numeric)):
-        fam.update(x, k, y, w, np.random.default_rng(0))
+        fam.update(as_input(x, sparse), k, y, w, np.random.default_rng(0))
         for i in range(N):
             history.setdefault((k, i), []).append((x, y, float(w[i])))
         if t % 6 == 5:
@@ -112,7 +124,7 @@ def test_naive_bayes_family_matches_recomputation(numeric: bool) -> None:
             binary = np.ones(d, dtype=bool)
             binary[-2:] = not (numeric and t >= 20)
             np.testing.assert_array_equal(fam.binary_, binary)
-            got = fam.scores(probe)
+            got = fam.scores(as_input(probe, sparse))
             for kk in range(K):
                 for i in range(N):
                     expect = textbook_nb_score(history.get((kk, i), []), probe, binary)
@@ -139,6 +151,40 @@ def test_family_state_round_trip(name: str) -> None:
     other.set_state(decode(encode(fam.get_state())))
     probe = np.linspace(-1, 2, 5)
     np.testing.assert_array_equal(other.scores(probe), fam.scores(probe))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("name", ["perceptron", "naive_bayes"])
+def test_votes_are_the_scores_and_their_alpha_weighted_sums(name: str, sparse: bool) -> None:
+    K, N, d = 3, 4, 5
+    fam: BinaryFamily = weak_families.get(name)(N, K, d, np.random.default_rng(0))
+    assert fam.accepts_sparse
+    for x, k, y, w in updates(30, d, K, N, 5, numeric=True):
+        fam.update(as_input(x, sparse), k, y, w, np.random.default_rng(0))
+    alpha = np.random.default_rng(1).dirichlet(np.ones(N), size=K).T
+    x = np.array([1.0, 0.0, 1.0, 0.3, -2.0])
+    h, f = fam.votes(as_input(x, sparse), alpha)
+    np.testing.assert_array_equal(h, fam.scores(x))
+    np.testing.assert_allclose(f, (alpha * h).sum(axis=0), rtol=1e-13)
+
+
+class Halves(BinaryFamily):
+    """A family with only the required methods: every score is 1/2, updates do nothing."""
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        return np.full((self.n_learners, self.n_labels), 0.5)
+
+    def update(self, x: np.ndarray, k: int, y: float, weights: np.ndarray, rng: np.random.Generator) -> None:
+        pass
+
+
+def test_interface_defaults_dense_input_and_votes_from_scores() -> None:
+    fam = Halves(3, 2, 4, np.random.default_rng(0))
+    assert not fam.accepts_sparse
+    alpha = np.array([[0.2, 0.5], [0.3, 0.25], [0.5, 0.25]])
+    h, f = fam.votes(np.ones(4), alpha)
+    np.testing.assert_array_equal(h, fam.scores(np.ones(4)))
+    np.testing.assert_allclose(f, [0.5, 0.5], rtol=1e-15)
 
 
 # -- C-OVA with weak-learner bases (seed 000 Table 2) and its PA path --

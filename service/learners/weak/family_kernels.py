@@ -1,0 +1,515 @@
+"""Compiled loops of the binary weak-learner families (issue 20): whole N x K families per call.
+
+BanditBoost scores all N x K binary models of a family every round and updates the N models of one
+class (ALGORITHMS.md §4.1); in numpy that is a dozen calls of a few microseconds each per event, in
+Python loops far more. These loops do a round's work in one call each, on the non-zero features of
+the input only: a :class:`service.features.SparseVector` as ``idx``/``val``, a dense vector reduced
+to its non-zeros first (:func:`nonzeros`; inside the compiled call on the hot paths), so both forms
+go through the same arithmetic and give the same bits.
+
+Conventions of :mod:`service.kernels`: explicit signatures, so everything compiles when the module
+is imported (from the on-disk cache after the first time); ``cache=True, nogil=True``; no
+``fastmath``, and every sum runs in index order, so the results are deterministic and replicas
+stay bit-identical. Model arrays are feature-major, ``(d, K, N)``: the weights of one input feature
+for all N x K models are contiguous, so a score is a run of axpys over contiguous rows, one per
+non-zero (vectorised without reassociating any sum), and an update of class k touches N contiguous
+values per non-zero. Helpers without a signature are compiled into their callers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "nb_refresh",
+    "nb_scores",
+    "nb_update",
+    "nb_votes",
+    "nonzeros",
+    "perceptron_scores",
+    "perceptron_update",
+    "perceptron_update_dense",
+    "perceptron_votes",
+    "perceptron_votes_dense",
+]
+
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+_IDX = "int64[:]"
+_VAL = "float64[:]"
+_ALPHA = "float64[:, :]"
+
+#: The perceptron's lazy scale is folded back into its vector below this: the vector's entries
+#: grow as 1 / scale, far from overflow here (|u| <= 1), and the fold is O(d), so it must be rare.
+SCALE_FLOOR = 1e-100
+#: Naive Bayes variance floor: absolute, plus this times the model's overall feature variance (§4.3).
+VAR_FLOOR = 1e-9
+
+
+@njit(**_OPTS)
+def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            n += 1
+    idx = np.empty(n, np.int64)
+    val = np.empty(n)
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            idx[n] = j
+            val[n] = x[j]
+            n += 1
+    return idx, val
+
+
+@njit(f"Tuple((int64[::1], float64[::1]))({_VAL})", **_OPTS)
+def nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse form ``(idx, val)`` of a dense vector: its non-zero entries in index order."""
+    return _nonzeros(x)
+
+
+@njit(**_OPTS)
+def _add_rows(acc: np.ndarray, rows: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:
+    """``acc += sum_t val[t] rows[idx[t]]``, the terms added to each ``acc[r]`` in t order.
+
+    Four rows per pass with the running sum in a register: the same additions in the same order
+    as one row at a time, with a quarter of the loads and stores of ``acc``.
+    """
+    m = acc.size
+    t = 0
+    while t + 4 <= idx.size:
+        r0, r1, r2, r3 = rows[idx[t]], rows[idx[t + 1]], rows[idx[t + 2]], rows[idx[t + 3]]
+        v0, v1, v2, v3 = val[t], val[t + 1], val[t + 2], val[t + 3]
+        for r in range(m):
+            s = acc[r]
+            s += v0 * r0[r]
+            s += v1 * r1[r]
+            s += v2 * r2[r]
+            s += v3 * r3[r]
+            acc[r] = s
+        t += 4
+    while t < idx.size:
+        row = rows[idx[t]]
+        v = val[t]
+        for r in range(m):
+            acc[r] += v * row[r]
+        t += 1
+
+
+@njit(**_OPTS)
+def _votes(alpha: np.ndarray, h: np.ndarray, f: np.ndarray) -> None:
+    """``f_k = sum_i alpha[i, k] h[k, i]`` (seed 000 Alg. 1 step 1), summed in i order."""
+    n_labels, n_learners = h.shape
+    for k in range(n_labels):
+        s = 0.0
+        for i in range(n_learners):
+            s += alpha[i, k] * h[k, i]
+        f[k] = s
+
+
+# -- projected OGD Perceptrons with a lazy scale: u = scale V, ||u||^2 kept in sqnorm --------------
+
+
+@njit(**_OPTS)
+def _unit(val: np.ndarray) -> tuple[np.ndarray, float]:
+    """``x / max(1, ||x||)`` on the non-zeros (ALGORITHMS.md §4.3) and its squared norm."""
+    sq = 0.0
+    for t in range(val.size):
+        sq += val[t] * val[t]
+    xs = val.copy()
+    if sq > 1.0:
+        norm = math.sqrt(sq)
+        sq = 0.0
+        for t in range(val.size):
+            xs[t] = val[t] / norm
+            sq += xs[t] * xs[t]
+    return xs, sq
+
+
+@njit(**_OPTS)
+def _perceptron_scores(
+    V: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray, h: np.ndarray
+) -> None:
+    d, n_labels, n_learners = V.shape
+    xs, _ = _unit(val)
+    acc = h.reshape(n_labels * n_learners)
+    acc[:] = 0.0
+    _add_rows(acc, V.reshape(d, n_labels * n_learners), idx, xs)
+    for k in range(n_labels):
+        for i in range(n_learners):
+            h[k, i] *= scale[k, i]
+
+
+@njit(f"float64[:, ::1](float64[:, :, ::1], float64[:, ::1], {_IDX}, {_VAL})", **_OPTS)
+def perceptron_scores(V: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """Scores ``<u_k^(i), x / max(1, ||x||)>`` of all models, shape (K, N); ``u = scale V``."""
+    h = np.empty(scale.shape)
+    _perceptron_scores(V, scale, idx, val, h)
+    return h
+
+
+_PV = f"float64[:, :, ::1], float64[:, ::1], {_ALPHA}"
+_OUT = "float64[:, ::1], float64[::1]"
+
+
+@njit(f"void({_PV}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+def perceptron_votes(
+    V: np.ndarray,
+    scale: np.ndarray,
+    alpha: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    h: np.ndarray,
+    f: np.ndarray,
+) -> None:
+    """:func:`perceptron_scores` into ``h`` (K, N) and the alpha-weighted votes into ``f`` (K,).
+
+    The outputs are arguments: numba returning two new arrays to Python costs more than the
+    scoring of a small family.
+    """
+    _perceptron_scores(V, scale, idx, val, h)
+    _votes(alpha, h, f)
+
+
+@njit(f"void({_PV}, {_VAL}, {_OUT})", **_OPTS)
+def perceptron_votes_dense(
+    V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, h: np.ndarray, f: np.ndarray
+) -> None:
+    """:func:`perceptron_votes` of a dense input."""
+    idx, val = _nonzeros(x)
+    _perceptron_scores(V, scale, idx, val, h)
+    _votes(alpha, h, f)
+
+
+@njit(**_OPTS)
+def _perceptron_update(
+    V: np.ndarray,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+) -> None:
+    n_learners = V.shape[2]
+    xs, sqx = _unit(val)
+    acc = np.zeros(n_learners)  # the models' current scores (the mistake test uses the live model)
+    _add_rows(acc, V[:, k, :], idx, xs)
+    coef = np.zeros(n_learners)
+    moved = False
+    for i in range(n_learners):
+        a = scale[k, i]
+        score = a * acc[i]
+        if y * score <= 0.0 and w[i] > 0.0:
+            n[k, i] += 1
+            c = w[i] * y / math.sqrt(n[k, i])
+            # ||u + c x||^2 from the kept ||u||^2 and the score u.x: O(1) instead of O(d)
+            q = max(sqnorm[k, i] + 2.0 * c * score + c * c * sqx, 0.0)
+            coef[i] = c / a  # u + c x = a (V + (c / a) x)
+            moved = True
+            if q > 1.0:  # projection onto the unit ball: only the scale changes
+                scale[k, i] = a / math.sqrt(q)
+                sqnorm[k, i] = 1.0
+            else:
+                sqnorm[k, i] = q
+    if not moved:
+        return
+    for t in range(idx.size):  # coef = 0 for the models that did not move: +-0 keeps their values
+        v = xs[t]
+        for i in range(n_learners):
+            V[idx[t], k, i] += coef[i] * v
+    for i in range(n_learners):
+        if scale[k, i] < SCALE_FLOOR:
+            _renormalise(V, scale, sqnorm, k, i)
+
+
+@njit(**_OPTS)
+def _renormalise(V: np.ndarray, scale: np.ndarray, sqnorm: np.ndarray, k: int, i: int) -> None:
+    a = scale[k, i]
+    sq = 0.0
+    for j in range(V.shape[0]):
+        V[j, k, i] *= a
+        sq += V[j, k, i] * V[j, k, i]
+    scale[k, i] = 1.0
+    sqnorm[k, i] = sq  # exact again: drops the rounding the incremental norm has gathered
+
+
+_PU = "float64[:, :, ::1], float64[:, ::1], float64[:, ::1], int64[:, ::1]"
+
+
+@njit(f"void({_PU}, {_IDX}, {_VAL}, int64, float64, float64[:])", **_OPTS)
+def perceptron_update(
+    V: np.ndarray,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+) -> None:
+    """Projected Perceptron steps of the N models of class k on ``(x, y)`` with weights ``w``.
+
+    On a margin mistake ``y <u, x> <= 0`` with ``w > 0``: ``u <- (u + c x) / max(1, ||u + c x||)``,
+    ``c = w y / sqrt(n)`` (ALGORITHMS.md §4.3), in O(nnz): ``u = scale V`` and ``||u||^2`` is kept,
+    so the step moves V on the non-zeros and the projection only rescales.
+    """
+    _perceptron_update(V, scale, sqnorm, n, idx, val, k, y, w)
+
+
+@njit(f"void({_PU}, {_VAL}, int64, float64, float64[:])", **_OPTS)
+def perceptron_update_dense(
+    V: np.ndarray,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    x: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+) -> None:
+    """:func:`perceptron_update` of a dense input."""
+    idx, val = _nonzeros(x)
+    _perceptron_update(V, scale, sqnorm, n, idx, val, k, y, w)
+
+
+# -- weighted naive Bayes -------------------------------------------------------------------------
+# Statistics (state): W (K, N, 2), S and M2 (K, N, 2, d), binary (d,). Derived caches: ratio
+# (K, N, 2, d) = log P(x_j = 1 | c) - log P(x_j = 0 | c), zeros (K, N, 2) = sum_j log P(x_j = 0 | c)
+# over binary j, slope (d, K, N) = ratio_+ - ratio_- (0 for numeric j), offset (K, N) = log prior
+# odds + zeros_+ - zeros_- - 1/2 sum_j log(var_+ / var_-), and gauss (4, n_numeric, K, N): mean and
+# precision of each side (all 0 until both sides have mass), so the log-odds of x are
+#   offset + sum_{binary j} slope_j x_j - 1/2 sum_{numeric j} ((x_j - m_+)^2 p_+ - (x_j - m_-)^2 p_-).
+
+_NB_STATS = "float64[:, :, ::1], float64[:, :, :, ::1], float64[:, :, :, ::1], boolean[::1], int64[::1]"
+_NB_CACHE = (
+    "float64[:, :, :, ::1], float64[:, :, ::1], float64[:, :, ::1], float64[:, ::1], float64[:, :, :, ::1]"
+)
+
+
+@njit(**_OPTS)
+def _numeric_values(numeric: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """x at the numeric features (sorted), from the sorted non-zeros: a merge, O(n_numeric + nnz)."""
+    xn = np.zeros(numeric.size)
+    t = 0
+    for r in range(numeric.size):
+        while t < idx.size and idx[t] < numeric[r]:
+            t += 1
+        if t < idx.size and idx[t] == numeric[r]:
+            xn[r] = val[t]
+    return xn
+
+
+@njit(**_OPTS)
+def _nb_scores(
+    slope: np.ndarray,
+    offset: np.ndarray,
+    numeric: np.ndarray,
+    gauss: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    h: np.ndarray,
+) -> None:
+    d, n_labels, n_learners = slope.shape
+    m = n_labels * n_learners
+    acc = h.reshape(m)
+    acc[:] = 0.0
+    _add_rows(acc, slope.reshape(d, m), idx, val)
+    off = offset.reshape(m)
+    for r in range(m):
+        acc[r] += off[r]
+    xn = _numeric_values(numeric, idx, val)
+    g = gauss.reshape(4, numeric.size, m)
+    for q in range(numeric.size):
+        v = xn[q]
+        for r in range(m):
+            dp = v - g[0, q, r]
+            dm = v - g[2, q, r]
+            acc[r] -= 0.5 * (dp * dp * g[1, q, r] - dm * dm * g[3, q, r])
+    for r in range(m):
+        acc[r] = math.tanh(0.5 * acc[r])  # 2 P(+1 | x) - 1
+
+
+_NB_SCORE = "float64[:, :, ::1], float64[:, ::1], int64[::1], float64[:, :, :, ::1]"
+
+
+@njit(f"float64[:, ::1]({_NB_SCORE}, {_IDX}, {_VAL})", **_OPTS)
+def nb_scores(
+    slope: np.ndarray,
+    offset: np.ndarray,
+    numeric: np.ndarray,
+    gauss: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+) -> np.ndarray:
+    """Scores ``2 P(+1 | x) - 1`` of all naive Bayes models, shape (K, N), from the caches."""
+    h = np.empty(offset.shape)
+    _nb_scores(slope, offset, numeric, gauss, idx, val, h)
+    return h
+
+
+@njit(f"void({_NB_SCORE}, {_ALPHA}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+def nb_votes(
+    slope: np.ndarray,
+    offset: np.ndarray,
+    numeric: np.ndarray,
+    gauss: np.ndarray,
+    alpha: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    h: np.ndarray,
+    f: np.ndarray,
+) -> None:
+    """:func:`nb_scores` into ``h`` (K, N) and the alpha-weighted votes into ``f`` (K,)."""
+    _nb_scores(slope, offset, numeric, gauss, idx, val, h)
+    _votes(alpha, h, f)
+
+
+@njit(**_OPTS)
+def _nb_refresh_side(
+    W: np.ndarray,
+    S: np.ndarray,
+    binary: np.ndarray,
+    ratio: np.ndarray,
+    zeros: np.ndarray,
+    k: int,
+    c: int,
+) -> None:
+    d = S.shape[3]
+    n_binary = 0
+    for j in range(d):
+        n_binary += binary[j]
+    for i in range(S.shape[1]):
+        wc = W[k, i, c]
+        total = 0.0
+        for j in range(d):
+            if binary[j]:
+                s = S[k, i, c, j]
+                log_zero = math.log1p(wc - s)  # log(W - S + 1); minus log(W + 2) below
+                ratio[k, i, c, j] = math.log1p(s) - log_zero
+                total += log_zero
+        zeros[k, i, c] = total - n_binary * math.log(wc + 2.0)
+
+
+@njit(**_OPTS)
+def _nb_refresh_class(
+    W: np.ndarray,
+    S: np.ndarray,
+    M2: np.ndarray,
+    binary: np.ndarray,
+    numeric: np.ndarray,
+    ratio: np.ndarray,
+    zeros: np.ndarray,
+    slope: np.ndarray,
+    offset: np.ndarray,
+    gauss: np.ndarray,
+    k: int,
+) -> None:
+    d = S.shape[3]
+    for i in range(S.shape[1]):
+        for j in range(d):
+            slope[j, k, i] = ratio[k, i, 0, j] - ratio[k, i, 1, j] if binary[j] else 0.0
+        w_pos, w_neg = W[k, i, 0], W[k, i, 1]
+        log_var = 0.0
+        both = w_pos > 0.0 and w_neg > 0.0  # Gaussians count once both sides have mass
+        for q in range(numeric.size):
+            if not both:
+                for e in range(4):
+                    gauss[e, q, k, i] = 0.0
+                continue
+            j = numeric[q]
+            m_pos, m_neg = S[k, i, 0, j] / w_pos, S[k, i, 1, j] / w_neg
+            total = w_pos + w_neg
+            pooled = (S[k, i, 0, j] + S[k, i, 1, j]) / total
+            overall = (
+                M2[k, i, 0, j]
+                + M2[k, i, 1, j]
+                + (w_pos * (m_pos - pooled) ** 2 + w_neg * (m_neg - pooled) ** 2)
+            ) / total
+            floor = VAR_FLOOR * (1.0 + overall)
+            v_pos = M2[k, i, 0, j] / w_pos + floor
+            v_neg = M2[k, i, 1, j] / w_neg + floor
+            gauss[0, q, k, i] = m_pos
+            gauss[1, q, k, i] = 1.0 / v_pos
+            gauss[2, q, k, i] = m_neg
+            gauss[3, q, k, i] = 1.0 / v_neg
+            log_var += math.log(v_pos) - math.log(v_neg)
+        prior = math.log1p(w_pos) - math.log1p(w_neg)
+        offset[k, i] = prior + zeros[k, i, 0] - zeros[k, i, 1] - 0.5 * log_var
+
+
+@njit(f"void({_NB_STATS}, {_NB_CACHE}, int64)", **_OPTS)
+def nb_refresh(
+    W: np.ndarray,
+    S: np.ndarray,
+    M2: np.ndarray,
+    binary: np.ndarray,
+    numeric: np.ndarray,
+    ratio: np.ndarray,
+    zeros: np.ndarray,
+    slope: np.ndarray,
+    offset: np.ndarray,
+    gauss: np.ndarray,
+    k: int,
+) -> None:
+    """Recompute every cache of class k's N models from the statistics."""
+    _nb_refresh_side(W, S, binary, ratio, zeros, k, 0)
+    _nb_refresh_side(W, S, binary, ratio, zeros, k, 1)
+    _nb_refresh_class(W, S, M2, binary, numeric, ratio, zeros, slope, offset, gauss, k)
+
+
+@njit(f"boolean({_NB_STATS}, {_NB_CACHE}, {_IDX}, {_VAL}, int64, int64, float64[:])", **_OPTS)
+def nb_update(
+    W: np.ndarray,
+    S: np.ndarray,
+    M2: np.ndarray,
+    binary: np.ndarray,
+    numeric: np.ndarray,
+    ratio: np.ndarray,
+    zeros: np.ndarray,
+    slope: np.ndarray,
+    offset: np.ndarray,
+    gauss: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    c: int,
+    w: np.ndarray,
+) -> bool:
+    """Add ``(x, side c)`` with weights ``w`` to the N models of class k and refresh their caches.
+
+    Returns False, changing nothing, if x turns a binary feature numeric (a value other than 0
+    and 1): the caller switches that feature for every model first. The statistics move on the
+    non-zeros (and the numeric features' Welford sums); the caches are O(N d): the Bernoulli
+    ``log P(x_j = 0 | c) = log((W_c - S_cj + 1) / (W_c + 2))`` of every feature moves with ``W_c``.
+    """
+    for t in range(idx.size):
+        if binary[idx[t]] and val[t] != 0.0 and val[t] != 1.0:
+            return False
+    n_learners = S.shape[1]
+    xn = _numeric_values(numeric, idx, val)
+    for q in range(numeric.size):  # weighted Welford (West 1979) on the numeric features
+        j = numeric[q]
+        v = xn[q]
+        for i in range(n_learners):
+            w_old = W[k, i, c]
+            s = S[k, i, c, j]
+            mean_old = s / (w_old if w_old > 0.0 else 1.0)
+            w_new = w_old + w[i]
+            mean_new = (s + w[i] * v) / (w_new if w_new > 0.0 else 1.0)
+            M2[k, i, c, j] += w[i] * (v - mean_old) * (v - mean_new)
+    for t in range(idx.size):
+        j = idx[t]
+        for i in range(n_learners):
+            S[k, i, c, j] += w[i] * val[t]
+    for i in range(n_learners):
+        W[k, i, c] += w[i]
+    _nb_refresh_side(W, S, binary, ratio, zeros, k, c)
+    _nb_refresh_class(W, S, M2, binary, numeric, ratio, zeros, slope, offset, gauss, k)
+    return True
