@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from service.features import SparseVector
 from service.learners.base import Learner, ParamError, Params
 from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters
 
@@ -386,14 +387,24 @@ class TreeBooster(Learner):
         )
         self.trees_ = HoeffdingForest(self.n_features, self.n_labels, *draws)
 
-    def _weak_distribution(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    @property
+    def accepts_sparse(self) -> bool:
+        """The trees take a :class:`~service.features.SparseVector` as is (O(nnz) updates per tree)."""
+        return True
+
+    def _weak_distribution(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Class distributions of the trees for ``x`` and the memo entries that let ``learn`` skip
         re-routing ``x`` when no tree has split in between (``leaves`` and ``tree_nodes``)."""
         dist, nodes = self.trees_.distribution(x)
         return dist, {"leaves": nodes, "tree_nodes": self.trees_.n_nodes_.copy()}
 
     def _train_trees(
-        self, x: np.ndarray, C: np.ndarray, prefer: int | None, memo: dict, labels: np.ndarray | None = None
+        self,
+        x: np.ndarray | SparseVector,
+        C: np.ndarray,
+        prefer: int | None,
+        memo: dict,
+        labels: np.ndarray | None = None,
     ) -> None:
         """Feed every tree its cost vector through the (label, weight) reduction (§2.8); ``labels``,
         when given, replace the reduction's labels (the weights stay)."""

@@ -1,4 +1,4 @@
-"""Hoeffding trees (VFDT, Domingos & Hulten 2000) for weighted examples, many trees in numpy tables.
+"""Hoeffding trees (VFDT, Domingos & Hulten 2000) for weighted examples, many trees in compiled tables.
 
 The weak learner of Zhang, Jung, Tewari (AISTATS 2019), as ALGORITHMS.md §2.8 describes the port
 the authors used: information-gain splits with range ``R = log2(#classes at the leaf)``, Hoeffding
@@ -7,31 +7,54 @@ beats the second best (or "no split") by ``eps`` or when ``eps < tie``, evaluate
 units of weight; a candidate split needs more than 1% of the leaf weight on both sides; leaves
 predict the weighted class distribution plus a pseudo-count of 1 per class.
 
-Features are numeric with Gaussian class-conditional estimators (weighted Welford) and 10 candidate
-thresholds evenly spaced inside the leaf's observed range. Features whose values so far were all 0
-or 1 (the one-hot encoded attributes of car and nursery) are split at 0.5 with exact branch
-weights, which is the multiway nominal split of the reference for a binary attribute.
+Features are numeric with Gaussian class-conditional estimators (from weighted sums of ``x`` and
+``x^2``; the normal CDF is ``erfc(-z / sqrt 2) / 2``) and 10 candidate thresholds evenly spaced
+inside the leaf's observed range. Features whose values so far were all 0 or 1 (the one-hot encoded
+attributes of car and nursery) are split at 0.5 with exact branch weights, which is the multiway
+nominal split of the reference for a binary attribute. A class whose values of a feature at the
+leaf are all equal is a point mass there (variance exactly 0).
 
 A :class:`HoeffdingForest` holds ``N`` independent trees: node tables with a leading tree axis
-(padded to the largest tree: a node is a few numbers), and one pool of leaf rows shared by all
-trees (a leaf holds ``k x d`` Gaussian statistics, so leaves are not padded: the pool grows with the
-total number of leaves, not with N times the largest tree). Routing, prediction and the statistics
-update of all trees are single numpy operations; only split evaluation (every ``grace`` weight)
-runs per tree. The state is a set of numpy arrays (:class:`~service.learners.base.Stateful` with
-growable tables), so a forest saves without pickle and reloads bit-identically mid-growth.
+(padded to the largest tree: a node is a few numbers) and one pool of leaf rows shared by all trees.
+A leaf's feature statistics are sparse: one entry per (class, feature) with a non-zero value seen
+at the leaf (:mod:`service.learners.weak.forest_kernels`), so a leaf costs memory in proportion to
+what it has seen, not ``k x d``, and input may be a :class:`~service.features.SparseVector` (an
+update is O(nnz) per tree; a dense row is the same vector and gives the same trees). Routing,
+prediction, the update and the split search are compiled loops over those arrays. The state is a
+set of numpy arrays (:class:`~service.learners.base.Stateful` with growable tables), so a forest
+saves without pickle and reloads bit-identically mid-growth.
+
+Memory is bounded as in VFDT (Domingos & Hulten 2000, section 3; MOA's and river's ``max_size``):
+the feature statistics may take :data:`MAX_ENTRY_BYTES`. When they would outgrow it, the most
+promising leaves keep (or regain, empty) their statistics, in order of promise (a leaf's weight
+minus the weight of its majority class: what refining it could correct) until they hold half of the
+bound, and the others drop theirs: such a leaf still counts its class weights, so it predicts as
+before, but it no longer splits. Streams that stay within the bound never meet this rule.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import ndtr
 
+from service.features import SparseVector
 from service.learners.base import Stateful
+from service.learners.weak.forest_kernels import (
+    GROW_NODES,
+    GROW_ROWS,
+    compact,
+    forest_distribution,
+    forest_update,
+)
 
-__all__ = ["N_CANDIDATES", "HoeffdingForest", "draw_tree_hyperparameters"]
+__all__ = ["HoeffdingForest", "draw_tree_hyperparameters"]
 
-N_CANDIDATES = 10  # candidate thresholds per numeric feature (ALGORITHMS.md §2.8)
-MIN_BRANCH_FRACTION = 0.01
+_NONE_F = np.zeros(0)
+_NONE_I = np.zeros(0, dtype=np.int64)
+#: Growth factor of the entry pool (a new pool is at least this much larger).
+POOL_GROWTH = 1.25
+#: Bound on the leaves' feature statistics (the entry pool) of one forest, in bytes.
+MAX_ENTRY_BYTES = 128 * 2**20
+ENTRY_BYTES = 8 + 4 + 4 * 8  # key, count, moments
 
 
 def draw_tree_hyperparameters(
@@ -52,12 +75,11 @@ def draw_tree_hyperparameters(
     return g, t, d
 
 
-def _entropy(w: np.ndarray, axis: int = 0) -> np.ndarray:
-    """Entropy in bits of the (unnormalised) distributions ``w`` along ``axis``."""
-    tot = w.sum(axis=axis, keepdims=True)
-    p = np.divide(w, tot, out=np.zeros_like(w), where=tot > 0)
-    logp = np.log2(p, out=np.zeros_like(p), where=p > 0)
-    return -(p * logp).sum(axis=axis)
+def _operands(x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dense row, idx, val)`` for the kernels: a dense row with empty ``idx, val``, or the reverse."""
+    if isinstance(x, SparseVector):
+        return _NONE_F, x.idx, x.val
+    return np.asarray(x, dtype=np.float64), _NONE_I, _NONE_F
 
 
 class HoeffdingForest(Stateful):
@@ -75,23 +97,31 @@ class HoeffdingForest(Stateful):
     feature_, threshold_, child_, slot_ : node tables, shape (N, nodes[, 2])
         Split feature (-1 at a leaf), threshold (``x[f] <= threshold`` goes left), children, and the
         row of a leaf in the leaf pool (-1 at internal nodes).
-    n_rows_ : int
-        Rows of the leaf pool in use (the leaves of all trees; tree ``i``'s root starts at row ``i``).
+    n_nodes_, n_leaves_ : ndarray of shape (N,)
+        Nodes and leaves per tree.
     class_w_ : ndarray of shape (rows, k)
         Class weights a leaf predicts from (inherited estimate at creation plus observed weight).
-    stat_w_, mean_, m2_ : leaf statistics, shapes (rows, k) and (rows, k, d)
-        Weight per class, weighted mean and sum of squared deviations per class and feature.
-    lo_, hi_ : ndarray of shape (rows, d)
-        Observed feature range at the leaf (candidate thresholds lie inside it).
+    stat_w_, n_class_ : ndarray of shape (rows, k)
+        Weight and number of examples per class observed since the leaf's creation.
     seen_, evaluated_ : ndarray of shape (rows,)
         Weight seen by the leaf, and at its last split evaluation.
+    active_ : ndarray of shape (rows,), bool
+        Whether the leaf keeps feature statistics (see the memory bound above).
+    segment_ : ndarray of shape (rows, 3), int
+        ``start, used, capacity`` of the leaf's entries in the entry pool.
+    key_, count_, moments_ : the entry pool, shapes (entries,) and (entries, 4)
+        ``feature * k + class`` of an entry (increasing within a leaf's segment), the number of
+        non-zero values it saw, and their weighted sum, weighted sum of squares, minimum and maximum.
     binary_ : ndarray of shape (d,), bool
         Whether every value seen so far of the feature was 0 or 1.
+    pool_ : ndarray of shape (3,), int
+        Leaf rows in use (tree ``i``'s root starts at row ``i``), end of the used part of the entry
+        pool, and entries freed inside it.
     """
 
     _growable = frozenset(
-        {"feature_", "threshold_", "child_", "slot_", "class_w_", "stat_w_", "mean_", "m2_", "lo_", "hi_"}
-        | {"seen_", "evaluated_"}
+        {"feature_", "threshold_", "child_", "slot_", "class_w_", "stat_w_", "n_class_", "seen_"}
+        | {"evaluated_", "active_", "segment_", "key_", "count_", "moments_"}
     )
 
     def __init__(
@@ -110,47 +140,39 @@ class HoeffdingForest(Stateful):
         self.slot_[:, 0] = np.arange(n)
         self.n_nodes_ = np.ones(n, dtype=np.int64)
         self.n_leaves_ = np.ones(n, dtype=np.int64)
-        self.n_rows_ = n
         self.class_w_ = np.zeros((rows, n_classes))
         self.stat_w_ = np.zeros((rows, n_classes))
-        self.mean_ = np.zeros((rows, n_classes, n_features))
-        self.m2_ = np.zeros((rows, n_classes, n_features))
-        self.lo_ = np.zeros((rows, n_features))
-        self.hi_ = np.zeros((rows, n_features))
+        self.n_class_ = np.zeros((rows, n_classes), dtype=np.int64)
         self.seen_ = np.zeros(rows)
         self.evaluated_ = np.zeros(rows)
+        self.active_ = np.ones(rows, dtype=bool)
+        self.segment_ = np.zeros((rows, 3), dtype=np.int64)
+        self.key_ = np.zeros(0, dtype=np.int64)
+        self.count_ = np.zeros(0, dtype=np.int32)
+        self.moments_ = np.zeros((0, 4))
         self.binary_ = np.ones(n_features, dtype=bool)
+        self.pool_ = np.array([n, 0, 0], dtype=np.int64)
         self._trees = np.arange(n)
+
+    @property
+    def n_rows_(self) -> int:
+        """Rows of the leaf pool in use (the leaves of all trees)."""
+        return int(self.pool_[0])
 
     # -- prediction ------------------------------------------------------------------------------
 
-    def route(self, x: np.ndarray, trees: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Leaf node and leaf-pool row of ``x`` in every tree (or in ``trees``): two int arrays."""
-        cap = self.feature_.shape[1]
-        base = (self._trees if trees is None else trees) * cap
-        feature, threshold = self.feature_.reshape(-1), self.threshold_.reshape(-1)
-        child = self.child_.reshape(-1)
-        g = base.copy()  # flat node ids
-        f = feature[g]
-        inner = f >= 0
-        while inner.any():
-            right = x[f] > threshold[g]  # f = -1 at leaves reads x[-1]; masked below
-            g = np.where(inner, child[2 * g + right] + base, g)
-            f = feature[g]
-            inner = f >= 0
-        return g - base, self.slot_.reshape(-1)[g]
-
-    def distribution(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def distribution(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray]:
         """Class weights each tree predicts for ``x`` (observed weight + 1 per class), shape (N, k),
         and the leaf node of ``x`` in each tree (to pass back to :meth:`update`)."""
-        nodes, slots = self.route(x)
-        return self.class_w_[slots] + 1.0, nodes
+        return forest_distribution(
+            self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *_operands(x)
+        )
 
     # -- learning --------------------------------------------------------------------------------
 
     def update(
         self,
-        x: np.ndarray,
+        x: np.ndarray | SparseVector,
         labels: np.ndarray,
         weights: np.ndarray,
         nodes: np.ndarray | None = None,
@@ -162,132 +184,73 @@ class HoeffdingForest(Stateful):
         since (the caller checks :attr:`n_nodes_`); routing is redone when they are not given.
         ``trees`` restricts the update to those trees (``labels`` and ``weights`` then follow it).
         """
-        tr = self._trees if trees is None else trees
-        if nodes is None:
-            nodes, slots = self.route(x, trees)
-        else:
-            slots = self.slot_[tr, nodes]
-        k = self.k
-        leaf = slots  # leaf-pool rows
-        row = leaf * k + labels  # flat (leaf, class) ids
-        w = np.asarray(weights, dtype=np.float64)
-        stat_w, class_w = self.stat_w_.reshape(-1), self.class_w_.reshape(-1)
-        mean, m2 = self.mean_.reshape(-1, self.d), self.m2_.reshape(-1, self.d)
-        Wn = stat_w[row] + w
-        old = mean[row]
-        delta = x - old
-        new = old + (w / Wn)[:, None] * delta
-        m2[row] += w[:, None] * delta * (x - new)  # weighted Welford
-        mean[row] = new
-        stat_w[row] = Wn
-        class_w[row] += w
-        lo, hi = self.lo_.reshape(-1, self.d), self.hi_.reshape(-1, self.d)
-        seen, evaluated = self.seen_.reshape(-1), self.evaluated_.reshape(-1)
-        first = (seen[leaf] == 0)[:, None]
-        lo[leaf] = np.where(first, x, np.minimum(lo[leaf], x))
-        hi[leaf] = np.where(first, x, np.maximum(hi[leaf], x))
-        seen[leaf] += w
-        self.binary_ &= (x == 0.0) | (x == 1.0)
-        due = np.flatnonzero(seen[leaf] - evaluated[leaf] >= self.grace_[tr])
-        if due.size:
-            self._try_splits(tr[due], nodes[due], slots[due])
-
-    def _try_splits(self, trees: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> None:
-        """Evaluate the best split of leaf ``slots[b]`` of tree ``trees[b]``, all at once; split where due."""
-        self.evaluated_[slots] = self.seen_[slots]
-        # As MOA and its ports (the reference's VFDT, river): purity, the pre-split entropy, the
-        # range R and the n of the Hoeffding bound use the leaf's class distribution including the
-        # estimate it inherited at creation; the branch distributions use the statistics observed since.
-        pre = self.class_w_[slots]  # (B, k)
-        present = (pre > 0).sum(axis=1)
-        keep = present >= 2  # a pure leaf is not split
-        if not keep.any():
-            return
-        trees, nodes, slots, pre, present = trees[keep], nodes[keep], slots[keep], pre[keep], present[keep]
-        cw = self.stat_w_[slots]
-        lo, hi = self.lo_[slots], self.hi_[slots]  # (B, d)
-        n_cand = 1 if self.binary_.all() else N_CANDIDATES  # 0/1 features have one distinct split
-        frac = np.arange(1, n_cand + 1) / (n_cand + 1)
-        theta = lo[..., None] + (hi - lo)[..., None] * frac  # (B, d, C)
-        theta = np.where(self.binary_[:, None], 0.5, theta)  # 0/1 features: the nominal split
-        mean = self.mean_[slots]  # (B, k, d)
-        var = np.maximum(self.m2_[slots], 0.0) / np.where(cw > 0, cw, 1.0)[..., None]
-        std = np.sqrt(var)[..., None]
-        z = (theta[:, None] - mean[..., None]) / np.where(std > 0, std, 1.0)
-        below = np.where(std > 0, ndtr(z), (theta[:, None] >= mean[..., None]).astype(float))
-        below = np.where(self.binary_[:, None], (1.0 - mean)[..., None], below)
-        left = cw[:, :, None, None] * np.clip(below, 0.0, 1.0)  # (B, k, d, C)
-        right = cw[:, :, None, None] - left
-        wl, wr = left.sum(axis=1), right.sum(axis=1)  # (B, d, C)
-        total = cw.sum(axis=1)[:, None, None]
-        split_entropy = (wl * _entropy(left, axis=1) + wr * _entropy(right, axis=1)) / total
-        gain = _entropy(pre, axis=1)[:, None, None] - split_entropy
-        ok = (np.minimum(wl, wr) > MIN_BRANCH_FRACTION * total) & (hi > lo)[..., None]
-        gain = np.where(ok, gain, -np.inf)
-        per_feature = gain.max(axis=2)  # (B, d)
-        top2 = -np.sort(-per_feature, axis=1)[:, :2]
-        best = top2[:, 0]
-        second = np.maximum(top2[:, 1] if top2.shape[1] > 1 else -np.inf, 0.0)  # or no split
-        r = np.log2(present)
-        eps = np.sqrt(r * r * np.log(1.0 / self.delta_[trees]) / (2.0 * pre.sum(axis=1)))
-        go = np.isfinite(best) & (best > 0.0) & ((best - second > eps) | (eps < self.tie_[trees]))
-        for b in np.flatnonzero(go):
-            f = int(np.argmax(per_feature[b]))
-            c = int(np.argmax(gain[b, f]))
-            self._split(
-                int(trees[b]),
-                int(nodes[b]),
-                int(slots[b]),
-                f,
-                float(theta[b, f, c]),
-                left[b, :, f, c],
-                right[b, :, f, c],
-            )
-
-    def _split(
-        self, i: int, node: int, slot: int, f: int, threshold: float, left: np.ndarray, right: np.ndarray
-    ) -> None:
-        a = int(self.n_nodes_[i])
-        if a + 2 > self.feature_.shape[1]:
-            self._grow_nodes()
-        if self.n_rows_ == self.class_w_.shape[0]:
-            self._grow_rows()
-        new_slot = int(self.n_rows_)
-        self.feature_[i, node] = f
-        self.threshold_[i, node] = threshold
-        self.child_[i, node] = (a, a + 1)
-        self.slot_[i, node] = -1
-        self.slot_[i, a : a + 2] = (slot, new_slot)
-        self.n_nodes_[i] += 2
-        self.n_leaves_[i] += 1
-        self.n_rows_ += 1
-        for s, dist in ((slot, left), (new_slot, right)):
-            self.class_w_[s] = dist
-            for table in (
-                self.stat_w_,
-                self.mean_,
-                self.m2_,
-                self.lo_,
-                self.hi_,
-                self.seen_,
-                self.evaluated_,
-            ):
-                table[s] = 0.0
+        tr = self._trees if trees is None else np.asarray(trees, dtype=np.int64)
+        labels = np.asarray(labels, dtype=np.int64)
+        weights = np.asarray(weights, dtype=np.float64)
+        nodes = _NONE_I if nodes is None else np.asarray(nodes, dtype=np.int64)
+        operands = _operands(x)
+        start = 0
+        while True:
+            start, lack = forest_update(
+                self.feature_, self.threshold_, self.child_, self.slot_, self.n_nodes_, self.n_leaves_,
+                self.grace_, self.tie_, self.delta_, self.class_w_, self.stat_w_, self.n_class_,
+                self.seen_, self.evaluated_, self.active_, self.segment_, self.key_, self.count_,
+                self.moments_, self.binary_, self.pool_, *operands, tr, labels, weights, nodes, start,
+            )  # fmt: skip
+            if start < 0:
+                return
+            if lack == GROW_NODES:
+                self._grow_nodes()
+            elif lack == GROW_ROWS:
+                self._grow_rows()
+            else:
+                self._make_room(lack)
 
     @staticmethod
-    def _double(a: np.ndarray, axis: int, fill: float) -> np.ndarray:
+    def _pad(a: np.ndarray, axis: int, size: int, fill: float) -> np.ndarray:
         pad = [(0, 0)] * a.ndim
-        pad[axis] = (0, a.shape[axis])
+        pad[axis] = (0, size - a.shape[axis])
         return np.pad(a, pad, constant_values=fill)
 
     def _grow_nodes(self) -> None:
         """Double the node capacity of every tree."""
-        self.feature_ = self._double(self.feature_, 1, -1)
-        self.slot_ = self._double(self.slot_, 1, -1)
-        self.threshold_ = self._double(self.threshold_, 1, 0.0)
-        self.child_ = self._double(self.child_, 1, 0)
+        size = 2 * self.feature_.shape[1]
+        self.feature_ = self._pad(self.feature_, 1, size, -1)
+        self.slot_ = self._pad(self.slot_, 1, size, -1)
+        self.threshold_ = self._pad(self.threshold_, 1, size, 0.0)
+        self.child_ = self._pad(self.child_, 1, size, 0)
 
     def _grow_rows(self) -> None:
         """Double the leaf pool."""
-        for name in ("class_w_", "stat_w_", "mean_", "m2_", "lo_", "hi_", "seen_", "evaluated_"):
-            setattr(self, name, self._double(getattr(self, name), 0, 0.0))
+        size = 2 * self.class_w_.shape[0]
+        for name in ("class_w_", "stat_w_", "n_class_", "seen_", "evaluated_", "segment_"):
+            setattr(self, name, self._pad(getattr(self, name), 0, size, 0))
+        self.active_ = self._pad(self.active_, 0, size, True)
+
+    def _make_room(self, lack: int) -> None:
+        """Room for ``lack`` entries past the end of the pool: grow it by :data:`POOL_GROWTH`, up to
+        :data:`MAX_ENTRY_BYTES`; at the bound, drop the least promising leaves' statistics first."""
+        bound = MAX_ENTRY_BYTES // ENTRY_BYTES
+        if self.pool_[1] + lack > bound:
+            self._keep_promising(bound // 2)
+            if self.pool_[1] + lack <= self.key_.size:
+                return
+        size = max(min(int(POOL_GROWTH * self.key_.size), bound), int(self.pool_[1]) + lack, 1024)
+        for name in ("key_", "count_", "moments_"):
+            setattr(self, name, self._pad(getattr(self, name), 0, size, 0))
+
+    def _keep_promising(self, entries: int) -> None:
+        """Statistics for the leaves of highest promise (ties: lower row) until they hold ``entries``;
+        the others drop theirs, and their counts since creation, and stop splitting."""
+        rows = self.n_rows_
+        w = self.class_w_[:rows]
+        order = np.lexsort((np.arange(rows), w.max(axis=1) - w.sum(axis=1)))  # promise, decreasing
+        held = np.where(self.active_[:rows], self.segment_[:rows, 1], 0)[order]
+        keep = np.zeros(rows, dtype=bool)
+        keep[order[np.cumsum(held) <= entries]] = True
+        drop = np.flatnonzero(self.active_[:rows] & ~keep)
+        self.pool_[2] += self.segment_[drop, 2].sum()
+        for table in (self.segment_, self.stat_w_, self.n_class_, self.seen_, self.evaluated_):
+            table[drop] = 0
+        self.active_[:rows] = keep
+        compact(self.segment_, self.key_, self.count_, self.moments_, self.pool_)

@@ -15,4 +15,4 @@ def test_quick_profile_reports_a_rate_and_shares_that_name_the_tree_code() -> No
     assert len(rows) == 10
     own = [float(row.split("|")[3]) for row in rows]
     assert own == sorted(own, reverse=True) and 0 < sum(own) <= 100.0
-    assert any("hoeffding_tree.py" in row for row in rows)  # the trees are where AdaBandit spends
+    assert any("forest_kernels.py" in row for row in rows)  # the trees' compiled loops are named

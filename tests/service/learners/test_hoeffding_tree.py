@@ -1,4 +1,7 @@
-"""The numpy Hoeffding-tree forest (VFDT) used as the weak learner of the seed-001 boosters."""
+"""The compiled Hoeffding-tree forest (VFDT) used as the weak learner of the seed-001 boosters.
+
+The textbook oracle and the sparse-input check are in ``test_hoeffding_oracle.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import pytest
 from river import tree as river_tree
 
 from lab.sim.datasets import load_dataset
+from service.features import SparseVector
 from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters
 from service.serial import decode, encode
 
@@ -89,9 +93,53 @@ def test_weighted_example_equals_repeated_example() -> None:
         a.update(x, np.array([label]), np.array([3.0]))
         for _ in range(3):
             b.update(x, np.array([label]), np.array([1.0]))
-    np.testing.assert_allclose(a.mean_, b.mean_, atol=1e-12)
-    np.testing.assert_allclose(a.m2_, b.m2_, atol=1e-9)
+    np.testing.assert_array_equal(a.key_, b.key_)  # the same (class, feature) entries
+    np.testing.assert_allclose(a.moments_, b.moments_, rtol=1e-12)  # sums, squares, min, max
     np.testing.assert_array_equal(a.class_w_, b.class_w_)
+
+
+def test_leaf_statistics_are_the_weighted_sums_of_the_non_zero_values() -> None:
+    """One entry per (class, feature) seen non-zero: sum w x, sum w x^2, min, max, count."""
+    f = forest(3, 2, grace=1e9)
+    f.update(np.array([2.0, 0.0, -1.0]), np.array([1]), np.array([0.5]))
+    f.update(np.array([4.0, 0.0, 0.0]), np.array([1]), np.array([2.0]))
+    f.update(np.array([0.0, 3.0, 0.0]), np.array([0]), np.array([1.0]))
+    start, used, _ = f.segment_[0]
+    assert f.key_[start : start + used].tolist() == [0 * 2 + 1, 1 * 2 + 0, 2 * 2 + 1]  # feature * k + class
+    np.testing.assert_array_equal(
+        f.moments_[start : start + used],
+        [[9.0, 34.0, 2.0, 4.0], [3.0, 9.0, 3.0, 3.0], [-0.5, 0.5, -1.0, -1.0]],
+    )
+    assert f.count_[start : start + used].tolist() == [2, 1, 1]
+    np.testing.assert_array_equal(f.stat_w_[0], [1.0, 2.5])
+    assert f.n_class_[0].tolist() == [1, 2]
+
+
+def test_entry_pool_reuses_freed_space() -> None:
+    """Splits free their leaf's entries and full segments move: the pool stays near the live entries."""
+    ds = load_dataset("mice")
+    X, y = ds.stream(0, 1, limit=1000)
+    f = forest(ds.d, ds.n_labels, n=4, grace=10.0, tie=0.5, delta=0.1)
+    most = 0
+    for x, label in zip(X, y, strict=True):
+        f.update(x, np.full(4, label), np.full(4, 5.0))
+        live = int(f.pool_[1] - f.pool_[2])
+        most = max(most, live)
+        assert f.pool_[1] <= f.key_.size
+    assert f.n_leaves_.min() > 10
+    assert f.key_.size < 2.5 * most  # growth by 1.25, compaction at 1/8 freed, 25% slack per segment
+    used = f.segment_[: f.n_rows_, 1]
+    assert live == f.segment_[: f.n_rows_, 2].sum() and used.sum() <= live
+
+
+def test_bad_input_is_refused() -> None:
+    f = forest(3, 2)
+    with pytest.raises(ValueError, match="dimension"):
+        f.update(np.zeros(4), np.array([0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="index"):
+        f.update(SparseVector(np.array([5]), np.array([1.0]), 3), np.array([0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="label"):
+        f.update(np.zeros(3), np.array([2]), np.array([1.0]))
 
 
 def test_empty_tree_predicts_uniform_and_trees_are_independent() -> None:
@@ -129,7 +177,7 @@ def test_leaf_pool_grows_with_the_total_number_of_leaves_not_with_the_largest_tr
         f.update(x, np.array([label]), np.array([5.0]), trees=np.array([0]))
     assert f.n_leaves_[0] > 8 and (f.n_leaves_[1:] == 1).all()
     assert f.n_rows_ == f.n_leaves_.sum()
-    rows = f.mean_.shape[0]
+    rows = f.class_w_.shape[0]
     assert f.n_rows_ <= rows < 2 * f.n_rows_  # doubled only when full
     # every leaf of every tree owns its own row of the pool
     used = [slice(0, int(m)) for m in f.n_nodes_]
@@ -168,3 +216,34 @@ def test_binary_family_scores_and_saves_mid_growth() -> None:
     ca = run_stream(a, X[1800:], y[1800:], DecisionIds.for_seed(1))
     cb = run_stream(b, X[1800:], y[1800:], DecisionIds.for_seed(1))
     assert (ca == cb).all() and encode(a.state()) == encode(b.state())
+
+
+def test_memory_bound_keeps_statistics_for_the_most_promising_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VFDT's memory management: at the bound, low-promise leaves drop their statistics and stop
+    splitting but keep counting class weights; the pool stays within the bound; saves resume exactly."""
+    from service.learners.weak import hoeffding_tree
+
+    monkeypatch.setattr(hoeffding_tree, "MAX_ENTRY_BYTES", 3000 * hoeffding_tree.ENTRY_BYTES)
+    ds = load_dataset("mice")
+    X, y = ds.stream(0, 1, limit=900)
+    f = forest(ds.d, ds.n_labels, n=4, grace=10.0, tie=0.5, delta=0.1)
+    for i in range(600):
+        f.update(X[i], np.full(4, y[i]), np.full(4, 5.0))
+        assert f.key_.size <= 3000
+    rows = f.n_rows_
+    inactive = np.flatnonzero(~f.active_[:rows])
+    assert inactive.size > 0 and f.active_[:rows].any()
+    assert not f.segment_[inactive].any() and not f.stat_w_[inactive].any()
+    w = f.class_w_[:rows]
+    promise = w.sum(axis=1) - w.max(axis=1)
+    assert promise[f.active_[:rows]].mean() > promise[inactive].mean()
+
+    g = HoeffdingForest(ds.d, ds.n_labels, f.grace_, f.tie_, f.delta_)
+    g.set_state(decode(encode(f.get_state())))
+    before = f.class_w_[:rows].copy()
+    for i in range(600, 900):
+        f.update(X[i], np.full(4, y[i]), np.full(4, 5.0))
+        g.update(X[i], np.full(4, y[i]), np.full(4, 5.0))
+    assert encode(f.get_state()) == encode(g.get_state())
+    grew = f.class_w_[inactive] != before[inactive]
+    assert grew.any()  # inactive leaves still count class weights

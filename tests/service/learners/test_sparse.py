@@ -76,4 +76,3 @@ def test_sparse_learner_equals_the_dense_textbook_learner(name: str, params: dic
 
 def test_nonlinear_learners_get_the_dense_vector() -> None:
     assert not make_learner("cova", 8, 3, {"base": "naive_bayes"}).accepts_sparse
-    assert not make_learner("adabandit", 8, 3).accepts_sparse

@@ -1,0 +1,694 @@
+"""Compiled loops of :class:`~service.learners.weak.hoeffding_tree.HoeffdingForest` (issue 20).
+
+Routing of every tree, the leaf statistics update and the VFDT split search (Domingos & Hulten
+2000, with the rules of ALGORITHMS.md §2.8 spelled out in the forest's module docstring) as numba
+loops over the forest's arrays, in the style of :mod:`service.kernels`: explicit signatures, so they
+compile when this module is imported, from the on-disk cache (``cache=True``) after the first
+time; no ``fastmath``; every sum runs in a fixed order, so replicas applying the same log stay
+bit-identical.
+
+Leaf statistics are sparse. A leaf keeps one *entry* per (class, feature) for which it has seen a
+non-zero value since it was created: ``sum w x``, ``sum w x^2``, the smallest and largest non-zero
+value and how many non-zero values it saw. The class weights ``sum w`` per (leaf, class) give the
+zeros their share, so a Gaussian over all values (zeros included) needs no work for the zeros, and
+the observed range includes 0 when the leaf saw fewer non-zero values of the feature than examples.
+A dense row and its :class:`~service.features.SparseVector` therefore give the same statistics, and
+an update costs O(nnz + entries of the leaf) per tree, not O(k d).
+
+Entries live in one pool shared by all leaves: leaf ``r`` owns the segment
+``[start, start + used)`` (capacity ``cap``) of ``key`` (``feature * k + class``, increasing within a
+segment), ``count`` and ``moments`` (``sum w x``, ``sum w x^2``, min, max). A segment that runs out
+of room moves to the end of the pool with 25% slack; a split frees its leaf's segment. Freed space is
+reclaimed by compacting the pool (segments slide down in pool order) when it is an eighth of the
+pool; when the pool itself is full the update stops and reports how many entries it needs, and the
+caller grows the arrays and resumes (each tree's update is all or nothing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "GROW_NODES",
+    "GROW_ROWS",
+    "MIN_BRANCH_FRACTION",
+    "N_CANDIDATES",
+    "compact",
+    "forest_distribution",
+    "forest_update",
+]
+
+N_CANDIDATES = 10  # candidate thresholds per numeric feature (ALGORITHMS.md §2.8)
+MIN_BRANCH_FRACTION = 0.01  # a split needs more than this share of the leaf weight on both sides
+
+GROW_NODES, GROW_ROWS = -1, -2  # what forest_update asks the caller to grow, besides entries
+# columns of ``pool`` (forest-wide counters), ``segment`` (per leaf row) and ``moments`` (per entry)
+ROWS, END, GARBAGE = 0, 1, 2
+START, USED, CAP = 0, 1, 2
+SUM, SQUARES, LOW, HIGH = 0, 1, 2, 3
+# the split search's scratch, floats ``fs`` and integers ``ks``: one column per observed class
+WEIGHT, WLOGW, A, B, LOW_C, HIGH_C, LEFT, RANGE = 0, 1, 2, 3, 4, 5, 6, 7
+CLASS, POS, NONZERO, KIND = 0, 1, 2, 3
+# kinds of a class's estimate of the feature at hand
+POINT, GAUSSIAN, EXACT = 0, 1, 2
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_LOG2E = 1.0 / math.log(2.0)
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+
+_I1, _I2, _I3 = "int64[:]", "int64[:, :]", "int64[:, :, :]"
+_F1, _F2 = "float64[:]", "float64[:, :]"
+_S2, _K2 = "float64[:, ::1]", "int64[:, ::1]"  # the split search's scratch (made by forest_update)
+_TABLES = f"{_I2}, {_F2}, {_I3}, {_I2}"  # feature, threshold, child, slot
+_ENTRIES = f"{_I2}, {_I1}, int32[:], {_F2}"  # segment, key, count, moments
+
+
+@njit(f"float64({_F1}, {_I1}, {_F1}, int64)", **_OPTS)
+def _value(x: np.ndarray, idx: np.ndarray, val: np.ndarray, f: int) -> float:
+    """``x[f]`` of a dense row (``x`` non-empty) or of the sparse vector ``(idx, val)`` (binary search)."""
+    if x.size:
+        return x[f]
+    lo, hi = 0, idx.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if idx[mid] < f:
+            lo = mid + 1
+        else:
+            hi = mid
+    return val[lo] if lo < idx.size and idx[lo] == f else 0.0
+
+
+@njit(f"int64({_I2}, {_F2}, {_I3}, int64, {_F1}, {_I1}, {_F1})", **_OPTS)
+def _leaf(
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    i: int,
+    x: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+) -> int:
+    """The leaf node of tree ``i`` that ``x`` reaches (``x[f] <= threshold`` goes left)."""
+    node = 0
+    f = feature[i, 0]
+    while f >= 0:
+        node = child[i, node, 1 if _value(x, idx, val, f) > threshold[i, node] else 0]
+        f = feature[i, node]
+    return node
+
+
+@njit(f"Tuple((float64[:, ::1], int64[::1]))({_TABLES}, {_F2}, {_F1}, {_I1}, {_F1})", **_OPTS)
+def forest_distribution(
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    class_w: np.ndarray,
+    x: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class weights of every tree's leaf for ``x`` plus the pseudo-count 1 per class, shape (N, k),
+    and the leaf nodes, shape (N,). ``x`` is a dense row, or empty with ``(idx, val)`` sparse."""
+    n, k = feature.shape[0], class_w.shape[1]
+    dist = np.empty((n, k))
+    nodes = np.empty(n, np.int64)
+    for i in range(n):
+        node = _leaf(feature, threshold, child, i, x, idx, val)
+        nodes[i] = node
+        r = slot[i, node]
+        for c in range(k):
+            dist[i, c] = class_w[r, c] + 1.0
+    return dist, nodes
+
+
+@njit("float64(float64)", **_OPTS)
+def _xlnx(v: float) -> float:
+    return v * math.log(v) if v > 0.0 else 0.0  # natural log: math.log2 is 2.5x slower in numba
+
+
+# -- the entry pool --------------------------------------------------------------------------------
+
+
+@njit(f"void({_ENTRIES}, {_I1})", **_OPTS)
+def compact(
+    segment: np.ndarray, key: np.ndarray, count: np.ndarray, moments: np.ndarray, pool: np.ndarray
+) -> None:
+    """Slide every segment down over the freed space, in pool order (capacities are kept)."""
+    owners = np.empty(pool[ROWS], np.int64)
+    starts = np.empty(pool[ROWS], np.int64)
+    m = 0
+    for r in range(pool[ROWS]):
+        if segment[r, CAP] > 0:
+            owners[m] = r
+            starts[m] = segment[r, START]
+            m += 1
+    order = np.argsort(starts[:m])  # starts are distinct
+    q = 0
+    for o in order:
+        r = owners[o]
+        s = segment[r, START]
+        if s != q:  # q < s: copying upwards never overwrites what is still to be read
+            for e in range(segment[r, USED]):
+                key[q + e] = key[s + e]
+                count[q + e] = count[s + e]
+                for j in range(4):
+                    moments[q + e, j] = moments[s + e, j]
+            segment[r, START] = q
+        q += segment[r, CAP]
+    pool[END] = q
+    pool[GARBAGE] = 0
+
+
+@njit(f"void(int64, int64, float64, float64, int32[:], {_F2})", **_OPTS)
+def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np.ndarray) -> None:
+    """Fold the non-zero value ``v`` with weight ``w`` into entry ``e`` (a new one if ``first``)."""
+    wv = w * v
+    if first:
+        count[e] = 1
+        moments[e, SUM] = wv
+        moments[e, SQUARES] = wv * v
+        moments[e, LOW] = v
+        moments[e, HIGH] = v
+    else:
+        count[e] += 1
+        moments[e, SUM] += wv
+        moments[e, SQUARES] += wv * v
+        moments[e, LOW] = min(moments[e, LOW], v)
+        moments[e, HIGH] = max(moments[e, HIGH], v)
+
+
+@njit(f"void({_I1}, int32[:], {_F2}, int64, int64)", **_OPTS)
+def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst: int) -> None:
+    key[dst] = key[src]
+    count[dst] = count[src]
+    for j in range(4):
+        moments[dst, j] = moments[src, j]
+
+
+@njit(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})", **_OPTS)
+def _merge(
+    r: int,
+    c: int,
+    w: float,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    segment: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    pool: np.ndarray,
+) -> int:
+    """Fold the example's non-zero values into leaf ``r``'s entries of class ``c``.
+
+    Returns 0, or the number of entries the pool lacks (then nothing changed but a compaction).
+    """
+    start, used = segment[r, START], segment[r, USED]
+    end = start + used
+    new = 0  # keys of x missing from the segment (both sorted: one merge pass)
+    p = start
+    for j in range(idx.size):
+        if val[j] == 0.0:
+            continue
+        kk = idx[j] * k + c
+        while p < end and key[p] < kk:
+            p += 1
+        if p < end and key[p] == kk:
+            p += 1
+        else:
+            new += 1
+    if new == 0:
+        p = start
+        for j in range(idx.size):
+            if val[j] == 0.0:
+                continue
+            kk = idx[j] * k + c
+            while key[p] < kk:
+                p += 1
+            _add(p, False, w, val[j], count, moments)
+        return 0
+    need = used + new
+    if need <= segment[r, CAP]:  # in place, merging from the back
+        q, p, j = start + need - 1, end - 1, idx.size - 1
+        while j >= 0:
+            if val[j] == 0.0:
+                j -= 1
+                continue
+            kk = idx[j] * k + c
+            while p >= start and key[p] > kk:
+                _move(key, count, moments, p, q)
+                p -= 1
+                q -= 1
+            if p >= start and key[p] == kk:
+                _add(p, False, w, val[j], count, moments)
+                _move(key, count, moments, p, q)
+                p -= 1
+            else:
+                key[q] = kk
+                _add(q, True, w, val[j], count, moments)
+            q -= 1
+            j -= 1
+        segment[r, USED] = need
+        return 0
+    cap = need + need // 4
+    if pool[END] + cap > key.size and pool[GARBAGE] * 8 >= key.size:
+        compact(segment, key, count, moments, pool)
+        start = segment[r, START]
+        end = start + used
+    if pool[END] + cap > key.size:
+        return cap
+    q = pool[END]  # relocate to the end of the pool, merging from the front
+    segment[r, START] = q
+    pool[END] += cap
+    pool[GARBAGE] += segment[r, CAP]
+    segment[r, USED] = need
+    segment[r, CAP] = cap
+    p = start
+    for j in range(idx.size):
+        if val[j] == 0.0:
+            continue
+        kk = idx[j] * k + c
+        while p < end and key[p] < kk:
+            _move(key, count, moments, p, q)
+            p += 1
+            q += 1
+        if p < end and key[p] == kk:
+            _move(key, count, moments, p, q)
+            _add(q, False, w, val[j], count, moments)
+            p += 1
+        else:
+            key[q] = kk
+            _add(q, True, w, val[j], count, moments)
+        q += 1
+    while p < end:
+        _move(key, count, moments, p, q)
+        p += 1
+        q += 1
+    return 0
+
+
+# -- the split search ------------------------------------------------------------------------------
+
+
+@njit(
+    f"boolean(int64, int64, int64, int64, int64, {_I1}, {_I1}, int32[:], {_F2}, boolean, {_S2}, {_K2})",
+    **_OPTS,
+)
+def _estimates(
+    p0: int,
+    p1: int,
+    f: int,
+    k: int,
+    nobs: int,
+    n_class: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    binary: bool,
+    fs: np.ndarray,
+    ks: np.ndarray,
+) -> bool:
+    """Each observed class's estimate of feature ``f`` at the leaf, from the entries ``[p0, p1)``.
+
+    Reads the observed classes ``ks[CLASS]`` (their positions ``ks[POS]``), their weights ``fs[WEIGHT]``
+    and examples ``n_class``; writes ``ks[KIND]``, ``fs[A]``, ``fs[B]`` per observed class: POINT where
+    all its values are equal (at ``A``), EXACT for a 0/1 feature (``A`` is the weight of its zeros),
+    else GAUSSIAN from the sums, zeros included (mean ``A``, ``B = 1 / (sd sqrt 2)``). Returns whether
+    the feature's observed range at the leaf (zeros included) is non-degenerate; the range goes to
+    ``fs[RANGE, :2]``.
+    """
+    for j in range(nobs):
+        ks[NONZERO, j] = 0
+    lo, hi = np.inf, -np.inf
+    nonzero = 0
+    for e in range(p0, p1):
+        j = ks[POS, key[e] - f * k]
+        ks[NONZERO, j] = count[e]
+        fs[A, j] = moments[e, SUM]
+        fs[B, j] = moments[e, SQUARES]
+        fs[LOW_C, j] = moments[e, LOW]
+        fs[HIGH_C, j] = moments[e, HIGH]
+        lo = min(lo, moments[e, LOW])
+        hi = max(hi, moments[e, HIGH])
+        nonzero += count[e]
+    examples = 0
+    for j in range(nobs):
+        examples += n_class[ks[CLASS, j]]
+    if nonzero < examples:  # the leaf also saw zeros
+        lo = min(lo, 0.0)
+        hi = max(hi, 0.0)
+    fs[RANGE, 0] = lo
+    fs[RANGE, 1] = hi
+    if not hi > lo:
+        return False
+    for j in range(nobs):
+        w, n, nz = fs[WEIGHT, j], n_class[ks[CLASS, j]], ks[NONZERO, j]
+        if binary:  # the weight of x = 0 (x = 1 where non-zero), exactly where the class is pure
+            ks[KIND, j] = EXACT
+            fs[A, j] = w if nz == 0 else (0.0 if nz == n else min(max(w - fs[A, j], 0.0), w))
+        elif nz == 0:
+            ks[KIND, j] = POINT
+            fs[A, j] = 0.0
+        elif nz == n and fs[LOW_C, j] == fs[HIGH_C, j]:
+            ks[KIND, j] = POINT
+            fs[A, j] = fs[LOW_C, j]
+        else:
+            mean = fs[A, j] / w
+            var = fs[B, j] / w - mean * mean
+            ks[KIND, j] = GAUSSIAN if var > 0.0 else POINT
+            fs[A, j] = mean
+            if var > 0.0:
+                fs[B, j] = _INV_SQRT2 / math.sqrt(var)
+    return True
+
+
+@njit(f"float64(float64, int64, float64, float64, {_S2}, {_K2})", **_OPTS)
+def _split_entropy(
+    theta: float, nobs: int, floor: float, cut: float, fs: np.ndarray, ks: np.ndarray
+) -> float:
+    """``sum over branches b of w_b H(b)`` in nats for ``x <= theta`` (estimates from :func:`_estimates`),
+    or infinity when a branch holds at most ``floor`` or the sum is surely at least ``cut``.
+
+    ``w_b H(b) = w_b ln w_b - sum_c l_cb ln l_cb``, summed branch by branch in class order, so a pure
+    branch gives exactly 0 (``W ln W - W ln W``). The cut costs four logarithms instead of two per
+    class: Shannon entropy is at least the collision entropy, ``H(b) >= -ln sum_c (l_cb / w_b)^2``.
+    The left-branch weight of each observed class goes to ``fs[LEFT]``.
+    """
+    wl, wr, sl2, sr2 = 0.0, 0.0, 0.0, 0.0
+    for j in range(nobs):
+        w = fs[WEIGHT, j]
+        kind = ks[KIND, j]
+        if kind == POINT:
+            left = w if theta >= fs[A, j] else 0.0
+        elif kind == GAUSSIAN:  # Phi(z) = erfc(-z / sqrt 2) / 2
+            left = w * (0.5 * math.erfc((fs[A, j] - theta) * fs[B, j]))
+        else:
+            left = fs[A, j]
+        right = w - left
+        fs[LEFT, j] = left
+        wl += left
+        wr += right
+        sl2 += left * left
+        sr2 += right * right
+    if not min(wl, wr) > floor:
+        return np.inf
+    hl, hr = _xlnx(wl), _xlnx(wr)
+    bound = (hl + hl - wl * math.log(sl2)) + (hr + hr - wr * math.log(sr2))
+    if bound - 1e-9 * (abs(bound) + wl + wr) >= cut:  # the margin covers rounding: pruning stays exact
+        return np.inf
+    for j in range(nobs):
+        w, left = fs[WEIGHT, j], fs[LEFT, j]
+        if left == w:
+            hl -= fs[WLOGW, j]
+        elif left == 0.0:
+            hr -= fs[WLOGW, j]
+        else:
+            hl -= _xlnx(left)
+            hr -= _xlnx(w - left)
+    return hl + hr
+
+
+@njit(
+    f"void(int64, int64, int64, int64, float64, int64, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, {_I2}, "
+    f"{_F1}, {_F1}, {_I2}, {_I1}, {_S2}, {_K2})",
+    **_OPTS,
+)
+def _split(
+    i: int,
+    node: int,
+    r: int,
+    f: int,
+    theta: float,
+    nobs: int,
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    n_nodes: np.ndarray,
+    n_leaves: np.ndarray,
+    class_w: np.ndarray,
+    stat_w: np.ndarray,
+    n_class: np.ndarray,
+    seen: np.ndarray,
+    evaluated: np.ndarray,
+    segment: np.ndarray,
+    pool: np.ndarray,
+    fs: np.ndarray,
+    ks: np.ndarray,
+) -> None:
+    """Leaf ``node`` (row ``r``) of tree ``i`` becomes ``x[f] <= theta``: the left child keeps row ``r``,
+    the right one takes the next free row; both start from the branch class weights ``fs[LEFT]`` and
+    ``weight - fs[LEFT]`` (the inherited estimate) with empty statistics."""
+    a = n_nodes[i]
+    new = pool[ROWS]
+    pool[ROWS] = new + 1
+    feature[i, node] = f
+    threshold[i, node] = theta
+    child[i, node, 0] = a
+    child[i, node, 1] = a + 1
+    slot[i, node] = -1
+    slot[i, a] = r
+    slot[i, a + 1] = new
+    n_nodes[i] = a + 2
+    n_leaves[i] += 1
+    pool[GARBAGE] += segment[r, CAP]
+    for s in (r, new):
+        for c in range(class_w.shape[1]):
+            class_w[s, c] = 0.0
+            stat_w[s, c] = 0.0
+            n_class[s, c] = 0
+        seen[s] = 0.0
+        evaluated[s] = 0.0
+        for j in range(3):
+            segment[s, j] = 0
+    for j in range(nobs):
+        c = ks[CLASS, j]
+        class_w[r, c] = fs[LEFT, j]
+        class_w[new, c] = fs[WEIGHT, j] - fs[LEFT, j]
+
+
+@njit(
+    f"void(int64, int64, int64, float64, float64, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, {_I2}, {_F1}, "
+    f"{_F1}, {_ENTRIES}, boolean[:], {_I1}, {_S2}, {_K2})",
+    **_OPTS,
+)
+def _try_split(
+    i: int,
+    node: int,
+    r: int,
+    tie: float,
+    delta: float,
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    n_nodes: np.ndarray,
+    n_leaves: np.ndarray,
+    class_w: np.ndarray,
+    stat_w: np.ndarray,
+    n_class: np.ndarray,
+    seen: np.ndarray,
+    evaluated: np.ndarray,
+    segment: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    binary: np.ndarray,
+    pool: np.ndarray,
+    fs: np.ndarray,
+    ks: np.ndarray,
+) -> None:
+    """VFDT's split evaluation of leaf ``node`` (row ``r``) of tree ``i`` (ALGORITHMS.md §2.8).
+
+    As MOA and its ports (the reference's VFDT, river): purity, the pre-split entropy, the range
+    ``R = log2(#classes)`` and the ``n`` of the Hoeffding bound use the leaf's class weights including
+    the estimate it inherited at creation; the branch weights use the statistics observed since.
+
+    Features are scanned in increasing order, candidates in increasing threshold, and the first
+    maximum wins, as in the textbook scan. Entropies are in nats (``math.log`` is 2.5x faster than
+    ``math.log2`` here) and the margin is compared in bits. A candidate whose gain provably cannot
+    change the outcome (the feature's best, the best overall, and when ``eps >= tie`` the second
+    best) is dropped after the cheap bound of :func:`_split_entropy`: the result is the full scan's.
+    """
+    evaluated[r] = seen[r]
+    k = class_w.shape[1]
+    present, n = 0, 0.0
+    for c in range(k):
+        present += class_w[r, c] > 0.0
+        n += class_w[r, c]
+    if present < 2:  # a pure leaf is not split
+        return
+    h_pre = 0.0  # in nats; gains are turned into bits for the bound
+    for c in range(k):
+        if class_w[r, c] > 0.0:
+            p = class_w[r, c] / n
+            h_pre -= p * math.log(p)
+    nobs, total = 0, 0.0
+    for c in range(k):
+        w = stat_w[r, c]
+        total += w
+        if w > 0.0:
+            ks[CLASS, nobs] = c
+            ks[POS, c] = nobs
+            fs[WEIGHT, nobs] = w
+            fs[WLOGW, nobs] = _xlnx(w)
+            nobs += 1
+    floor = MIN_BRANCH_FRACTION * total
+    n_row = n_class[r]
+    bits = math.log2(present)
+    eps = math.sqrt(bits * bits * math.log(1.0 / delta) / (2.0 * n))  # the Hoeffding bound, in bits
+    margin_matters = not eps < tie
+    eps_nats = eps / _LOG2E
+    best, second, best_theta, best_p0, best_p1 = -np.inf, -np.inf, 0.0, -1, -1
+    end = segment[r, START] + segment[r, USED]
+    p0 = segment[r, START]
+    while p0 < end:  # features seen non-zero at the leaf; the others have the range [0, 0]
+        f = key[p0] // k
+        p1 = p0 + 1
+        while p1 < end and key[p1] // k == f:
+            p1 += 1
+        if _estimates(p0, p1, f, k, nobs, n_row, key, count, moments, binary[f], fs, ks):
+            lo, hi = fs[RANGE, 0], fs[RANGE, 1]
+            # A candidate matters only if its gain can beat this feature's best so far and either the
+            # best overall, or (when the margin decides) the second best or best - eps. Gains <= 0 never
+            # matter: they cannot make a split, nor raise max(second, 0).
+            cut = best if not margin_matters else min(best, max(second, best - eps_nats))
+            cut = max(cut, 0.0)
+            f_best, f_theta = -np.inf, 0.0
+            for jc in range(1 if binary[f] else N_CANDIDATES):
+                theta = 0.5 if binary[f] else lo + (hi - lo) * ((jc + 1.0) / (N_CANDIDATES + 1.0))
+                h_cut = (h_pre - max(cut, f_best)) * total  # gain <= cut  <=>  h >= h_cut
+                h = _split_entropy(theta, nobs, floor, h_cut, fs, ks)
+                if h < np.inf:  # admissible, and not ruled out by the bound
+                    gain = h_pre - h / total
+                    if gain > f_best:
+                        f_best, f_theta = gain, theta
+                    if nobs == 1:  # one class: every admissible split has gain h_pre exactly
+                        break
+            if f_best > best:
+                second, best, best_theta, best_p0, best_p1 = best, f_best, f_theta, p0, p1
+            elif f_best > second:
+                second = f_best
+            if nobs == 1 and second > -np.inf:  # best and second are both h_pre: nothing can change
+                break
+        p0 = p1
+    if best_p0 < 0 or not best > 0.0:
+        return
+    if margin_matters and not (best - max(second, 0.0)) * _LOG2E > eps:  # over the second best or "no split"
+        return
+    f = key[best_p0] // k
+    _estimates(best_p0, best_p1, f, k, nobs, n_row, key, count, moments, binary[f], fs, ks)
+    _split_entropy(best_theta, nobs, -1.0, np.inf, fs, ks)  # the branch weights the children inherit
+    _split(
+        i, node, r, f, best_theta, nobs, feature, threshold, child, slot, n_nodes, n_leaves,
+        class_w, stat_w, n_class, seen, evaluated, segment, pool, fs, ks,
+    )  # fmt: skip
+
+
+# -- the update --------------------------------------------------------------------------------------
+
+
+@njit(f"Tuple(({_I1}, {_F1}))({_F1}, {_I1}, {_F1}, int64)", **_OPTS)
+def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The non-zero entries of a dense row ``x`` (or the sparse ``(idx, val)`` as is), checked against d."""
+    if x.size == 0:
+        if idx.size and (idx[0] < 0 or idx[idx.size - 1] >= d):
+            raise ValueError("sparse index out of range")
+        return idx, val
+    if x.size != d:
+        raise ValueError("x has the wrong dimension")
+    m = 0
+    for f in range(d):
+        m += x[f] != 0.0
+    out_idx, out_val = np.empty(m, np.int64), np.empty(m)
+    m = 0
+    for f in range(d):
+        if x[f] != 0.0:
+            out_idx[m] = f
+            out_val[m] = x[f]
+            m += 1
+    return out_idx, out_val
+
+
+@njit(
+    f"UniTuple(int64, 2)({_TABLES}, {_I1}, {_I1}, {_F1}, {_F1}, {_F1}, {_F2}, {_F2}, {_I2}, {_F1}, {_F1}, "
+    f"boolean[:], {_ENTRIES}, boolean[:], {_I1}, {_F1}, {_I1}, {_F1}, {_I1}, {_I1}, {_F1}, {_I1}, int64)",
+    **_OPTS,
+)
+def forest_update(
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    n_nodes: np.ndarray,
+    n_leaves: np.ndarray,
+    grace: np.ndarray,
+    tie: np.ndarray,
+    delta: np.ndarray,
+    class_w: np.ndarray,
+    stat_w: np.ndarray,
+    n_class: np.ndarray,
+    seen: np.ndarray,
+    evaluated: np.ndarray,
+    active: np.ndarray,
+    segment: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    binary: np.ndarray,
+    pool: np.ndarray,
+    x: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    trees: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    nodes: np.ndarray,
+    start: int,
+) -> tuple[int, int]:
+    """Tree ``trees[t]`` learns ``(x, labels[t])`` with weight ``weights[t]``, for ``t = start, ...``.
+
+    Each tree: route ``x`` (or take ``nodes[t]`` when ``nodes`` is not empty), add the example to its
+    leaf's statistics (only to its class weights where the leaf is not ``active``), and evaluate a
+    split when the leaf has seen ``grace`` more weight since the last evaluation. Returns ``(-1, 0)``
+    when done, or ``(t, m)`` when tree ``t`` needs the caller to grow the arrays first: ``m`` more
+    entries than the pool holds (``m > 0``), or room for a split (:data:`GROW_NODES`,
+    :data:`GROW_ROWS`). Trees before ``t`` are updated, ``t`` and after are not.
+    """
+    k = class_w.shape[1]
+    nz_idx, nz_val = _nonzeros(x, idx, val, binary.size)
+    for j in range(nz_idx.size):  # a feature stays "0/1" while every value seen is 0 or 1
+        if nz_val[j] != 0.0 and nz_val[j] != 1.0:
+            binary[nz_idx[j]] = False
+    fs = np.empty((RANGE + 1, max(k, 2)))
+    ks = np.empty((KIND + 1, k), np.int64)
+    for t in range(start, trees.size):
+        i, c, w = trees[t], labels[t], weights[t]
+        if c < 0 or c >= k or i < 0 or i >= grace.size:
+            raise ValueError("label or tree out of range")
+        if n_nodes[i] + 2 > feature.shape[1]:  # room for a split of this tree
+            return t, GROW_NODES
+        if pool[ROWS] == class_w.shape[0]:
+            return t, GROW_ROWS
+        node = nodes[t] if nodes.size else _leaf(feature, threshold, child, i, x, idx, val)
+        r = slot[i, node]
+        if not active[r]:  # statistics dropped under the memory bound: the leaf only counts classes
+            class_w[r, c] += w
+            continue
+        lack = _merge(r, c, w, nz_idx, nz_val, k, segment, key, count, moments, pool)
+        if lack:
+            return t, lack
+        stat_w[r, c] += w
+        class_w[r, c] += w
+        n_class[r, c] += 1
+        seen[r] += w
+        if seen[r] - evaluated[r] >= grace[i]:
+            _try_split(
+                i, node, r, tie[i], delta[i], feature, threshold, child, slot, n_nodes, n_leaves,
+                class_w, stat_w, n_class, seen, evaluated, segment, key, count, moments, binary, pool, fs, ks,
+            )  # fmt: skip
+    return -1, 0
