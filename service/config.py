@@ -14,22 +14,88 @@ or in the TOML file given by ``--config`` / ``CLICKBOOST_CONFIG_FILE``::
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.features import DEFAULT_HASHING_BITS, MAX_HASHING_BITS
 
-__all__ = ["ConfigError", "ModelSpec", "Settings", "load_model_file", "load_settings"]
+__all__ = [
+    "ConfigError",
+    "ModelSpec",
+    "Retention",
+    "Settings",
+    "load_model_file",
+    "load_settings",
+    "parse_duration",
+    "parse_retention",
+]
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class ConfigError(ValueError):
     """Settings or a model file are invalid; the message names every problem."""
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw])")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of a duration such as ``90s``, ``15m``, ``36h``, ``7d``, ``2w``, ``1.5d``; None if
+    ``text`` is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    return float(match[1]) * _UNITS[match[2]] if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long the decision log keeps a decision: at most ``max_age`` seconds and ``max_count``
+    decisions per model (None: no such limit)."""
+
+    max_age: float | None
+    max_count: int | None
+
+
+RETENTION_SYNTAX = (
+    "an age (a number and s, m, h, d or w: 36h, 7d), a count (a whole number: 100000) or both, "
+    "comma-separated: 7d,1000000"
+)
+
+
+def parse_retention(text: str) -> Retention:
+    """``CLICKBOOST_LOG_RETENTION``: ``"7d"``, ``"100000"`` or ``"7d,100000"`` (either order); a
+    decision is kept while it is within both limits. ValueError naming the syntax otherwise."""
+    limits: dict[str, float | int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        seconds = parse_duration(part)
+        if seconds is not None:
+            kind, value = "age", seconds
+        elif part.isascii() and part.isdigit():
+            kind, value = "count", int(part)
+        else:
+            raise ValueError(f"{text!r}: {part!r} is neither an age nor a count; give {RETENTION_SYNTAX}")
+        if not 0 < value < math.inf:
+            raise ValueError(f"{text!r}: the {kind} {part!r} must be positive")
+        if kind in limits:
+            raise ValueError(f"{text!r}: two {kind}s; give {RETENTION_SYNTAX}")
+        limits[kind] = value
+    return Retention(limits.get("age"), limits.get("count"))  # type: ignore[arg-type]
 
 
 def _errors(exc: ValidationError) -> str:
@@ -95,6 +161,21 @@ class Settings(BaseSettings):
     # hashed linear model at the largest b = 22 with K = 10 holds 320 MiB of float64 weights.
     max_model_bytes: int = Field(512 * 2**20, ge=1024)
     max_total_model_bytes: int = Field(2 * 2**30, ge=1024)
+    # The decision log's retention per model (parse_retention): an age, a count or both. A week, and
+    # 100,000 decisions so that the Redis store's memory stays bounded (a few hundred bytes each for
+    # hashed contexts, 8 d bytes for dense ones).
+    log_retention: str = "7d,100000"
+
+    @field_validator("log_retention")
+    @classmethod
+    def _check_retention(cls, value: str) -> str:
+        parse_retention(value)
+        return value
+
+    @property
+    def retention(self) -> Retention:
+        """:attr:`log_retention`, parsed."""
+        return parse_retention(self.log_retention)
 
     @property
     def cors_origin_list(self) -> list[str]:
@@ -141,6 +222,7 @@ class ModelSpec(BaseModel):
                     "seed": 0,
                     "reward_window_seconds": 600,
                     "default_reward": "no_click",
+                    "log_decisions": True,
                 }
             ]
         },
@@ -163,6 +245,11 @@ class ModelSpec(BaseModel):
     reward_window_seconds: float = Field(3600.0, gt=0, le=30 * 86_400)
     default_reward: Literal["no_click", "drop"] = Field(
         "no_click", description="What an unanswered decision teaches when its window passes."
+    )
+    log_decisions: bool = Field(
+        True,
+        description="Keep every decision and its outcome in the model's decision log "
+        "(GET /models/{name}/log; CLICKBOOST_LOG_RETENTION).",
     )
 
     @model_validator(mode="after")

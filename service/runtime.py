@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from service.config import ModelSpec, Settings, load_model_file
+from service.decision_log import LogRecord, pages
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
@@ -244,6 +246,7 @@ class Runtime:
     def __init__(self, store: Store, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.settings = settings
+        self.retention = settings.retention
         self.clock = clock
         self.models: dict[str, ModelRuntime] = {}
         seed = settings.decision_id_seed
@@ -566,14 +569,21 @@ class Runtime:
                 log.exception("expiring decisions failed")
 
     async def sweep(self) -> int:
-        """Give every decision whose reward window passed its model's default reward; return how many."""
+        """Give every decision whose reward window passed its model's default reward; return how many.
+
+        Then forget the decision-log entries past the retention (``CLICKBOOST_LOG_RETENTION``),
+        oldest first: each sweep removes what aged out since the last one.
+        """
         n = 0
         now = self.clock()
+        max_age, max_count = self.retention.max_age, self.retention.max_count
+        older_than = None if max_age is None else now - max_age
         for m in list(self.models.values()):
             claims = await self.store.expire_due(m.name, now, m.spec.default_reward)
             n += len(claims)
             if claims:
                 await self.catch_up(m)
+            await self.store.trim_decision_log(m.name, older_than, max_count)
         return n
 
     # -- requests -------------------------------------------------------------------------------
@@ -624,7 +634,8 @@ class Runtime:
     async def predict(
         self, name: str | None, features: Sequence[float] | Mapping[str, FeatureValue]
     ) -> Prediction:
-        """Featurise, decide, record the pending decision (the reward window starts now)."""
+        """Featurise, decide, record the pending decision (the reward window starts now), also in the
+        decision log when the model keeps one."""
         m = await self.resolve(name)
         x = m.featurise(features)
         decision_id = self.ids.new()
@@ -638,6 +649,7 @@ class Runtime:
             m.position,
             now,
             now + m.spec.reward_window_seconds,
+            m.spec.log_decisions,
         )
         try:
             await self.store.put_decision(record)
@@ -688,6 +700,15 @@ class Runtime:
     async def delete_model(self, name: str) -> None:
         await self.store.delete_model(name)
         self.models.pop(name, None)
+
+    async def decision_log(
+        self, name: str, since: float = -math.inf, until: float = math.inf
+    ) -> AsyncIterator[list[LogRecord]]:
+        """The decision log of ``name`` created in ``[since, until)``, as pages of records read
+        from the store one at a time (:mod:`service.decision_log`). The model is looked up as by
+        the other admin calls (:meth:`resolve` with ``fresh``); reading starts at the first page."""
+        m = await self.resolve(name, fresh=True)
+        return pages(self.store, m.name, m.spec, since, until)
 
     async def reset_model(self, name: str) -> ModelRuntime:
         """Replace the learned state by a fresh learner's, through the log (counts are kept)."""

@@ -1,15 +1,21 @@
-"""``/models``: create, inspect, delete, reset, export and import models (admin key)."""
+"""``/models``: create, inspect, delete, reset, export and import models, export decision logs (admin key)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from service.api.auth import require_admin
 from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
+from service.decision_log import LogRecord
 from service.learners.base import learners
 from service.runtime import ModelRuntime, Runtime
 
@@ -116,3 +122,69 @@ async def import_state(
     """Replace the learned state by an exported one, validated first (never unpickled)."""
     m = await runtime.import_state(name, data)
     return StateImported(name=m.name, version=m.position, checksum=m.checksum())
+
+
+# A time bound of the log export: Unix seconds or an ISO 8601 date-time (UTC unless it says).
+TimeBound = Annotated[float, Field(allow_inf_nan=False)] | datetime
+LOG_MEDIA = "application/x-ndjson"
+
+
+def _seconds(t: TimeBound | None, default: float) -> float:
+    if t is None:
+        return default
+    if isinstance(t, datetime):
+        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+    return t
+
+
+@router.get(
+    "/{name}/log",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "One JSON object per line (service.decision_log): the decision-log records, or "
+            "with format=dsjson Vowpal Wabbit's decision-service lines of the decisions with a reward",
+            "content": {LOG_MEDIA: {"schema": {"type": "string"}}},
+        },
+        **NAMED,
+    },
+    summary="Export the decision log",
+)
+async def export_log(
+    name: NamePath,
+    runtime: RuntimeDep,
+    since: Annotated[
+        TimeBound | None,
+        Query(
+            description="Decisions made at or after this time: Unix seconds, or ISO 8601 (UTC if no offset)."
+        ),
+    ] = None,
+    until: Annotated[
+        TimeBound | None,
+        Query(description="Decisions made before this time: Unix seconds, or ISO 8601 (UTC if no offset)."),
+    ] = None,
+    fmt: Annotated[
+        Literal["jsonl", "dsjson"],
+        Query(alias="format", description="jsonl: every record; dsjson: Vowpal Wabbit's --dsjson lines."),
+    ] = "jsonl",
+) -> StreamingResponse:
+    """Stream the model's retained decisions in creation order, read from the store a page at a time.
+
+    The first page is read before the answer starts, so an unknown model is 404 and a store that is
+    down 503; a failure later ends the stream early.
+    """
+    pages = await runtime.decision_log(name, _seconds(since, -math.inf), _seconds(until, math.inf))
+    first = await anext(pages)
+    encode = LogRecord.to_json if fmt == "jsonl" else LogRecord.to_dsjson
+
+    async def lines() -> AsyncIterator[str]:
+        page = first
+        while True:
+            text = "".join(f"{line}\n" for r in page if (line := encode(r)) is not None)
+            if text:
+                yield text
+            page = await anext(pages, None)
+            if page is None:
+                return
+
+    return StreamingResponse(lines(), media_type=LOG_MEDIA)

@@ -22,6 +22,12 @@ an append-only event log
 checkpoints
     ``(position, serialised state)``: the model after applying events ``1..position``. A replica
     starts from the latest checkpoint and replays the log after it.
+a decision log
+    For the decisions recorded with ``logged=True``: features, probabilities, sampled label, model
+    version and creation time, then the outcome once the decision is claimed (set in the claim's
+    atomic step). Kept apart from the event log, which checkpoints trim: it is trimmed only by
+    :meth:`Store.trim_decision_log` (age and count retention, oldest first, in bounded steps).
+    Exported by :mod:`service.decision_log`.
 model configs and counters
     The JSON config a model was created with, and decision/click/no-click/expired counts.
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -49,6 +56,7 @@ __all__ = [
     "Counts",
     "DecisionRecord",
     "Event",
+    "LoggedDecision",
     "ModelExistsError",
     "Store",
     "StoreUnavailableError",
@@ -57,6 +65,9 @@ __all__ = [
 
 EventKind = Literal["learn", "reset", "import"]
 Outcome = Literal["click", "no_click", "expired"]
+#: A logged decision's outcome: an expiry is "expired" when it taught the default reward (no click),
+#: "dropped" when the model's ``default_reward`` is "drop".
+LogOutcome = Literal["click", "no_click", "expired", "dropped"]
 
 
 class UnknownModelError(KeyError):
@@ -94,6 +105,8 @@ class DecisionRecord:
         Log position of the model when it decided.
     created_at, expires_at : float
         Unix seconds; feedback after ``expires_at`` is refused and the default reward applies.
+    logged : bool
+        Also keep the decision in the model's decision log (the model's ``log_decisions``).
     """
 
     decision_id: str
@@ -103,6 +116,47 @@ class DecisionRecord:
     model_version: int
     created_at: float
     expires_at: float
+    logged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedDecision:
+    """One entry of a model's decision log, as the store keeps it.
+
+    :mod:`service.decision_log` turns it into the exported record (label names, features unpacked).
+
+    Attributes
+    ----------
+    decision_id : str
+        The decision's id.
+    model_version : int
+        Log position of the model when it decided.
+    created_at : float
+        Unix seconds of the decision.
+    x : ndarray, float64
+        The packed features of the decision record, bit for bit.
+    probs : ndarray, float64
+        The distribution the label was sampled from.
+    label : int
+        The sampled label (0-based).
+    outcome : {"click", "no_click", "expired", "dropped"} or None
+        None while the decision is pending.
+    reward : bool or None
+        The reward learned from: the click bit, False for an expiry with the default reward;
+        None while pending and for a dropped decision.
+    outcome_at : float or None
+        Unix seconds of the claim (feedback or expiry).
+    """
+
+    decision_id: str
+    model_version: int
+    created_at: float
+    x: np.ndarray
+    probs: np.ndarray
+    label: int
+    outcome: LogOutcome | None = None
+    reward: bool | None = None
+    outcome_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +344,34 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def trim_log(self, model: str, upto: int) -> None:
         """Forget events at positions ``<= upto`` (they are covered by a checkpoint)."""
+
+    # -- decision log -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read_decision_log(
+        self,
+        model: str,
+        since: float = -math.inf,
+        until: float = math.inf,
+        after: str | None = None,
+        limit: int = 256,
+    ) -> tuple[list[LoggedDecision], str | None]:
+        """One page of ``model``'s decision log: entries with ``since <= created_at < until``.
+
+        In the order of their creation times (the Redis store: of their arrival, which differs only
+        under clock skew between replicas), at most ``limit``, starting after the cursor ``after``
+        (None: from the start). Returns the page and the cursor to pass for the next one, None when
+        there is no more. :class:`UnknownModelError` if there is no such model.
+        """
+
+    @abc.abstractmethod
+    async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
+        """Forget the decision-log entries of ``model`` created before ``older_than`` and all but the
+        newest ``keep`` (None: no such limit); return how many were forgotten.
+
+        Oldest first, in bounded steps (never a scan of the whole log): the retention of
+        ``CLICKBOOST_LOG_RETENTION``, applied by every expiry sweep.
+        """
 
     # -- lifecycle ------------------------------------------------------------------------------
 

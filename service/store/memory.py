@@ -6,12 +6,16 @@ before any other request is served. The contract is :class:`service.store.base.S
 
 from __future__ import annotations
 
+import bisect
 import copy
 import heapq
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
+
+import numpy as np
 
 from service.store.base import (
     Checkpoint,
@@ -21,6 +25,7 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    LoggedDecision,
     ModelExistsError,
     Store,
     UnknownModelError,
@@ -40,6 +45,12 @@ class _Model:
         # Heap of (expires_at, decision_id); entries of decisions claimed by feedback stay until due
         # and are skipped then, so the heap holds at most one reward window of decisions.
         self.due: list[tuple[float, str]] = []
+        # The decision log in creation order, entries ``[record, outcome, reward, outcome_at]``
+        # (made into LoggedDecision when read); ``dlog[i]`` has sequence number ``dlog_base + i``,
+        # the read cursor. The entries still pending by id, for their outcome.
+        self.dlog: list[list[Any]] = []
+        self.dlog_base = 0
+        self.dlog_pending: dict[str, list[Any]] = {}
 
 
 class MemoryStore(Store):
@@ -91,6 +102,10 @@ class MemoryStore(Store):
         m.pending.add(record.decision_id)
         heapq.heappush(m.due, (record.expires_at, record.decision_id))
         m.counts.decisions += 1
+        if record.logged:
+            entry = [record, None, None, None]
+            m.dlog.append(entry)
+            m.dlog_pending[record.decision_id] = entry
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return self._pending.get(decision_id)
@@ -121,6 +136,9 @@ class MemoryStore(Store):
                     outcome=outcome,  # type: ignore[arg-type]
                 )
             )
+        entry = m.dlog_pending.pop(record.decision_id, None)
+        if entry is not None:
+            entry[1:] = ("dropped" if reward is None else outcome, reward, now)
         claim = Claim(record.decision_id, record.model, outcome, position, now)  # type: ignore[arg-type]
         self._claims[record.decision_id] = claim
         self._claim_order.append((now + self.claim_ttl, record.decision_id))
@@ -195,6 +213,59 @@ class MemoryStore(Store):
         m = self._model(model)
         while m.log and m.log[0].position <= upto:
             m.log.popleft()
+
+    # -- decision log -----------------------------------------------------------------------------
+
+    async def read_decision_log(
+        self,
+        model: str,
+        since: float = -math.inf,
+        until: float = math.inf,
+        after: str | None = None,
+        limit: int = 256,
+    ) -> tuple[list[LoggedDecision], str | None]:
+        m = self._model(model)
+        log = m.dlog
+        if after is None:
+            i = bisect.bisect_left(log, since, key=lambda e: e[0].created_at)
+        else:
+            i = max(int(after) + 1 - m.dlog_base, 0)
+        page: list[LoggedDecision] = []
+        while i < len(log) and len(page) < limit:
+            r, outcome, reward, outcome_at = log[i]
+            if r.created_at >= until:
+                return page, None
+            if r.created_at >= since:
+                probs = np.asarray(r.decision["probs"], dtype=np.float64)
+                label = int(r.decision["label"])
+                page.append(
+                    LoggedDecision(
+                        r.decision_id,
+                        r.model_version,
+                        r.created_at,
+                        r.x,
+                        probs,
+                        label,
+                        outcome,
+                        reward,
+                        outcome_at,
+                    )
+                )
+            i += 1
+        return page, (str(m.dlog_base + i - 1) if i < len(log) else None)
+
+    async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
+        m = self._model(model)
+        log = m.dlog
+        n = max(len(log) - keep, 0) if keep is not None else 0
+        if older_than is not None:
+            while n < len(log) and log[n][0].created_at < older_than:
+                n += 1
+        for entry in log[:n]:
+            m.dlog_pending.pop(entry[0].decision_id, None)
+        del log[:n]
+        m.dlog_base += n
+        return n
 
     async def ping(self) -> None:
         return None

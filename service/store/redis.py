@@ -12,13 +12,25 @@ Keys (``prefix`` defaults to ``cb:``; one prefix per deployment or per test):
 
 =============================  ======  =======================================================
 ``{p}models``                  hash    model name -> JSON config
-``{p}m:{name}:meta``           hash    ``last`` (log position), decision/click/no-click/expired counts
+``{p}m:{name}:meta``           hash    ``last`` (log position), decision/click/no-click/expired counts,
+                                       ``dlog_last`` / ``dlog_min``: the decision log's last entry
+                                       id and the least one kept (the script need not read entries)
 ``{p}m:{name}:log``            stream  the event log; entry id ``{position}-0``, so positions are
                                        explicit integers without gaps, ``XRANGE``/``XREAD`` read
                                        them in order and ``XTRIM MINID`` trims below a position
 ``{p}m:{name}:due``            zset    pending decision ids scored by ``expires_at`` (the sweep)
 ``{p}m:{name}:cp``             hash    the latest checkpoint: ``position``, ``state`` (bytes)
-``{p}d:{decision_id}``         hash    a pending decision record, with a TTL of window + ``grace``
+``{p}m:{name}:dlog``           stream  the decision log: entry id ``{created_at ms}-{n}`` (raised
+                                       to follow the last entry when a replica's clock is behind),
+                                       fields ``id``, ``v`` (model version), ``t`` (created_at),
+                                       ``x`` (as in the record), ``p`` (probabilities, float64
+                                       little-endian), ``l`` (label); written by the decision's
+                                       script, trimmed oldest first by ``trim_decision_log``
+``{p}m:{name}:dout``           hash    outcomes of the logged decisions: id -> ``outcome reward at``
+                                       (reward ``-`` when dropped), written by the claim's script,
+                                       deleted with their entry
+``{p}d:{decision_id}``         hash    a pending decision record, with a TTL of window + ``grace``;
+                                       ``lg``: its decision-log entry id, when logged
 ``{p}c:{decision_id}``         hash    its claim: outcome, position, at, ``forget_at``; TTL
                                        ``claim_ttl`` (``forget_at`` also honours the caller's clock)
 =============================  ======  =======================================================
@@ -34,9 +46,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar
 
+import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -51,6 +65,7 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    LoggedDecision,
     ModelExistsError,
     Store,
     StoreUnavailableError,
@@ -83,6 +98,24 @@ local function claim(p, id, m, outcome, position, now, forget_at, claim_ttl_ms)
   redis.call('DEL', p .. 'd:' .. id)
   redis.call('ZREM', p .. 'm:' .. m .. ':due', id)
 end
+-- Stream entry ids 'ms-seq' as numbers (ms < 1e14, see _MAX_SECONDS).
+local function entry_id(eid)
+  local ms, seq = string.match(eid, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+-- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry
+-- (its id is below ``dlog_min``); reading the entry itself would copy its features.
+local function log_outcome(p, id, m, lg, outcome, reward, now)
+  if not lg then return end
+  local base = p .. 'm:' .. m
+  local low = redis.call('HGET', base .. ':meta', 'dlog_min')
+  if low then
+    local ms, seq = entry_id(lg)
+    local lms, lseq = entry_id(low)
+    if ms < lms or (ms == lms and seq < lseq) then return end
+  end
+  redis.call('HSET', base .. ':dout', id, outcome .. ' ' .. reward .. ' ' .. now)
+end
 """
 
 # KEYS: none. ARGV: prefix, decision id, click (1/0), now, forget_at, claim ttl (ms).
@@ -97,7 +130,7 @@ if c then
   if c[2] == 'expired' then status = 'expired' end
   return {status, c[1], c[2], c[3], c[4]}
 end
-local r = redis.call('HMGET', p .. 'd:' .. id, 'model', 'x', 'decision', 'expires_at')
+local r = redis.call('HMGET', p .. 'd:' .. id, 'model', 'x', 'decision', 'expires_at', 'lg')
 if not r[1] then return {'unknown'} end
 if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4]} end
 local m = r[1]
@@ -105,6 +138,7 @@ local outcome = 'no_click'
 if click == '1' then outcome = 'click' end
 local pos = append(p, m, {'kind', 'learn', 'at', now, 'decision_id', id, 'x', r[2], 'decision', r[3],
                           'reward', click, 'outcome', outcome})
+log_outcome(p, id, m, r[5], outcome, click, now)
 claim(p, id, m, outcome, pos, now, ARGV[5], ARGV[6])
 local counter = 'no_clicks'
 if click == '1' then counter = 'clicks' end
@@ -122,12 +156,15 @@ local p, m, now = ARGV[1], ARGV[2], ARGV[3]
 local due = redis.call('ZRANGEBYSCORE', p .. 'm:' .. m .. ':due', '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 local out = {}
 for _, id in ipairs(due) do
-  local r = redis.call('HMGET', p .. 'd:' .. id, 'x', 'decision')
+  local r = redis.call('HMGET', p .. 'd:' .. id, 'x', 'decision', 'lg')
   if r[1] and not live_claim(p, id, now) then
     local pos = ''
     if ARGV[6] == '1' then
       pos = tostring(append(p, m, {'kind', 'learn', 'at', now, 'decision_id', id, 'x', r[1],
                                    'decision', r[2], 'reward', '0', 'outcome', 'expired'}))
+      log_outcome(p, id, m, r[3], 'expired', '0', now)
+    else
+      log_outcome(p, id, m, r[3], 'dropped', '-', now)
     end
     claim(p, id, m, 'expired', pos, now, ARGV[4], ARGV[5])
     redis.call('HINCRBY', p .. 'm:' .. m .. ':meta', 'expired', 1)
@@ -141,19 +178,81 @@ return out
 """
 )
 
-# ARGV: prefix, model, decision id, ttl (ms), then the record's field/value pairs.
+# ARGV: prefix, model, decision id, ttl (ms), x, decision, model_version, created_at, expires_at,
+# then for a logged decision: created_at in whole ms, probabilities, label.
 # Returns 'ok', 'unknown_model' or 'not_new'.
-_PUT_DECISION = """
+_PUT_DECISION = (
+    _LUA_COMMON
+    + """
 local p, m, id = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HEXISTS', p .. 'models', m) == 0 then return 'unknown_model' end
 local dk = p .. 'd:' .. id
 if redis.call('EXISTS', dk, p .. 'c:' .. id) > 0 then return 'not_new' end
-redis.call('HSET', dk, unpack(ARGV, 5))
+local record = {'model', m, 'x', ARGV[5], 'decision', ARGV[6], 'model_version', ARGV[7],
+                'created_at', ARGV[8], 'expires_at', ARGV[9]}
+local meta = p .. 'm:' .. m .. ':meta'
+if ARGV[10] then
+  -- Entry ids follow creation times; a replica whose clock is behind the last entry's follows it.
+  -- The last id is kept in the meta hash: reading the stream's last entry would copy its features.
+  local eid = ARGV[10] .. '-0'
+  if eid == '0-0' then eid = '0-1' end  -- the one id a stream refuses
+  local last = redis.call('HGET', meta, 'dlog_last')
+  if last then
+    local ms, seq = entry_id(last)
+    if ms >= tonumber(ARGV[10]) then eid = ms .. '-' .. (seq + 1) end
+  end
+  redis.call('XADD', p .. 'm:' .. m .. ':dlog', eid, 'id', id, 'v', ARGV[7], 't', ARGV[8], 'x', ARGV[5],
+             'p', ARGV[11], 'l', ARGV[12])
+  redis.call('HSET', meta, 'dlog_last', eid)
+  record[#record + 1] = 'lg'
+  record[#record + 1] = eid
+end
+redis.call('HSET', dk, unpack(record))
 redis.call('PEXPIRE', dk, ARGV[4])
-redis.call('ZADD', p .. 'm:' .. m .. ':due', redis.call('HGET', dk, 'expires_at'), id)
-redis.call('HINCRBY', p .. 'm:' .. m .. ':meta', 'decisions', 1)
+redis.call('ZADD', p .. 'm:' .. m .. ':due', ARGV[9], id)
+redis.call('HINCRBY', meta, 'decisions', 1)
 return 'ok'
 """
+)
+
+# ARGV: prefix, model, age limit ('' for none: entries whose id is below this many ms are too old),
+# entries kept ('' for none), batch. Forgets the oldest entries beyond either limit, at most
+# ``batch``, with their outcomes; returns how many, or -1 when there is no such model.
+_TRIM_DECISION_LOG = (
+    _LUA_COMMON
+    + """
+local p, m, batch = ARGV[1], ARGV[2], tonumber(ARGV[5])
+if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
+local log, out = p .. 'm:' .. m .. ':dlog', p .. 'm:' .. m .. ':dout'
+local excess, cut = 0, nil
+if ARGV[4] ~= '' then excess = redis.call('XLEN', log) - tonumber(ARGV[4]) end
+if ARGV[3] ~= '' then cut = tonumber(ARGV[3]) end
+local function too_old(entry)
+  return cut ~= nil and entry_id(entry[1]) < cut
+end
+-- A sweep with nothing to forget (the usual one, every second) reads no entry.
+if excess <= 0 then
+  if cut == nil then return 0 end
+  if #redis.call('XRANGE', log, '-', '(' .. ARGV[3] .. '-0', 'COUNT', 1) == 0 then return 0 end
+end
+local old = redis.call('XRANGE', log, '-', '+', 'COUNT', batch)
+local n, ids = 0, {}
+for i, entry in ipairs(old) do
+  if i > excess and not too_old(entry) then break end
+  n = i
+  local f = entry[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'id' then ids[n] = f[j + 1] break end
+  end
+end
+redis.call('HDEL', out, unpack(ids))
+local ms, seq = entry_id(old[n][1])
+local low = ms .. '-' .. (seq + 1)
+redis.call('XTRIM', log, 'MINID', low)
+redis.call('HSET', p .. 'm:' .. m .. ':meta', 'dlog_min', low)
+return n
+"""
+)
 
 # ARGV: prefix, model, then the event's field/value pairs. Returns the position, or -1 (no model).
 _APPEND = (
@@ -175,7 +274,8 @@ for i = 1, #ids, tonumber(ARGV[3]) do
   for j = i, math.min(i + tonumber(ARGV[3]) - 1, #ids) do keys[#keys + 1] = p .. 'd:' .. ids[j] end
   redis.call('DEL', unpack(keys))
 end
-redis.call('DEL', base .. ':due', base .. ':log', base .. ':meta', base .. ':cp')
+redis.call('DEL', base .. ':due', base .. ':log', base .. ':meta', base .. ':cp', base .. ':dlog',
+           base .. ':dout')
 return 1
 """
 
@@ -216,6 +316,16 @@ def _available(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
 def _f(t: float) -> str:
     """A float as text that parses back to the same double (Python and Lua)."""
     return repr(float(t))
+
+
+# The largest time a decision-log entry id holds (the year 5138): its ms stay below 1e14, which
+# Lua's numbers hold exactly and print without an exponent (Lua 5.1 prints with %.14g).
+_MAX_SECONDS = 1e11
+
+
+def _ms(t: float) -> str:
+    """Unix seconds as the whole milliseconds of a stream entry id (clamped to its range)."""
+    return str(math.floor(min(max(t, 0.0), _MAX_SECONDS) * 1000))
 
 
 def _s(b: bytes | None) -> str:
@@ -259,6 +369,7 @@ class RedisStore(Store):
     """
 
     _EXPIRE_BATCH = 500
+    _TRIM_BATCH = 500
     shared = True
 
     def __init__(
@@ -290,6 +401,7 @@ class RedisStore(Store):
         self._delete = self.redis.register_script(_DELETE_MODEL)
         self._put_checkpoint = self.redis.register_script(_PUT_CHECKPOINT)
         self._lease = self.redis.register_script(_LEASE)
+        self._trim_decisions = self.redis.register_script(_TRIM_DECISION_LOG)
 
     def key(self, name: str, part: str) -> str:
         """The key of ``part`` (``meta``, ``log``, ``due``, ``cp``) of model ``name``."""
@@ -341,23 +453,21 @@ class RedisStore(Store):
     @_available
     async def put_decision(self, record: DecisionRecord) -> None:
         ttl_ms = int(1000 * (max(record.expires_at - record.created_at, 0.0) + self.grace))
-        fields: list[Any] = [
-            "model",
+        args: list[Any] = [
+            self.prefix,
             record.model,
-            "x",
+            record.decision_id,
+            ttl_ms,
             encode_x(record.x),
-            "decision",
             encode_decision(record.decision),
-            "model_version",
             record.model_version,
-            "created_at",
             _f(record.created_at),
-            "expires_at",
             _f(record.expires_at),
         ]
-        status = await self._put_decision(
-            args=[self.prefix, record.model, record.decision_id, ttl_ms, *fields]
-        )
+        if record.logged:
+            probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
+            args += [_ms(record.created_at), probs, int(record.decision["label"])]
+        status = await self._put_decision(args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
         if status == b"not_new":
@@ -463,6 +573,70 @@ class RedisStore(Store):
     async def trim_log(self, model: str, upto: int) -> None:
         await self._require(model)
         await self.redis.xtrim(self.key(model, "log"), minid=f"{upto + 1}-0", approximate=False)
+
+    # -- decision log -----------------------------------------------------------------------------
+
+    @_available
+    async def read_decision_log(
+        self,
+        model: str,
+        since: float = -math.inf,
+        until: float = math.inf,
+        after: str | None = None,
+        limit: int = 256,
+    ) -> tuple[list[LoggedDecision], str | None]:
+        # Entry ids are creation times in ms (or later, under clock skew): the range is found by id,
+        # and the exact times are checked on the entries.
+        start = "-" if since == -math.inf else _ms(since)
+        if after is not None:
+            start = "(" + after
+        end = "+" if until == math.inf else str(math.ceil(min(max(until, 0.0), _MAX_SECONDS) * 1000))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hexists(self.prefix + "models", model)
+            pipe.xrange(self.key(model, "dlog"), min=start, max=end, count=limit)
+            exists, entries = await pipe.execute()
+        if not exists:
+            raise UnknownModelError(f"unknown model {model!r}")
+        if not entries:
+            return [], None
+        ids = [fields[b"id"] for _, fields in entries]
+        outcomes = await self.redis.hmget(self.key(model, "dout"), ids)
+        page = []
+        for (_, f), outcome in zip(entries, outcomes, strict=True):
+            t = float(f[b"t"])
+            if not since <= t < until:
+                continue
+            done: list[Any] = [None, None, None]
+            if outcome is not None:
+                what, reward, at = outcome.decode().split(" ")
+                done = [what, None if reward == "-" else reward == "1", float(at)]
+            page.append(
+                LoggedDecision(
+                    f[b"id"].decode(),
+                    int(f[b"v"]),
+                    t,
+                    decode_x(f[b"x"]),
+                    np.frombuffer(f[b"p"], dtype="<f8").astype(np.float64),
+                    int(f[b"l"]),
+                    *done,
+                )
+            )
+        return page, (entries[-1][0].decode() if len(entries) == limit else None)
+
+    @_available
+    async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
+        cut = "" if older_than is None else _ms(older_than)
+        kept = "" if keep is None else keep
+        trimmed = 0
+        while True:  # each script forgets at most a batch (a long script would block Redis)
+            n = int(await self._trim_decisions(args=[self.prefix, model, cut, kept, self._TRIM_BATCH]))
+            if n < 0:
+                if trimmed:  # deleted meanwhile
+                    return trimmed
+                raise UnknownModelError(f"unknown model {model!r}")
+            trimmed += n
+            if n < self._TRIM_BATCH:
+                return trimmed
 
     # -- replication ----------------------------------------------------------------------------
 

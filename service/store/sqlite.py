@@ -34,16 +34,17 @@ copies the last few frames after one commit (a millisecond or two), see :class:`
 Durability is SQLite's own: every commit keeps its fsync level (below), a checkpoint copies only
 committed frames, and the WAL is started over only once the database file holds every frame, synced.
 
-Schema (``PRAGMA user_version`` 2; a version 1 file is migrated when opened, in one transaction):
+Schema (``PRAGMA user_version`` 3; a version 1 or 2 file is migrated when opened, in one transaction):
 
 ===============  ================================================================================
 ``models``       ``id`` (never reused), ``name`` (unique), ``config`` (JSON), ``last`` (log
                  position), counters ``decisions``, ``clicks``, ``no_clicks``, ``expired``,
-                 ``pending``
+                 ``pending``, ``logged`` (rows in ``decision_log``)
 ``blobs``        ``id`` -> ``x`` and ``decision`` of a decision (:mod:`service.store.codec`),
-                 written once by ``put_decision`` and referenced by exactly one row: its pending
-                 record, then its learn event; deleted in the commit that drops the last reference
-                 (the event trimmed, a dropped expiry, the model deleted)
+                 written once by ``put_decision`` and referenced by its pending record, then its
+                 learn event, and by its ``decision_log`` row while that is kept (``logged`` is 1
+                 then, NULL otherwise); deleted in the commit that drops the last reference (the
+                 event trimmed, a dropped expiry, the log row aged out, the model deleted)
 ``decisions``    pending decision records, ``WITHOUT ROWID`` on ``id``: ``model``, ``blob``,
                  ``model_version``, ``created_at``, ``expires_at``; index ``(model, expires_at)``
                  for the expiry sweep
@@ -56,6 +57,12 @@ Schema (``PRAGMA user_version`` 2; a version 1 file is migrated when opened, in 
                  ``outcome``, ``state``; ``x`` and ``decision`` hold the inline copies of learn
                  events written by schema 1
 ``checkpoints``  the latest ``(position, state)`` per model
+``decision_log`` the retained decisions of ``log_decisions`` models, ``WITHOUT ROWID`` on
+                 ``(model, created_at, blob)`` (the order of exports and of the retention, which
+                 deletes the oldest rows in steps of some hundreds: ``trim_decision_log``, from the
+                 expiry sweep): ``id``, ``model_version``, then ``outcome``, ``reward``,
+                 ``outcome_at`` and the learn event's ``position``, set in the claim's commit. The
+                 record's bytes stay in ``blobs``, not copied: a logged decision adds one small row
 ===============  ================================================================================
 
 A decision's pending record and its claim never coexist (``put_decision`` refuses an id that has a
@@ -84,7 +91,8 @@ FULL commit can depend on a commit that is lost: a learn event's blob was writte
 ``put_decision`` commit before it, which the feedback's FULL commit syncs with it.
 
 Performance. A pair ``put_decision`` + ``claim_and_append`` writes the record's bytes once (the learn
-event refers to them) and runs 5 + 7 statements, about 13 WAL frames. ``secure_delete=FAST``
+event, and the decision-log row of a logged decision, refer to them) and runs 5 + 8 statements
+(6 + 8 when logged), about 13 WAL frames (15 when logged). ``secure_delete=FAST``
 (Debian's SQLite zeroes every freed page by default, writing each freed overflow page of a record
 once more): deleted content is still cleared from the b-tree pages written anyway, not from freed
 pages, which are reused.
@@ -96,6 +104,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -105,6 +114,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
+import numpy as np
+
 from service.store.base import (
     Checkpoint,
     Claim,
@@ -113,6 +124,7 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    LoggedDecision,
     ModelExistsError,
     Store,
     StoreUnavailableError,
@@ -130,7 +142,7 @@ __all__ = ["DataDirInUseError", "SQLiteStore"]
 log = logging.getLogger(__name__)
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # no fdatasync on macOS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MODELS = """
 CREATE TABLE models (
@@ -191,8 +203,21 @@ CREATE TABLE checkpoints (
     position INTEGER NOT NULL,
     state BLOB NOT NULL
 )"""
+_DECISION_LOG = """
+CREATE TABLE decision_log (
+    model INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    blob INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    model_version INTEGER NOT NULL,
+    outcome TEXT,
+    reward INTEGER,
+    outcome_at REAL,
+    position INTEGER,
+    PRIMARY KEY (model, created_at, blob)
+) WITHOUT ROWID"""
 
-_SCHEMA = (
+_SCHEMA_2 = (
     _MODELS,
     _BLOBS,
     _DECISIONS.format(name="decisions"),
@@ -223,6 +248,16 @@ _MIGRATE_1 = (
     _CLAIMS_FORGET,
     "ALTER TABLE events ADD COLUMN blob INTEGER",
 )
+
+# Schema 2 -> 3: the decision log (empty: decisions were not logged before), its row count per model
+# and the flag of the blobs it refers to. A new file gets schema 2 and this, so that every file has
+# the same columns in the same order.
+_MIGRATE_2 = (
+    _DECISION_LOG,
+    "ALTER TABLE models ADD COLUMN logged INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE blobs ADD COLUMN logged INTEGER",
+)
+_MIGRATIONS = {0: _SCHEMA_2 + _MIGRATE_2, 1: _MIGRATE_1 + _MIGRATE_2, 2: _MIGRATE_2}
 
 # Primary result codes that mean "the disk / file cannot serve now" (503, retry later), not a bug.
 _TRANSIENT = {
@@ -366,14 +401,14 @@ class SQLiteStore(Store):
             db.execute("PRAGMA journal_size_limit=67108864")  # WAL file kept <= 64 MiB after checkpoints
             db.execute("PRAGMA secure_delete=FAST")  # see module docstring
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in (*_MIGRATIONS, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"{self.path}: schema version {version}, this server reads {SCHEMA_VERSION}"
                 )
             db.execute("PRAGMA synchronous=FULL")
             db.execute("BEGIN IMMEDIATE")  # exclusive locking mode: a second process stops here
             if version != SCHEMA_VERSION:
-                for statement in _SCHEMA if version == 0 else _MIGRATE_1:
+                for statement in _MIGRATIONS[version]:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute("COMMIT")
@@ -450,7 +485,10 @@ class SQLiteStore(Store):
                 "DELETE FROM blobs WHERE id IN (SELECT blob FROM decisions WHERE model = ?)", (model_id,)
             )
             db.execute("DELETE FROM blobs WHERE id IN (SELECT blob FROM events WHERE model = ?)", (model_id,))
-            for table in ("decisions", "events", "checkpoints"):
+            db.execute(
+                "DELETE FROM blobs WHERE id IN (SELECT blob FROM decision_log WHERE model = ?)", (model_id,)
+            )
+            for table in ("decisions", "events", "checkpoints", "decision_log"):
                 db.execute(f"DELETE FROM {table} WHERE model = ?", (model_id,))
             db.execute("DELETE FROM models WHERE id = ?", (model_id,))
 
@@ -474,7 +512,10 @@ class SQLiteStore(Store):
         x, decision = encode_x(record.x), encode_decision(record.decision)
         decision_id = record.decision_id
         with self._write("NORMAL") as db:  # see module docstring: a lost record is a later 404
-            blob = db.execute("INSERT INTO blobs (x, decision) VALUES (?, ?)", (x, decision)).lastrowid
+            blob = db.execute(
+                "INSERT INTO blobs (x, decision, logged) VALUES (?, ?, ?)",
+                (x, decision, 1 if record.logged else None),
+            ).lastrowid
             try:
                 added = db.execute(
                     "INSERT INTO decisions (id, model, blob, model_version, created_at, expires_at) "
@@ -495,9 +536,16 @@ class SQLiteStore(Store):
             if not added:  # no such model, or claimed already (the transaction is rolled back)
                 self._model_id(db, record.model)
                 raise ValueError(f"decision id {decision_id!r} is not new")
+            if record.logged:  # refers to the same blob: the bytes are written once
+                db.execute(
+                    "INSERT INTO decision_log (model, created_at, blob, id, model_version) "
+                    "SELECT id, ?, ?, ?, ? FROM models WHERE name = ?",
+                    (float(record.created_at), blob, decision_id, int(record.model_version), record.model),
+                )
             db.execute(
-                "UPDATE models SET decisions = decisions + 1, pending = pending + 1 WHERE name = ?",
-                (record.model,),
+                "UPDATE models SET decisions = decisions + 1, pending = pending + 1, logged = logged + ? "
+                "WHERE name = ?",
+                (int(record.logged), record.model),
             )
 
     @_available
@@ -523,7 +571,7 @@ class SQLiteStore(Store):
     async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
         with self._write(self._acked) as db:
             row = db.execute(
-                "SELECT d.model, d.blob, d.expires_at, m.name, m.last "
+                "SELECT d.model, d.blob, d.expires_at, m.name, m.last, d.created_at "
                 "FROM decisions d JOIN models m ON m.id = d.model WHERE d.id = ?",
                 (decision_id,),
             ).fetchone()
@@ -537,7 +585,7 @@ class SQLiteStore(Store):
                 claim = Claim(decision_id, row[0], row[1], row[2], row[3])
                 status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
                 return ClaimOutcome(status, claim)
-            model_id, blob, expires_at, model, last = row
+            model_id, blob, expires_at, model, last, created_at = row
             if now >= expires_at:  # left for expire_due, which claims it
                 pending = Claim(decision_id, model, "expired", None, expires_at)
                 return ClaimOutcome(ClaimStatus.EXPIRED, pending)
@@ -558,6 +606,11 @@ class SQLiteStore(Store):
                 (decision_id, model, outcome, position, now, now + self.claim_ttl),
             )
             db.execute("DELETE FROM decisions WHERE id = ?", (decision_id,))
+            db.execute(  # no row unless the decision is logged
+                "UPDATE decision_log SET outcome = ?, reward = ?, outcome_at = ?, position = ? "
+                "WHERE model = ? AND created_at = ? AND blob = ?",
+                (outcome, int(bool(click)), now, position, model_id, created_at, blob),
+            )
         return ClaimOutcome(ClaimStatus.ACCEPTED, Claim(decision_id, model, outcome, position, now))
 
     @_available
@@ -566,7 +619,7 @@ class SQLiteStore(Store):
     ) -> list[Claim]:
         db = self._conn()
         model_id = self._model_id(db, model)
-        due_query = "SELECT id, blob FROM decisions WHERE model = ? AND expires_at <= ?"
+        due_query = "SELECT id, blob, created_at FROM decisions WHERE model = ? AND expires_at <= ?"
         # Read first: a sweep that finds nothing (the usual case, every second) writes nothing.
         forget = db.execute("SELECT 1 FROM claims WHERE forget_at <= ? LIMIT 1", (now,)).fetchone()
         if not forget and not db.execute(due_query + " LIMIT 1", (model_id, now)).fetchone():
@@ -599,19 +652,31 @@ class SQLiteStore(Store):
                     db.executemany(
                         "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
                         "VALUES (?, ?, 'learn', ?, ?, ?, 0, 'expired')",
-                        [(model_id, last + i, now, d, b) for i, (d, b) in enumerate(due, 1)],
+                        [(model_id, last + i, now, d, b) for i, (d, b, _) in enumerate(due, 1)],
                     )
-                    made = [Claim(d, model, "expired", last + i, now) for i, (d, _) in enumerate(due, 1)]
+                    db.executemany(
+                        "UPDATE decision_log SET outcome = 'expired', reward = 0, outcome_at = ?, "
+                        "position = ? WHERE model = ? AND created_at = ? AND blob = ?",
+                        [(now, last + i, model_id, t, b) for i, (_, b, t) in enumerate(due, 1)],
+                    )
+                    made = [Claim(d, model, "expired", last + i, now) for i, (d, _, _) in enumerate(due, 1)]
                     last += len(due)
-                else:  # nothing refers to the blob any more
-                    db.executemany("DELETE FROM blobs WHERE id = ?", [(b,) for _, b in due])
-                    made = [Claim(d, model, "expired", None, now) for d, _ in due]
+                else:  # nothing refers to the blob any more, unless the decision log keeps it
+                    db.executemany(
+                        "UPDATE decision_log SET outcome = 'dropped', outcome_at = ? "
+                        "WHERE model = ? AND created_at = ? AND blob = ?",
+                        [(now, model_id, t, b) for _, b, t in due],
+                    )
+                    db.executemany(
+                        "DELETE FROM blobs WHERE id = ? AND logged IS NULL", [(b,) for _, b, _ in due]
+                    )
+                    made = [Claim(d, model, "expired", None, now) for d, _, _ in due]
                 db.executemany(
                     "INSERT INTO claims (id, model, outcome, position, at, forget_at) "
                     "VALUES (?, ?, 'expired', ?, ?, ?)",
                     [(c.decision_id, model, c.position, now, forget_at) for c in made],
                 )
-                db.executemany("DELETE FROM decisions WHERE id = ?", [(d,) for d, _ in due])
+                db.executemany("DELETE FROM decisions WHERE id = ?", [(d,) for d, _, _ in due])
                 db.execute(
                     "UPDATE models SET last = ?, expired = expired + ?, pending = pending - ? WHERE id = ?",
                     (last, len(due), len(due), model_id),
@@ -708,14 +773,101 @@ class SQLiteStore(Store):
                     return
                 high = min(upto, low + self._TRIM_STEP - 1)
                 span = (model_id, low, high)
-                db.execute(
+                db.execute(  # but those the decision log keeps
                     "DELETE FROM blobs WHERE id IN "
-                    "(SELECT blob FROM events WHERE model = ? AND position BETWEEN ? AND ?)",
+                    "(SELECT blob FROM events WHERE model = ? AND position BETWEEN ? AND ?) "
+                    "AND logged IS NULL",
                     span,
                 )
                 db.execute("DELETE FROM events WHERE model = ? AND position BETWEEN ? AND ?", span)
             if high >= upto or not await self._pause():
                 return
+
+    # -- decision log -----------------------------------------------------------------------------
+
+    @_available
+    async def read_decision_log(
+        self,
+        model: str,
+        since: float = -math.inf,
+        until: float = math.inf,
+        after: str | None = None,
+        limit: int = 256,
+    ) -> tuple[list[LoggedDecision], str | None]:
+        db = self._conn()
+        model_id = self._model_id(db, model)
+        # The cursor is the primary key (created_at, blob) of the last row returned.
+        at, blob = (since, 0) if after is None else (float(after.split(":")[0]), int(after.split(":")[1]))
+        rows = db.execute(
+            "SELECT l.created_at, l.blob, l.id, l.model_version, l.outcome, l.reward, l.outcome_at, "
+            "b.x, b.decision FROM decision_log l JOIN blobs b ON b.id = l.blob "
+            "WHERE l.model = ? AND l.created_at >= ? AND l.created_at < ? "
+            "AND (l.created_at > ? OR l.blob > ?) ORDER BY l.created_at, l.blob LIMIT ?",
+            (model_id, max(since, at), until, at, blob, limit),
+        ).fetchall()
+        page = []
+        for created_at, _, decision_id, version, outcome, reward, outcome_at, x, decision in rows:
+            d = decode_decision(decision)
+            page.append(
+                LoggedDecision(
+                    decision_id,
+                    int(version),
+                    created_at,
+                    decode_x(x),
+                    np.asarray(d["probs"], dtype=np.float64),
+                    int(d["label"]),
+                    outcome,
+                    None if reward is None else bool(reward),
+                    outcome_at,
+                )
+            )
+        if len(rows) < limit:
+            return page, None
+        return page, f"{rows[-1][0]!r}:{rows[-1][1]}"
+
+    @_available
+    async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
+        model_id = self._model_id(self._conn(), model)
+        cutoff = -math.inf if older_than is None else older_than
+        oldest = "SELECT created_at FROM decision_log WHERE model = ? ORDER BY created_at LIMIT 1"
+        trimmed = 0
+        while True:
+            db = self._conn()
+            row = db.execute("SELECT logged FROM models WHERE id = ?", (model_id,)).fetchone()
+            if row is None:  # deleted meanwhile
+                return trimmed
+            excess = max(row[0] - keep, 0) if keep is not None else 0
+            first = db.execute(oldest, (model_id,)).fetchone()
+            # Read first: a sweep with nothing to forget (the usual case, every second) writes nothing.
+            if first is None or (excess == 0 and first[0] >= cutoff):
+                return trimmed
+            # Not acknowledged to anyone: a lost step is done again by the next sweep.
+            with self._write("NORMAL") as db:
+                rows = db.execute(
+                    "SELECT created_at, blob, id, position FROM decision_log WHERE model = ? "
+                    "ORDER BY created_at, blob LIMIT ?",
+                    (model_id, self._TRIM_STEP),
+                ).fetchall()
+                n = 0
+                while n < len(rows) and (n < excess or rows[n][0] < cutoff):
+                    n += 1
+                doomed = rows[:n]
+                db.executemany(
+                    "DELETE FROM decision_log WHERE model = ? AND created_at = ? AND blob = ?",
+                    [(model_id, t, b) for t, b, _, _ in doomed],
+                )
+                # The bytes go with the last reference (no pending record, no learn event left);
+                # otherwise they are no longer the log's.
+                db.executemany(
+                    "DELETE FROM blobs WHERE id = ? AND NOT EXISTS (SELECT 1 FROM decisions WHERE id = ?) "
+                    "AND NOT EXISTS (SELECT 1 FROM events WHERE model = ? AND position = ?)",
+                    [(b, d, model_id, p) for _, b, d, p in doomed],
+                )
+                db.executemany("UPDATE blobs SET logged = NULL WHERE id = ?", [(b,) for _, b, _, _ in doomed])
+                db.execute("UPDATE models SET logged = logged - ? WHERE id = ?", (n, model_id))
+            trimmed += n
+            if n < self._TRIM_STEP or not await self._pause():
+                return trimmed
 
     # -- lifecycle ------------------------------------------------------------------------------
 

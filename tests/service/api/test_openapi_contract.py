@@ -478,6 +478,11 @@ async def exercise_models(api: Api) -> None:
         assert learned["version"] == 1 and learned["counts"]["clicks"] == 1
         r, state = await api.call("get", "/models/{name}/state", name=name, expect=200)
         assert r.headers["x-checksum"] == learned["checksum"] != info["checksum"]
+        _, log = await api.call("get", "/models/{name}/log", name=name, expect=200)
+        (logged,) = [json.loads(line) for line in log.splitlines()]
+        assert (logged["decision_id"], logged["outcome"]) == (d["decision_id"], "click")
+        _, dsjson = await api.call("get", "/models/{name}/log", name=name, query="?format=dsjson", expect=200)
+        assert json.loads(dsjson)["EventId"] == d["decision_id"]
         _, reset = await api.call("post", "/models/{name}/reset", name=name, expect=200)
         assert reset["checksum"] == info["checksum"] and reset["counts"]["decisions"] == 1
         _, imported = await api.call(
@@ -499,7 +504,11 @@ async def exercise_models(api: Api) -> None:
         )
         assert bad["detail"]
         await api.call("delete", "/models/{name}", name=name, expect=204)
-        for method, path in [("get", "/models/{name}/state"), ("post", "/models/{name}/reset")]:
+        for method, path in [
+            ("get", "/models/{name}/state"),
+            ("post", "/models/{name}/reset"),
+            ("get", "/models/{name}/log"),
+        ]:
             await api.call(method, path, name=name, expect=404)
         await api.call(
             "put",
@@ -648,6 +657,7 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("put", "/models/{name}", "new", {"json": spec_for(features)}),
                 ("get", "/models/{name}", "m", {}),
                 ("get", "/models/{name}/state", "m", {}),
+                ("get", "/models/{name}/log", "m", {}),
                 ("post", "/models/{name}/reset", "m", {}),
                 ("put", "/models/{name}/state", "m", {"content": state, "headers": {"content-type": OCTETS}}),
                 ("delete", "/models/{name}", "m", {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from service.store import (
     ClaimStatus,
     DecisionRecord,
     Event,
+    LoggedDecision,
     ModelExistsError,
     Store,
     UnknownModelError,
@@ -28,6 +30,22 @@ def record(decision_id: str, model: str = "m", created: float = 0.0, window: flo
     x = np.array([0.1, -2.5, 1e-300])
     d = Decision(np.array([0.95, 0.05]), 1, {"greedy": 0})
     return DecisionRecord(decision_id, model, x, d.to_state(), 7, created, created + window)
+
+
+def logged(decision_id: str, model: str = "m", created: float = 0.0, window: float = 10.0) -> DecisionRecord:
+    """:func:`record`, kept in the model's decision log too."""
+    return replace(record(decision_id, model, created, window), logged=True)
+
+
+async def read_all(store: Store, model: str, **kw: float | int) -> list[LoggedDecision]:
+    """Every page of ``model``'s decision log (``since``, ``until``, ``limit`` passed on)."""
+    out: list[LoggedDecision] = []
+    after = None
+    while True:
+        page, after = await store.read_decision_log(model, after=after, **kw)  # type: ignore[arg-type]
+        out += page
+        if after is None:
+            return out
 
 
 async def test_models_create_get_list_delete(store: Store) -> None:
@@ -187,3 +205,84 @@ async def test_delete_model_forgets_its_decisions_and_log(store: Store) -> None:
 
 async def test_ping(store: Store) -> None:
     await store.ping()
+
+
+# -- the decision log -------------------------------------------------------------------------------
+
+
+async def test_decision_log_keeps_each_logged_decision_and_its_outcome(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    for i, name in enumerate("abcde"):
+        await store.put_decision(logged(name, created=float(i), window=1.0))
+    await store.put_decision(record("not-logged", created=0.5, window=1.0))
+    await store.claim_and_append("a", True, now=0.5)
+    await store.claim_and_append("b", False, now=1.5)
+    await store.expire_due("m", now=3.5, default_reward="no_click")  # c (and not-logged)
+    await store.expire_due("m", now=4.5, default_reward="drop")  # d
+    entries = await read_all(store, "m")
+    assert [e.decision_id for e in entries] == list("abcde")
+    assert [(e.outcome, e.reward, e.outcome_at) for e in entries] == [
+        ("click", True, 0.5),
+        ("no_click", False, 1.5),
+        ("expired", False, 3.5),
+        ("dropped", None, 4.5),
+        (None, None, None),  # pending
+    ]
+    r, a = record("a"), entries[0]
+    assert a.x.dtype == np.float64 and a.x.tobytes() == r.x.tobytes()
+    assert a.probs.dtype == np.float64 and a.probs.tobytes() == np.array([0.95, 0.05]).tobytes()
+    assert (a.label, a.model_version, a.created_at) == (1, 7, 0.0)
+    assert [e.created_at for e in entries] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert (await store.counts("m")).decisions == 6
+
+
+async def test_decision_log_reads_time_ranges_in_pages(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    for i in range(7):
+        await store.put_decision(logged(f"d{i}", created=10.0 + i / 4))
+    page, after = await store.read_decision_log("m", limit=3)
+    assert [e.decision_id for e in page] == ["d0", "d1", "d2"] and after is not None
+    assert [e.decision_id for e in await read_all(store, "m", limit=2)] == [f"d{i}" for i in range(7)]
+    window = await read_all(store, "m", since=10.25, until=11.25, limit=2)
+    assert [e.decision_id for e in window] == ["d1", "d2", "d3", "d4"]
+    assert await read_all(store, "m", since=12.0) == []
+    assert await read_all(store, "m", until=10.0) == []
+    with pytest.raises(UnknownModelError):
+        await store.read_decision_log("other")
+
+
+async def test_decision_log_retention_by_age_and_count_is_apart_from_the_event_log(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    for i in range(10):
+        await store.put_decision(logged(f"d{i}", created=float(i), window=100.0))
+    for i in range(5):
+        await store.claim_and_append(f"d{i}", True, now=20.0 + i)
+    assert await store.trim_decision_log("m", older_than=3.0, keep=None) == 3
+    assert await store.trim_decision_log("m", older_than=None, keep=5) == 2
+    assert await store.trim_decision_log("m", older_than=5.0, keep=5) == 0
+    assert [e.decision_id for e in await read_all(store, "m")] == [f"d{i}" for i in range(5, 10)]
+    # The learn events of the forgotten decisions are intact, and trimming them keeps the decision log.
+    events = await store.read_log("m", after=0)
+    assert [e.decision_id for e in events] == [f"d{i}" for i in range(5)]
+    assert all(e.x is not None and e.x.tobytes() == record("a").x.tobytes() for e in events)
+    await store.claim_and_append("d5", False, now=30.0)
+    await store.trim_log("m", 6)
+    assert await store.read_log("m", after=0) == []
+    entries = await read_all(store, "m")
+    assert [(e.decision_id, e.outcome) for e in entries][:2] == [("d5", "no_click"), ("d6", None)]
+    assert all(e.x.tobytes() == record("a").x.tobytes() for e in entries)
+    # An outcome that comes after its entry was forgotten is not kept.
+    assert await store.trim_decision_log("m", older_than=100.0, keep=None) == 5
+    await store.claim_and_append("d6", True, now=31.0)
+    await store.put_decision(logged("new", created=50.0))
+    assert [(e.decision_id, e.outcome) for e in await read_all(store, "m")] == [("new", None)]
+    with pytest.raises(UnknownModelError):
+        await store.trim_decision_log("other", older_than=1.0, keep=None)
+
+
+async def test_delete_model_forgets_its_decision_log(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(logged("a"))
+    await store.delete_model("m")
+    await store.create_model("m", CONFIG)
+    assert await read_all(store, "m") == []

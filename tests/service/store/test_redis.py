@@ -12,7 +12,7 @@ import pytest
 from service.store import ClaimStatus, Event, StoreUnavailableError
 from service.store.redis import RedisStore
 from tests.conftest import free_port
-from tests.service.store.test_contract import CONFIG, record
+from tests.service.store.test_contract import CONFIG, logged, record
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +117,30 @@ async def test_unreachable_redis_fails_fast_as_unavailable() -> None:
     finally:
         await s.close()
     assert time.monotonic() - start < 2.0
+
+
+async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_behind(
+    replicas: list[RedisStore],
+) -> None:
+    """A replica whose clock is behind appends after the last entry; the retention runs in scripts of
+    ``_TRIM_BATCH`` entries and forgets their outcomes with them, also one claimed afterwards."""
+    a, b = replicas[0], replicas[1]
+    for i in range(8):
+        await a.put_decision(logged(f"d{i}", created=100.0 + i))
+    await b.put_decision(logged("late", created=50.0))  # a clock 50 s behind
+    ids = [eid.decode() for eid, _ in await a.redis.xrange(a.key("m", "dlog"))]
+    assert ids[-2:] == ["107000-0", "107000-1"]
+    entries = (await b.read_decision_log("m"))[0]
+    assert [e.decision_id for e in entries] == [*(f"d{i}" for i in range(8)), "late"]
+    assert entries[-1].created_at == 50.0  # its own time, kept exactly
+    for i in range(4):
+        await b.claim_and_append(f"d{i}", True, now=110.0)
+    a._TRIM_BATCH = 3  # type: ignore[misc]
+    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 5  # d0..d4: 3, then 2
+    assert await a.redis.hlen(a.key("m", "dout")) == 0
+    await b.claim_and_append("d4", False, now=111.0)  # its entry is gone: nothing is kept
+    await b.claim_and_append("d5", False, now=111.0)
+    assert await a.redis.hkeys(a.key("m", "dout")) == [b"d5"]
+    assert await a.trim_decision_log("m", older_than=None, keep=1) == 3
+    assert [e.decision_id for e in (await b.read_decision_log("m"))[0]] == ["late"]
+    assert await a.redis.hlen(a.key("m", "dout")) == 0

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -263,10 +264,16 @@ async def test_the_sweep_deletes_forgotten_claims(tmp_path: Path) -> None:
 
 
 def blob_references_are_exact(db: sqlite3.Connection) -> None:
-    """Every blob is referenced by exactly one pending record or learn event, and every reference resolves."""
+    """Every blob is referenced by at most one pending record or learn event, and by its decision-log
+    row while that is kept; no blob is left without a reference, and every reference resolves."""
     refs = [b for (b,) in db.execute("SELECT blob FROM decisions UNION ALL SELECT blob FROM events")]
     refs = [b for b in refs if b is not None]
-    assert sorted(refs) == sorted(b for (b,) in db.execute("SELECT id FROM blobs"))
+    assert len(refs) == len(set(refs))
+    logged = {b for (b,) in db.execute("SELECT blob FROM decision_log")}
+    assert set(refs) | logged == {b for (b,) in db.execute("SELECT id FROM blobs")}
+    assert logged == {b for (b,) in db.execute("SELECT id FROM blobs WHERE logged IS NOT NULL")}
+    counted = db.execute("SELECT coalesce(sum(logged), 0) FROM models").fetchone()[0]
+    assert counted == len(logged)
 
 
 async def test_housekeeping_runs_in_steps_and_leaves_no_orphan_blob(tmp_path: Path) -> None:
@@ -305,6 +312,64 @@ async def test_housekeeping_runs_in_steps_and_leaves_no_orphan_blob(tmp_path: Pa
     await s.delete_model("m")
     assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
     await s.close()
+
+
+async def test_the_decision_log_shares_the_records_bytes_and_frees_them_with_the_last_reference(
+    tmp_path: Path,
+) -> None:
+    """A logged decision's bytes are written once: its pending record, learn event and decision-log
+    row refer to the same blob, which goes with whichever reference goes last, in any order."""
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=50.0)
+    s._TRIM_STEP = 3  # type: ignore[misc]
+    await s.create_model("m", CONFIG)
+    for i in range(12):
+        await s.put_decision(replace(record(f"d{i}", created=float(i), window=10.0), logged=i % 4 != 3))
+    db = s._conn()
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 12
+    blob_references_are_exact(db)
+    for i in range(6):  # learn events 1..6
+        await s.claim_and_append(f"d{i}", i % 2 == 0, now=float(i) + 0.5)
+    await s.expire_due("m", now=17.5, default_reward="drop")  # d6 and d7 (not logged): dropped
+    await s.expire_due("m", now=100.0, default_reward="no_click")  # d8..d11: events 7..10
+    blob_references_are_exact(db)
+    assert await s.trim_decision_log("m", older_than=2.0, keep=None) == 2  # d0, d1: events kept
+    blob_references_are_exact(db)
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 11  # all but d7
+    await s.put_checkpoint("m", Checkpoint(8, b"eight"))
+    await s.trim_log("m", 8)  # events of d0..d5, d8, d9: the blobs of d0, d1, d3 go, the others are logged
+    blob_references_are_exact(db)
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 8
+    assert await s.trim_decision_log("m", older_than=None, keep=2) == 5  # in steps of 3 and 2
+    blob_references_are_exact(db)
+    assert [e.decision_id for e in (await s.read_decision_log("m"))[0]] == ["d9", "d10"]
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 3  # d9, d10, and d11's event
+    await s.delete_model("m")
+    assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+    await s.close()
+
+
+async def test_a_schema_2_file_gets_an_empty_decision_log(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("a"))
+    await s.close()
+    db = sqlite3.connect(path)  # back to schema 2, as its files hold it
+    db.executescript(
+        "DROP TABLE decision_log; ALTER TABLE models DROP COLUMN logged; "
+        "ALTER TABLE blobs DROP COLUMN logged; PRAGMA user_version = 2;"
+    )
+    db.close()
+    s = SQLiteStore(path)
+    try:
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+        assert (await s.read_decision_log("m")) == ([], None)
+        await s.put_decision(replace(record("b", created=1.0), logged=True))
+        assert (await s.claim_and_append("a", True, now=2.0)).status is ClaimStatus.ACCEPTED
+        assert [e.decision_id for e in (await s.read_decision_log("m"))[0]] == ["b"]
+        blob_references_are_exact(s._conn())
+    finally:
+        await s.close()
 
 
 async def test_closing_stops_a_housekeeping_step_loop(tmp_path: Path) -> None:
@@ -391,7 +456,7 @@ async def test_a_schema_1_file_is_migrated_with_everything_in_it(tmp_path: Path)
         await s.trim_log("m", 3)
         assert await s.read_log("m", after=0) == []
         assert s._conn().execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 2
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 3
     finally:
         await s.close()
 

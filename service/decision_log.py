@@ -1,0 +1,178 @@
+"""The decision log's record and its two export formats (``GET /models/{name}/log``, ``clickboost export``).
+
+A model with ``log_decisions`` (the default) keeps every decision in its store's decision log, apart
+from the event log that checkpoints trim, for ``CLICKBOOST_LOG_RETENTION`` (docs/ARCHITECTURE.md,
+"The decision log"). Exported, one decision is one :class:`LogRecord`.
+
+**JSON lines** (``format=jsonl``, the default): one object per line, with exactly these fields::
+
+    {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "model": "news", "model_version": 41,
+     "created_at": 1764079200.125, "features": {"idx": [17, 803], "val": [1.0, 31.0], "dim": 1024},
+     "probs": [0.0167, 0.9667, 0.0167], "label_index": 1, "label": "politics",
+     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5}
+
+decision_id : str
+    The id ``POST /predict`` answered with.
+model : str
+    The model's name.
+model_version : int
+    The model's event-log position when it decided.
+created_at : float
+    Unix seconds of the decision.
+features : list of float, or {"idx": list of int, "val": list of float, "dim": int}
+    The context as the model saw it: a dense model's d numbers; for a hashed model the
+    featuriser's packed form (:meth:`service.features.Featuriser.pack`): the non-zero buckets in
+    increasing order, their values, and ``dim = 2**hashing_bits``.
+probs : list of float
+    The distribution over the K labels the label was sampled from.
+label_index : int
+    The sampled (shown) label, 0-based.
+label : str
+    Its name.
+outcome : "click", "no_click", "expired", "dropped" or null
+    null while pending; "expired": the reward window passed and the model learned its default
+    reward (no click); "dropped": it passed with ``default_reward = "drop"`` (nothing learned).
+reward : 1, 0 or null
+    The reward learned from: 1 click, 0 no click or expired; null when pending or dropped.
+outcome_at : float or null
+    Unix seconds of the feedback or the expiry.
+
+Numbers are written as the shortest text that reads back as the same double, so features and
+probabilities round-trip bit for bit.
+
+**Vowpal Wabbit's decision-service JSON** (``format=dsjson``), for ``vw --dsjson --cb_explore_adf``:
+one line per decision with a reward (pending and dropped decisions are left out)::
+
+    {"_label_cost": -1, "_label_probability": 0.9667, "_label_Action": 2, "_labelIndex": 1,
+     "a": [2, 1, 3], "p": [0.9667, 0.0167, 0.0167],
+     "c": {"x": {"b17": 1.0, "b803": 31.0},
+           "_multi": [{"a": {"id": "0"}}, {"a": {"id": "1"}}, {"a": {"id": "2"}}]},
+     "EventId": "q2v0yN3mVt0dQ1bB5mM0aQ", "Timestamp": "2025-11-25T14:00:00.125000Z"}
+
+VW minimises a cost, so ``_label_cost`` is ``-reward`` (click -1, otherwise 0);
+``_label_probability`` is the shown label's probability, ``_label_Action`` its 1-based action id
+and ``_labelIndex`` its index in ``_multi``; ``a`` lists the action ids, the shown one first, and
+``p`` their probabilities in that order. The context is namespace ``x``: for a hashed model the
+feature names are gone after hashing, so its features are the buckets ``b<index>``; for a dense
+one ``f<i>``, non-zeros only. Each action of ``_multi`` has the one feature ``id`` with the label
+index as a string, which VW makes a feature of its own per action (``id2``); a number would be one
+feature scaled by the index. Interactions such as ``-q xa`` let VW learn per-action weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from service.config import ModelSpec
+from service.store import LoggedDecision, Store
+from service.store.base import LogOutcome
+
+__all__ = ["FORMATS", "LogRecord", "pages"]
+
+#: Export formats: ``jsonl`` (:meth:`LogRecord.to_json`) and ``dsjson`` (:meth:`LogRecord.to_dsjson`).
+FORMATS = ("jsonl", "dsjson")
+#: Records per page read from the store: a page of dense d=784 contexts is about 4 MB of JSON.
+PAGE = 256
+
+
+def _line(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One logged decision, as exported; the fields are those of the module docstring."""
+
+    decision_id: str
+    model: str
+    model_version: int
+    created_at: float
+    features: list[float] | dict[str, Any]
+    probs: list[float]
+    label_index: int
+    label: str
+    outcome: LogOutcome | None
+    reward: int | None
+    outcome_at: float | None
+
+    @classmethod
+    def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
+        """The record of a store's log entry of ``model`` (configured by ``spec``)."""
+        x = entry.x
+        features: list[float] | dict[str, Any] = x.tolist()
+        if spec.hashing_bits is not None:  # the packed (2, nnz) rows of bucket indices and values
+            features = {"idx": [int(i) for i in x[0]], "val": x[1].tolist(), "dim": spec.dim}
+        return cls(
+            entry.decision_id,
+            model,
+            entry.model_version,
+            entry.created_at,
+            features,
+            entry.probs.tolist(),
+            entry.label,
+            spec.label_names[entry.label],
+            entry.outcome,
+            None if entry.reward is None else int(entry.reward),
+            entry.outcome_at,
+        )
+
+    def to_json(self) -> str:
+        """The JSON line (without its newline)."""
+        return _line({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> LogRecord:
+        """Inverse of :meth:`to_json`; ValueError if ``line`` is not a record."""
+        doc = json.loads(line)
+        names = [f.name for f in fields(cls)]
+        if not isinstance(doc, dict) or sorted(doc) != sorted(names):
+            raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
+        return cls(**doc)
+
+    def to_dsjson(self) -> str | None:
+        """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped)."""
+        if self.reward is None:
+            return None
+        chosen = self.label_index
+        order = [chosen, *(k for k in range(len(self.probs)) if k != chosen)]
+        if isinstance(self.features, dict):
+            context = {f"b{i}": v for i, v in zip(self.features["idx"], self.features["val"], strict=True)}
+        else:
+            context = {f"f{i}": v for i, v in enumerate(self.features) if v != 0.0}
+        stamp = datetime.fromtimestamp(self.created_at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _line(
+            {
+                "_label_cost": -self.reward if self.reward else 0,
+                "_label_probability": self.probs[chosen],
+                "_label_Action": chosen + 1,
+                "_labelIndex": chosen,
+                "a": [k + 1 for k in order],
+                "p": [self.probs[k] for k in order],
+                "c": {"x": context, "_multi": [{"a": {"id": str(k)}} for k in range(len(self.probs))]},
+                "EventId": self.decision_id,
+                "Timestamp": stamp,
+            }
+        )
+
+
+async def pages(
+    store: Store,
+    model: str,
+    spec: ModelSpec,
+    since: float = -math.inf,
+    until: float = math.inf,
+    limit: int = PAGE,
+) -> AsyncIterator[list[LogRecord]]:
+    """The records of ``model`` created in ``[since, until)``, in order, a page of at most ``limit``
+    read from the store at a time (the first page may be empty)."""
+    after = None
+    while True:
+        entries, after = await store.read_decision_log(model, since, until, after, limit)
+        yield [LogRecord.from_logged(e, model, spec) for e in entries]
+        if after is None:
+            return
