@@ -24,6 +24,7 @@ import numpy as np
 
 from service.config import ModelSpec, Settings, load_model_file
 from service.decision_log import LogRecord, pages
+from service.evaluations import Evaluations
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
@@ -255,6 +256,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
         self.replica_id = uuid.uuid4().hex[:12]  # holder name of this process's leases
+        self.evaluations = Evaluations(self.replica_id)  # off-policy evaluation jobs of this process
         self.checkpoints_written = 0
         self._checkpoints: dict[str, asyncio.Task[None]] = {}  # in flight, at most one per model
         self._unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
@@ -296,6 +298,7 @@ class Runtime:
                 task.cancel()
             await asyncio.wait(self._tasks, timeout=0.1)
         self._tasks = []
+        await self.evaluations.close()
         # Waited for, not cancelled: the store is closed next, and a stored checkpoint spares the
         # next start a replay.
         while pending := [t for t in self._checkpoints.values() if not t.done()]:

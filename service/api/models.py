@@ -1,4 +1,5 @@
-"""``/models``: create, inspect, delete, reset, export and import models, export decision logs (admin key)."""
+"""``/models``: create, inspect, delete, reset, export and import models, export decision logs, run
+off-policy evaluations (admin key)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.auth import require_admin
 from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
 from service.decision_log import LogRecord
+from service.evaluations import MAX_POLICIES, EvaluationError, check_policies
 from service.learners.base import learners
 from service.runtime import ModelRuntime, Runtime
 
@@ -188,3 +191,88 @@ async def export_log(
                 return
 
     return StreamingResponse(lines(), media_type=LOG_MEDIA)
+
+
+class EvaluationRequest(BaseModel):
+    """``POST /models/{name}/evaluations``: policies to estimate on the model's decision log."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # no bool -> 0.0, no "5" -> 5
+
+    policies: list[str] = Field(
+        min_length=1,
+        max_length=MAX_POLICIES,
+        description="uniform, constant:LABEL_INDEX, or LEARNER[:param=value,...] (a learner: replayed)",
+        examples=[["uniform", "cova", "banditboost:delta=0.05"]],
+    )
+    since: float | None = Field(None, description="Decisions made at or after this time (Unix seconds).")
+    until: float | None = Field(None, description="Decisions made before this time (Unix seconds).")
+    runs: int = Field(
+        5, ge=2, le=50, description="Replays per learning policy (their spread gives its interval)."
+    )
+
+
+class Evaluation(BaseModel):
+    """An evaluation job and, once done, its estimates (policy -> estimator -> value, 95 % interval,
+    events it rests on)."""
+
+    id: str
+    model: str
+    policies: list[str]
+    since: float | None
+    until: float | None
+    runs: int
+    replica: str = Field(description="The replica running it: jobs live in the process that started them.")
+    state: Literal["running", "done", "failed"]
+    created_at: float
+    finished_at: float | None
+    events: int = Field(description="Logged decisions with a reward the estimates rest on.")
+    results: dict[str, dict[str, dict[str, float]]] | None
+    error: str | None
+
+
+@router.post(
+    "/{name}/evaluations",
+    status_code=202,
+    response_model=Evaluation,
+    responses=error_responses(400, 404, 413, 422, 503),
+    summary="Start an off-policy evaluation on the decision log",
+)
+async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: RuntimeDep) -> Evaluation:
+    """Estimate, from the model's retained decision log in ``[since, until)``, the click rate each
+    policy would have had (service.ope: IPS, SNIPS and doubly robust for fixed policies, replay for
+    learners). Runs in a separate worker process; poll ``GET .../evaluations/{id}``."""
+    m = await runtime.resolve(name, fresh=True)
+    try:
+        check_policies(body.policies, m.learner.n_features, m.learner.n_labels)
+    except EvaluationError as exc:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": ("body", "policies"), "msg": str(exc)}]
+        ) from None
+    since = -math.inf if body.since is None else body.since
+    until = math.inf if body.until is None else body.until
+
+    async def records() -> AsyncIterator[list[LogRecord]]:
+        pages = await runtime.decision_log(m.name, since, until)
+        async for page in pages:
+            yield page
+
+    job = runtime.evaluations.start(m.name, body.policies, body.since, body.until, body.runs, records)
+    return Evaluation(**job.as_dict())
+
+
+@router.get(
+    "/{name}/evaluations/{job}",
+    response_model=Evaluation,
+    responses=error_responses(404, 422),  # jobs live in this process: no store read
+    summary="An off-policy evaluation's state and results",
+)
+async def get_evaluation(
+    name: NamePath, job: Annotated[str, Path(max_length=64)], runtime: RuntimeDep
+) -> Evaluation:
+    """The job ``job`` of model ``name`` on this replica (404 if this replica has none such)."""
+    found = runtime.evaluations.jobs.get(job)
+    if found is None or found.model != name:
+        raise HTTPException(
+            404, f"no evaluation {job!r} of model {name!r} on this replica ({runtime.replica_id})"
+        )
+    return Evaluation(**found.as_dict())

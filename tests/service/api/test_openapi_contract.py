@@ -62,6 +62,7 @@ FALLBACK_BODIES: dict[tuple[str, str], Any] = {
     ("put", "/models/{name}"): ModelSpec(learner="banditron", n_features=2, n_labels=2).model_dump(
         mode="json", exclude_none=True
     ),
+    ("post", "/models/{name}/evaluations"): {"policies": ["uniform"], "runs": 2},
 }
 
 # Documented answers the app cannot give (a documentation drift, reported). Both 503s: these two
@@ -201,7 +202,7 @@ class Api:
         A secured operation gets the key it needs, or ``key`` (None: no key header at all).
         """
         expected = (expect,) if isinstance(expect, int) else expect
-        url = path.format(name=name) + query
+        url = path.format(name=name, job=kw.pop("job", "0" * 32)) + query  # {job}: an evaluation id
         hdrs = dict(headers or {})
         header = self.contract.key_header(method, path)
         if header is not None and key is not None:
@@ -483,6 +484,15 @@ async def exercise_models(api: Api) -> None:
         assert (logged["decision_id"], logged["outcome"]) == (d["decision_id"], "click")
         _, dsjson = await api.call("get", "/models/{name}/log", name=name, query="?format=dsjson", expect=200)
         assert json.loads(dsjson)["EventId"] == d["decision_id"]
+        evaluation = {"policies": ["uniform"], "runs": 2}
+        _, job = await api.call("post", "/models/{name}/evaluations", name=name, json=evaluation, expect=202)
+        _, seen_job = await api.call(
+            "get", "/models/{name}/evaluations/{job}", name=name, job=job["id"], expect=200
+        )
+        assert seen_job["id"] == job["id"]
+        await api.call("get", "/models/{name}/evaluations/{job}", name=name, expect=404)  # unknown id
+        bad = {"policies": ["nosuchlearner"]}
+        await api.call("post", "/models/{name}/evaluations", name=name, json=bad, expect=422)
         _, reset = await api.call("post", "/models/{name}/reset", name=name, expect=200)
         assert reset["checksum"] == info["checksum"] and reset["counts"]["decisions"] == 1
         _, imported = await api.call(
@@ -510,6 +520,7 @@ async def exercise_models(api: Api) -> None:
             ("get", "/models/{name}/log"),
         ]:
             await api.call(method, path, name=name, expect=404)
+        await api.call("post", "/models/{name}/evaluations", name=name, json=evaluation, expect=404)
         await api.call(
             "put",
             "/models/{name}/state",
@@ -556,6 +567,7 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, bool]] = [
     ("put", "/models/{name}", {"json": {"learner": "banditron", "n_features": 0, "n_labels": 3}}, 422, True),
     ("put", "/models/{name}", raw(b'{"learner": "banditron",'), 400, True),
     ("put", "/models/{name}", raw(b""), 400, True),
+    ("post", "/models/{name}/evaluations", raw(b'{"policies": ["uniform"'), 400, True),
     # The state import takes octets, so its 400 is the empty body (a body labelled JSON that does not
     # parse gets 400 too, but JSON is not what it documents).
     ("put", "/models/{name}/state", {"content": b"", "headers": {"content-type": OCTETS}}, 400, False),
@@ -658,6 +670,7 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("get", "/models/{name}", "m", {}),
                 ("get", "/models/{name}/state", "m", {}),
                 ("get", "/models/{name}/log", "m", {}),
+                ("post", "/models/{name}/evaluations", "m", {"json": {"policies": ["uniform"]}}),
                 ("post", "/models/{name}/reset", "m", {}),
                 ("put", "/models/{name}/state", "m", {"content": state, "headers": {"content-type": OCTETS}}),
                 ("delete", "/models/{name}", "m", {}),
@@ -734,6 +747,7 @@ async def test_body_limit() -> None:
             ("post", "/feedback"),
             ("put", "/models/{name}"),
             ("put", "/models/{name}/state"),
+            ("post", "/models/{name}/evaluations"),
         }
 
 

@@ -1,0 +1,69 @@
+"""``POST /models/{name}/evaluations`` (issue 22, item 3): a job over the decision log, in a worker
+process, polled with GET; bad policies are 422 before anything starts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from lab.sim.datasets import load_dataset
+from tests.service.api.conftest import app_client, make_app
+
+pytestmark = pytest.mark.anyio
+ADMIN = {"X-API-Key": "admin"}
+
+
+async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> None:
+    car = load_dataset("car")
+    settings = {"api_keys": "k", "admin_key": "admin"}
+    async with app_client(make_app(**settings)) as client:
+        spec = {
+            "learner": "banditron",
+            "params": {"gamma": 0.3},
+            "n_features": car.d,
+            "n_labels": car.n_labels,
+        }
+        assert (await client.put("/models/car", json=spec, headers=ADMIN)).status_code == 201
+        rng = np.random.default_rng(0)
+        for i in rng.integers(car.n, size=400).tolist():
+            p = await client.post(
+                "/predict", json={"model": "car", "features": car.X[i].tolist()}, headers=ADMIN
+            )
+            d = p.json()
+            click = d["label_index"] == int(car.y[i])
+            f = await client.post(
+                "/feedback", json={"decision_id": d["decision_id"], "click": click}, headers=ADMIN
+            )
+            assert f.status_code == 200
+        body = {"policies": ["uniform", "constant:0", "cova"], "runs": 2}
+        r = await client.post("/models/car/evaluations", json=body, headers=ADMIN)
+        assert r.status_code == 202, r.text
+        job = r.json()
+        assert job["state"] == "running" and job["policies"] == body["policies"]
+        for _ in range(600):
+            job = (await client.get(f"/models/car/evaluations/{job['id']}", headers=ADMIN)).json()
+            if job["state"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert job["state"] == "done", job
+        assert job["events"] == 400
+        res = job["results"]
+        assert set(res) == {"logged", "uniform", "constant:0", "cova"}
+        assert set(res["uniform"]) == {"ips", "snips", "dr"} and set(res["cova"]) == {"replay"}
+        u = res["uniform"]["dr"]
+        assert u["low"] <= 0.25 <= u["high"]  # uniform over 4 labels clicks a quarter of the time
+        assert 0 < res["cova"]["replay"]["n"] < 400
+
+
+async def test_bad_requests_are_refused() -> None:
+    async with app_client(make_app(demo=True)) as client:
+        for policies in (["nosuchlearner"], ["constant:7"], ["banditron:gamma=2"], []):
+            r = await client.post("/models/demo/evaluations", json={"policies": policies})
+            assert r.status_code == 422, (policies, r.text)
+        assert (
+            await client.post("/models/nope/evaluations", json={"policies": ["uniform"]})
+        ).status_code == 404
+        r = await client.get("/models/demo/evaluations/0123abc")
+        assert r.status_code == 404 and "this replica" in r.json()["detail"]
