@@ -42,9 +42,10 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY README.md ./
 COPY service ./service
 RUN pip install --no-cache-dir --no-deps . \
-    && python -c "import service.kernels"
-# ^ compiles the numba loops into the package's cache at build time: a container starts without
-#   compiling (numba recompiles, into the user's cache, only on a CPU of another kind).
+    && python -c "from service.learners import learners; learners.names()"
+# ^ imports every learner, which compiles their numba loops into the package's cache at build time:
+#   a container starts without compiling (numba recompiles, into the user's cache, only on a CPU
+#   of another kind).
 
 # Without REDIS_URL the server keeps its models in the SQLite file under /data: mount a volume
 # there to keep them across containers.
