@@ -2,15 +2,17 @@
 
 A job reads a model's decision log over a time range from the store (pages, on the event loop,
 awaiting the store like any request), writes it to a temporary JSON-lines file, and evaluates the
-policies in a **separate process** (one worker, spawned on first use): the estimators and learner
-replays are CPU-bound Python and numba, and in a thread they would hold the interpreter lock the
-request handlers need. Jobs live in the process that started them (their results are small, kept
-for ``KEEP_SECONDS``): ask that replica for them (its id is in the answer).
+policies in a **separate process** (one worker, spawned on first use, at a lower priority: nice
+10): the estimators and learner replays are CPU-bound Python and numba, and in a thread they would
+hold the interpreter lock the request handlers need. Jobs live in the process that started them
+(their results are small, kept for ``KEEP_SECONDS``): ask that replica for them (its id is in the
+answer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -80,6 +82,12 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
             raise EvaluationError(f"policy {text!r}: the model has no input dimension")
 
 
+def _background() -> None:
+    """The worker yields the CPU to the server's requests (nice +10) where the OS allows it."""
+    with contextlib.suppress(OSError):  # not permitted here: normal priority
+        os.nice(10)
+
+
 def _evaluate_file(path: str, policies: list[str], runs: int) -> tuple[int, dict[str, Any]]:
     """In the worker process: the estimates of ``policies`` on the log file ``path``."""
     from pathlib import Path
@@ -101,7 +109,9 @@ class Evaluations:
     def _worker(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # spawn: a fork of a process running an event loop and threads is not safe
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_background
+            )
         return self._pool
 
     def start(

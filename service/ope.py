@@ -356,14 +356,14 @@ def replay(
     values = np.array([r.value for r in results])
     mean, sd = float(values.mean()), float(values.std(ddof=1))
     t = _T95[runs - 2] if runs - 1 <= len(_T95) else Z95
-    half = t * sd * math.sqrt(1.0 + 1.0 / runs)
+    half = t * sd * math.sqrt(1.0 + 1.0 / runs)  # then clipped to [0, 1], where click rates lie
     accepted = float(np.mean([r.n for r in results]))
     extra = {
         "runs": float(runs),
         "spread": sd,
         "acceptance": float(np.mean([r.extra["acceptance"] for r in results])),
     }
-    return Estimate(mean, mean - half, mean + half, round(accepted), extra)
+    return Estimate(mean, max(0.0, mean - half), min(1.0, mean + half), round(accepted), extra)
 
 
 def _wilson(k: int, n: int, extra: dict[str, float]) -> Estimate:
