@@ -2,8 +2,8 @@
 
 Every setting of each booster's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. The runs
-are cached in ``out/sweep/`` (resumable); the table goes to the ``sweep-defaults`` section of
-docs/BENCHMARKS.md (``$BENCH_DIR`` overrides).
+are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable); the table goes to the
+``sweep-defaults`` section of docs/BENCHMARKS.md (``$BENCH_DIR`` overrides).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from lab.sweep import GRIDS, ROUNDS, SEEDS, TUNING, render, sweep
 from service.cli import CLIError, plain_text
 from service.learners.base import learners
 
-STORE = Path(__file__).resolve().parents[2] / "out" / "sweep"
+#: Every run's result, committed (as seed 001's runs): the sweep resumes across sessions and machines.
+STORE = Path(__file__).resolve().parents[2] / "docs" / "repro" / "sweep-runs.jsonl"
 
 
 def run(args: argparse.Namespace) -> int:
