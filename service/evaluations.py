@@ -65,7 +65,7 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
         raise EvaluationError(f"policies: at most {MAX_POLICIES}")
     for text in policies:
         name, params = parse_policy(text)
-        if name == "uniform":
+        if name in ("uniform", "model"):  # a model snapshot is checked by the caller
             continue
         if name == "constant":
             label = params.get("label")
@@ -88,12 +88,19 @@ def _background() -> None:
         os.nice(10)
 
 
-def _evaluate_file(path: str, policies: list[str], runs: int) -> tuple[int, dict[str, Any]]:
-    """In the worker process: the estimates of ``policies`` on the log file ``path``."""
+def _evaluate_file(
+    path: str, policies: list[str], runs: int, snapshots: dict[str, tuple[dict[str, Any], bytes]]
+) -> tuple[int, dict[str, Any]]:
+    """In the worker process: the estimates of ``policies`` on the log file ``path``; ``snapshots``
+    are the ``model:NAME`` policies' (config, state bytes)."""
     from pathlib import Path
 
+    from service.learners.base import learner_from_state
+    from service.serial import decode
+
+    frozen = {name: learner_from_state(config, decode(state)) for name, (config, state) in snapshots.items()}
     data = read_log(Path(path))
-    results = evaluate(data, policies, runs, seed=0)
+    results = evaluate(data, policies, runs, seed=0, snapshots=frozen)
     return data.n, {p: {e: est.as_dict() for e, est in by.items()} for p, by in results.items()}
 
 
@@ -122,17 +129,24 @@ class Evaluations:
         until: float | None,
         runs: int,
         records: Callable[[], AsyncIterator[list[Any]]],
+        snapshots: dict[str, tuple[dict[str, Any], bytes]] | None = None,
     ) -> Job:
-        """Start a job over the pages ``records()`` yields (each record has ``to_json()``)."""
+        """Start a job over the pages ``records()`` yields (each record has ``to_json()``);
+        ``snapshots``: the (config, state bytes) of the ``model:NAME`` policies, taken now."""
         self._forget_old()
         job = Job(uuid.uuid4().hex, model, list(policies), since, until, runs, self.replica)
         self.jobs[job.id] = job
-        task = asyncio.create_task(self._run(job, records))
+        task = asyncio.create_task(self._run(job, records, snapshots or {}))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
 
-    async def _run(self, job: Job, records: Callable[[], AsyncIterator[list[Any]]]) -> None:
+    async def _run(
+        self,
+        job: Job,
+        records: Callable[[], AsyncIterator[list[Any]]],
+        snapshots: dict[str, tuple[dict[str, Any], bytes]],
+    ) -> None:
         fd, path = tempfile.mkstemp(prefix="clickboost-eval-", suffix=".jsonl")
         try:
             with os.fdopen(fd, "w") as f:
@@ -140,7 +154,7 @@ class Evaluations:
                     f.writelines(rec.to_json() + "\n" for rec in page)
             loop = asyncio.get_running_loop()
             job.events, job.results = await loop.run_in_executor(
-                self._worker(), _evaluate_file, path, job.policies, job.runs
+                self._worker(), _evaluate_file, path, job.policies, job.runs, snapshots
             )
             job.state = "done"
         except Exception as exc:  # the job's answer says what failed; the service goes on

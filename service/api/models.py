@@ -201,7 +201,8 @@ class EvaluationRequest(BaseModel):
     policies: list[str] = Field(
         min_length=1,
         max_length=MAX_POLICIES,
-        description="uniform, constant:LABEL_INDEX, or LEARNER[:param=value,...] (a learner: replayed)",
+        description="uniform, constant:LABEL_INDEX, model:NAME (a model's current state, frozen), or "
+        "LEARNER[:param=value,...] (a learner: replayed)",
         examples=[["uniform", "cova", "banditboost:delta=0.05"]],
     )
     since: float | None = Field(None, description="Decisions made at or after this time (Unix seconds).")
@@ -248,6 +249,26 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
         raise RequestValidationError(
             [{"type": "value_error", "loc": ("body", "policies"), "msg": str(exc)}]
         ) from None
+    snapshots: dict[str, tuple[dict[str, object], bytes]] = {}
+    for text in body.policies:
+        if text.startswith("model:"):  # a model's current state, frozen now: same input and labels
+            other = await runtime.resolve(text.partition(":")[2] or name, fresh=True)
+            if (other.spec.n_features, other.spec.hashing_bits, other.learner.n_labels) != (
+                m.spec.n_features,
+                m.spec.hashing_bits,
+                m.learner.n_labels,
+            ):
+                raise RequestValidationError(
+                    [
+                        {
+                            "type": "value_error",
+                            "loc": ("body", "policies"),
+                            "msg": f"policy {text!r}: model "
+                            f"{other.name!r} takes other inputs or labels than {m.name!r}",
+                        }
+                    ]
+                )
+            snapshots[other.name] = (other.learner.config(), other.state_bytes())
     since = -math.inf if body.since is None else body.since
     until = math.inf if body.until is None else body.until
 
@@ -256,7 +277,9 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
         async for page in pages:
             yield page
 
-    job = runtime.evaluations.start(m.name, body.policies, body.since, body.until, body.runs, records)
+    job = runtime.evaluations.start(
+        m.name, body.policies, body.since, body.until, body.runs, records, snapshots
+    )
     return Evaluation(**job.as_dict())
 
 

@@ -5,7 +5,8 @@ and estimates the click rate of each ``--policy`` on that traffic, with 95 % int
 (:mod:`service.ope`):
 
 ``uniform``, ``constant:LABEL_INDEX``
-    stationary policies: IPS, SNIPS and doubly robust;
+    stationary policies: IPS, SNIPS and doubly robust (so is ``model:NAME``, a running model's
+    current state, available through ``POST /models/{name}/evaluations`` only);
 ``LEARNER[:param=value,...]`` (e.g. ``cova``, ``banditboost:delta=0.05``)
     a learning policy: rejection-sampling replay over the log in order, as if it had served that
     traffic (several runs; the accepted count is printed beside the estimate).
@@ -18,14 +19,24 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from service.cli import CLIError, plain_text
-from service.learners.base import make_learner
-from service.ope import Estimate, LoggedData, constant_pmfs, evaluate_stationary, replay, uniform_pmfs
+from service.features import SparseVector
+from service.learners.base import Learner, make_learner
+from service.ope import (
+    Estimate,
+    LoggedData,
+    constant_pmfs,
+    evaluate_stationary,
+    policy_pmfs,
+    replay,
+    uniform_pmfs,
+)
 
 
 def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
@@ -33,6 +44,8 @@ def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
     booleans), else kept as strings."""
     name, _, rest = text.partition(":")
     params: dict[str, Any] = {}
+    if name == "model":  # model:NAME, a service model's snapshot
+        return name, {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq:
@@ -56,12 +69,38 @@ def read_log(path: Path) -> LoggedData:
         raise CLIError(f"cannot read the decision log {path}: {exc}") from None
 
 
-def evaluate(data: LoggedData, policies: list[str], runs: int, seed: int) -> dict[str, dict[str, Estimate]]:
-    """Estimates of every policy: name -> estimator -> :class:`Estimate`."""
+def evaluate(
+    data: LoggedData,
+    policies: list[str],
+    runs: int,
+    seed: int,
+    snapshots: Mapping[str, Learner] | None = None,
+) -> dict[str, dict[str, Estimate]]:
+    """Estimates of every policy: name -> estimator -> :class:`Estimate`.
+
+    ``model:NAME`` policies are the frozen learners of ``snapshots`` (a service's models, passed by
+    ``POST /models/{name}/evaluations``): their ``decide`` pmf on every logged context, the model
+    unchanged.
+    """
     stationary: dict[str, np.ndarray] = {}
     learning: dict[str, tuple[str, dict[str, Any]]] = {}
     for text in policies:
         name, params = parse_policy(text)
+        if name == "model":
+            model = (snapshots or {}).get(text.partition(":")[2])
+            if model is None:
+                raise CLIError(
+                    f"--policy {text!r}: a model snapshot needs the service (POST /models/NAME/evaluations)"
+                )
+            sparse = model.accepts_sparse
+            stationary[text] = policy_pmfs(
+                data,
+                lambda x, rng, m=model, sp=sparse: m.decide(
+                    x if sp or not isinstance(x, SparseVector) else x.dense(), rng
+                ),
+                seed,
+            )
+            continue
         if name == "uniform":
             stationary[text] = uniform_pmfs(data)
         elif name == "constant":

@@ -37,7 +37,7 @@ async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> N
                 "/feedback", json={"decision_id": d["decision_id"], "click": click}, headers=ADMIN
             )
             assert f.status_code == 200
-        body = {"policies": ["uniform", "constant:0", "cova"], "runs": 2}
+        body = {"policies": ["uniform", "constant:0", "cova", "model:car"], "runs": 2}
         r = await client.post("/models/car/evaluations", json=body, headers=ADMIN)
         assert r.status_code == 202, r.text
         job = r.json()
@@ -50,7 +50,9 @@ async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> N
         assert job["state"] == "done", job
         assert job["events"] == 400
         res = job["results"]
-        assert set(res) == {"logged", "uniform", "constant:0", "cova"}
+        assert set(res) == {"logged", "uniform", "constant:0", "cova", "model:car"}
+        # the model's current state, frozen: a stationary policy, estimated like the others
+        assert set(res["model:car"]) == {"ips", "snips", "dr"}
         assert set(res["uniform"]) == {"ips", "snips", "dr"} and set(res["cova"]) == {"replay"}
         u = res["uniform"]["dr"]
         assert u["low"] <= 0.25 <= u["high"]  # uniform over 4 labels clicks a quarter of the time
@@ -59,11 +61,15 @@ async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> N
 
 async def test_bad_requests_are_refused() -> None:
     async with app_client(make_app(demo=True)) as client:
-        for policies in (["nosuchlearner"], ["constant:7"], ["banditron:gamma=2"], []):
+        other = {"learner": "banditron", "n_features": 3, "n_labels": 3}
+        assert (await client.put("/models/other", json=other)).status_code == 201
+        for policies in (["nosuchlearner"], ["constant:7"], ["banditron:gamma=2"], [], ["model:other"]):
             r = await client.post("/models/demo/evaluations", json={"policies": policies})
             assert r.status_code == 422, (policies, r.text)
         assert (
             await client.post("/models/nope/evaluations", json={"policies": ["uniform"]})
         ).status_code == 404
+        r = await client.post("/models/demo/evaluations", json={"policies": ["model:nope"]})
+        assert r.status_code == 404
         r = await client.get("/models/demo/evaluations/0123abc")
         assert r.status_code == 404 and "this replica" in r.json()["detail"]
