@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import multiprocessing
 import os
 import tempfile
@@ -176,7 +175,3 @@ class Evaluations:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-def dumps(job: Job) -> str:
-    return json.dumps(job.as_dict())

@@ -374,12 +374,3 @@ def _wilson(k: int, n: int, extra: dict[str, float]) -> Estimate:
     centre = (m + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(m * (1 - m) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return Estimate(m, centre - half, centre + half, n, extra)
-
-
-def summary_rows(results: Mapping[str, Mapping[str, Estimate]]) -> list[list[str]]:
-    """Table rows ``policy, estimator, value [low, high], n`` for printing."""
-    rows = []
-    for policy, by in results.items():
-        for est, e in by.items():
-            rows.append([policy, est, f"{e.value:.4f}", f"[{e.low:.4f}, {e.high:.4f}]", str(e.n)])
-    return rows
