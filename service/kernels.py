@@ -24,6 +24,7 @@ __all__ = [
     "banditron_update",
     "merge_buckets",
     "pa_update",
+    "pcg64_doubles",
     "perceptron_update",
     "sparse_argmax",
     "sparse_scores",
@@ -153,3 +154,37 @@ def merge_buckets(buckets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, 
             val[kept] = val[i]
             kept += 1
     return idx[:kept].copy(), val[:kept].copy()
+
+
+# PCG64 (numpy's: 128-bit LCG, XSL-RR output) in two 64-bit halves, for the decision generator's
+# bulk draws (``DecisionRng.random(size)``); numba has no 128-bit integers.
+_MULT_HI = np.uint64(0x2360ED051FC65DA4)
+_MULT_LO = np.uint64(0x4385DF649FCCF645)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_U32 = np.uint64(32)
+_U63 = np.uint64(63)
+_U58 = np.uint64(58)
+_U11 = np.uint64(11)
+
+
+@njit("void(uint64[:], float64[:])", **_OPTS)
+def pcg64_doubles(state: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with the doubles numpy's ``PCG64`` draws next (``(next64 >> 11) 2^-53``) and
+    advance ``state`` = ``[state_hi, state_lo, inc_hi, inc_lo]`` in place past them."""
+    hi, lo, inc_hi, inc_lo = state[0], state[1], state[2], state[3]
+    for i in range(out.size):
+        # (hi, lo) * MULT mod 2^128: the full 64x64 product of the low halves from 32-bit pieces
+        a1, a0 = lo >> _U32, lo & _LOW32
+        b1, b0 = _MULT_LO >> _U32, _MULT_LO & _LOW32
+        p00, p01, p10 = a0 * b0, a0 * b1, a1 * b0
+        mid = (p00 >> _U32) + (p01 & _LOW32) + (p10 & _LOW32)
+        top = a1 * b1 + (p01 >> _U32) + (p10 >> _U32) + (mid >> _U32)
+        new_hi = top + hi * _MULT_LO + lo * _MULT_HI
+        new_lo = lo * _MULT_LO
+        lo = new_lo + inc_lo
+        hi = new_hi + inc_hi + (np.uint64(1) if lo < new_lo else np.uint64(0))
+        x = hi ^ lo
+        rot = hi >> _U58
+        r = (x >> rot) | (x << ((np.uint64(64) - rot) & _U63))
+        out[i] = np.float64(r >> _U11) * (1.0 / 9007199254740992.0)
+    state[0], state[1] = hi, lo

@@ -37,6 +37,11 @@ CALLS = [
     lambda g: g.random(),
     lambda g: int(g.integers(7)),
     lambda g: g.random(3).tolist(),
+    lambda g: g.random((4, 3)).tolist(),
+    lambda g: int(g.integers(2)),
+    lambda g: [int(g.integers(3)) for _ in range(3)],
+    lambda g: int(g.integers(1 << 32)),
+    lambda g: int(g.integers((1 << 32) - 3)),  # rejection is likely: exercises Lemire's loop
     lambda g: int(g.integers(1 << 40)),
     lambda g: g.normal(),
 ]
@@ -45,7 +50,7 @@ CALLS = [
 def test_decision_rng_draws_what_numpy_draws() -> None:
     ids = DecisionIds.for_seed(5)
     pick = np.random.default_rng(0)
-    for _ in range(500):
+    for _ in range(2000):
         did = ids.new()
         ours, ref = decision_rng(did), numpy_rng(did)
         assert isinstance(ours, DecisionRng)
@@ -95,6 +100,7 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
         "perceptron_update": (W, idx, val, 0, 1),
         "pa_update": (W, idx, val, 1, True, kernels.PA_BASES["pa1"], 1.0),
         "merge_buckets": (idx, val),
+        "pcg64_doubles": (np.array([1, 2, 3, 5], dtype=np.uint64), np.zeros(4)),
     }[name]
     kernel(*args)
     kernel(
