@@ -13,8 +13,8 @@ from service.learners.booster_costs import (
     logistic_alpha_grad,
     logistic_cost_matrices,
     loss_estimate,
-    rand_rows_argmax,
 )
+from service.learners.booster_kernels import adabandit_votes
 
 
 class AdaBanditParams(BanditTreeBoosterParams):
@@ -81,11 +81,8 @@ class AdaBandit(TreeBooster):
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
         dist, where = self._weak_distribution(x)
-        weak = rand_rows_argmax(dist, rng)
-        votes = np.zeros((weak.size, self.n_labels))
-        votes[np.arange(weak.size), weak] = self.alpha_
-        votes = np.cumsum(votes, axis=0)
-        experts = rand_rows_argmax(votes, rng)
+        # a random argmax per tree, then per expert: the draws of two rand_rows_argmax calls at once
+        weak, votes, experts = adabandit_votes(dist, self.alpha_, rng.random(2 * dist.size))
         v = np.exp(self.log_v_)
         expert = sample(v / v.sum(), rng)
         greedy = int(experts[expert])

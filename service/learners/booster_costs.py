@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from service.features import SparseVector
 from service.learners.base import Learner, ParamError, Params
+from service.learners.booster_kernels import cost_examples, rows_argmax
 from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters
 
 Ties = Literal["random", "pessimistic"]
@@ -286,22 +287,15 @@ def costs_to_examples(
     labels : ndarray of shape (N,), int
     weights : ndarray of shape (N,)
     """
-    C = np.clip(C, -clip, clip)
-    low = C.min(axis=1)
-    at_min = low[:, None] == C
-    labels = np.argmax(np.where(at_min, rng.random(C.shape), -1.0), axis=1)  # uniform among minimisers
-    if prefer is not None:
-        labels = np.where(at_min[:, prefer], prefer, labels)
-    weights = (C - low[:, None]).sum(axis=1)
-    if divide:
-        weights /= C.shape[1] - 1
-    return labels, np.maximum(weights, 1e-10)
+    C = np.asarray(C, dtype=np.float64)
+    # compiled (booster_kernels.cost_examples): numpy's arithmetic and sum order, one call
+    return cost_examples(C, float(clip), rng.random(C.size), -1 if prefer is None else int(prefer), divide)
 
 
 def rand_rows_argmax(V: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Row-wise ``randargmax``: for each row, an index of its maximum, uniform among ties."""
-    at_max = V.max(axis=1, keepdims=True) == V
-    return np.argmax(np.where(at_max, rng.random(V.shape), -1.0), axis=1)
+    """Row-wise ``randargmax``: for each row, an index of its maximum, uniform among ties (the one
+    with the largest of ``V.size`` uniform draws, compiled: :func:`rows_argmax`)."""
+    return rows_argmax(np.asarray(V, dtype=np.float64), rng.random(V.size))
 
 
 def hedge_update(log_v: np.ndarray, losses: np.ndarray, rate: float = 1.0) -> np.ndarray:
