@@ -6,8 +6,9 @@ error (sampled label wrong: 1 - click rate, what a user of the service earns) av
 sets and seeds. The defaults are tuned on car, dna and nursery only; ``bench quality`` also reports
 those three, where the boosters' defaults are therefore tuned on the evaluation data (it must say
 so), and the other seven data sets are untouched by the tuning.
-Results are cached per run (:mod:`lab.runcache`, keyed by a fingerprint of the learner code), so the
-sweep resumes where it stopped. ``clickboost sweep-defaults`` runs it and writes the table.
+Results are cached per run (:mod:`lab.runcache`, keyed by the learner's pinned results version,
+:data:`VERSION`), so the sweep resumes where it stopped. ``clickboost sweep-defaults`` runs it and
+writes the table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.repro.seed001 import RESULTS_VERSION
 from lab.runcache import cached
 from lab.sim.datasets import load_dataset
 from lab.sim.stream import run_stream
@@ -36,11 +38,11 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "banditboost": {
         "weak": ["perceptron", "naive_bayes"],
         "n_learners": [20, 100],
-        "delta": [0.02, 0.05, 0.1],
+        "delta": [0.01, 0.02, 0.05, 0.1],
     },
-    "binbandit": {"n_learners": [5, 10, 20], "delta": [0.05, 0.1, 0.2]},
-    "adabandit": {"n_learners": [10, 20, 50], "rho": [0.05, 0.1, 0.2], "lr_scale": [1.0, 10.0]},
-    "banditbbm": {"n_learners": [10, 20], "rho": [0.05, 0.1, 0.2], "gamma": [0.05, 0.1, 0.2]},
+    "binbandit": {"n_learners": [5, 10, 20], "delta": [0.02, 0.05, 0.1, 0.2]},
+    "adabandit": {"n_learners": [10, 20, 50], "rho": [0.02, 0.05, 0.1, 0.2], "lr_scale": [1.0, 10.0]},
+    "banditbbm": {"n_learners": [10, 20], "rho": [0.02, 0.05, 0.1, 0.2], "gamma": [0.05, 0.1, 0.2]},
 }
 
 
@@ -50,8 +52,16 @@ def settings(learner: str) -> list[dict[str, Any]]:
     return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
 
 
+#: The arithmetic each learner's cached runs describe, pinned as seed 001's ``RESULTS_VERSION`` (the
+#: tree learners share it) so that edits which move no number (a compiled loop with the same
+#: arithmetic, a new default) keep the runs; ``tests/lab/test_results_pinned.py`` fails when a
+#: learner's results move, and then its value here changes too.
+VERSION: dict[str, str] = {**RESULTS_VERSION, "banditboost": "2026-11-25.1"}
+
+
 def code_fingerprint() -> str:
-    """Hash of the learner and kernel sources: a change of any invalidates the cached runs."""
+    """Hash of the learner and kernel sources: the key of a learner without a pinned version (any
+    change of those files invalidates its cached runs)."""
     root = Path(__file__).resolve().parents[1] / "service"
     h = hashlib.sha256()
     for path in sorted([*root.glob("learners/**/*.py"), root / "kernels.py", root / "sampling.py"]):
@@ -73,7 +83,7 @@ def sweep(
     learner: str, store: Path | None, progress: Callable[[str], None] = lambda _: None
 ) -> list[tuple[dict[str, Any], float, dict[str, float], float]]:
     """Every setting of ``learner``, best first: (params, mean error, mean error per data set, CPU s)."""
-    fp = code_fingerprint()
+    fp = VERSION.get(learner) or code_fingerprint()
     rows = []
     for params in settings(learner):
         per: dict[str, list[float]] = {d: [] for d in TUNING}

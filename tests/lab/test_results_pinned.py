@@ -1,4 +1,4 @@
-"""The run store's pinned results versions (lab.repro.seed001.RESULTS_VERSION) still hold.
+"""The run store's pinned results versions (lab.repro.seed001.RESULTS_VERSION, lab.sweep.VERSION) still hold.
 
 Each stored run of the seed-001 table is keyed by its learner's results version. A short run per
 learner and setting must give exactly the correctness vector and final state recorded here (sha256
@@ -36,6 +36,9 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("adabandit", "balance", {**_params("balance", "adabandit", 0.1, 5), "weight_divide": True}))
     out.append(("banditbbm", "balance", {**_params("balance", "banditbbm", 0.1, 5), "weight_divide": True}))
     out.append(("online-mbbm", "balance", {**_params("balance", "online-mbbm", None, 5), **OPTFULL}))
+    # BanditBoost's cached sweep runs (lab.sweep.VERSION): both weak-learner families
+    out.append(("banditboost", "car", {"weak": "perceptron", "n_learners": 20, "delta": 0.05}))
+    out.append(("banditboost", "nursery", {"weak": "naive_bayes", "n_learners": 5, "delta": 0.05}))
     return out
 
 
@@ -60,6 +63,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("adabandit", "balance"): ("829811a54b90e490", "112548f96c520c77"),
     ("banditbbm", "balance"): ("b22711193a26f6c0", "b2e08a317a91347c"),
     ("online-mbbm", "balance"): ("31260c71ba738c3f", "bd3b1566661ac284"),
+    ("banditboost", "car"): ("aae38f7517398c68", "cac0672acb7fd2fc"),
+    ("banditboost", "nursery"): ("e6c2c79efe69ad7d", "a1e6ce35128c52ce"),
 }
 
 
@@ -69,5 +74,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
 def test_results_unchanged(learner: str, dataset: str, params: dict[str, Any]) -> None:
     assert fingerprint(learner, dataset, params) == EXPECTED[(learner, dataset)], (
         f"{learner} on {dataset}: its arithmetic changed, so its stored runs no longer describe it; "
-        "change RESULTS_VERSION in lab/repro/seed001.py and record the new values here"
+        "change RESULTS_VERSION in lab/repro/seed001.py (banditboost: VERSION in lab/sweep.py) and "
+        "record the new values here"
     )
