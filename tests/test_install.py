@@ -148,6 +148,19 @@ def test_server_install_builds_the_app(server_venv: Venv) -> None:
     assert out.returncode == 0, out.stderr
 
 
+def test_server_install_ships_the_dashboard_page(server_venv: Venv) -> None:
+    """The page, script and style sheet are package data of the installed package (not the checkout)."""
+    code = (
+        "from service.api.dashboard import STATIC; "
+        "print(STATIC); print(' '.join(sorted(p.name for p in STATIC.iterdir())))"
+    )
+    out = server_venv.run([server_venv.python, "-c", code])
+    assert out.returncode == 0, out.stderr
+    where, names = out.stdout.splitlines()
+    assert where.startswith(str(server_venv.site_packages())), where
+    assert names.split() == ["dashboard.css", "dashboard.js", "index.html"]
+
+
 def test_server_install_brings_no_lab_dev_or_client_packages(server_venv: Venv) -> None:
     installed = server_venv.pip_list()
     assert "clickboost" in installed

@@ -14,7 +14,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from service.api import errors, health, models, predict
+from service.api import dashboard, errors, health, models, predict
 from service.api.hygiene import RequestHygiene
 from service.api.metrics import HTTPMetrics
 from service.config import Settings, load_settings
@@ -25,7 +25,8 @@ DESCRIPTION = """Online multiclass prediction that learns from clicks.
 
 `POST /predict` samples a label and returns it with its probability and a decision id; `POST /feedback`
 reports the click bit for that id, which the model turns into an unbiased update. `/models` manages
-models (admin key). Send keys in the `X-API-Key` header when the server has keys configured.
+models (admin key). Send keys in the `X-API-Key` header when the server has keys configured. The
+dashboard page is at `/dashboard`.
 """
 
 
@@ -66,7 +67,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     for path, endpoint in (("/predict", predict.predict), ("/feedback", predict.feedback)):
         app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
     app.include_router(models.router)
+    app.include_router(dashboard.stats)
+    app.include_router(dashboard.replicas)
     app.include_router(health.router)
+    # The dashboard page and its files (not in the OpenAPI document: a page, not an API).
+    app.include_router(dashboard.page)
+    app.mount(dashboard.STATIC_PATH, dashboard.static_files(), name="dashboard-static")
     # The last added is the outermost: CORS answers preflights and labels every answer, metrics
     # count everything, then request ids / 415 / 429, then the body limit.
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)

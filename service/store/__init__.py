@@ -6,6 +6,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 from service.store.base import (
+    ACTIVITY_MINUTES,
+    Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
@@ -13,6 +15,7 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    Heartbeat,
     LoggedDecision,
     ModelExistsError,
     Store,
@@ -26,7 +29,9 @@ if TYPE_CHECKING:
     from service.config import Settings
 
 __all__ = [
+    "ACTIVITY_MINUTES",
     "SQLITE_FILE",
+    "Activity",
     "Checkpoint",
     "Claim",
     "ClaimOutcome",
@@ -34,6 +39,7 @@ __all__ = [
     "Counts",
     "DecisionRecord",
     "Event",
+    "Heartbeat",
     "LoggedDecision",
     "MemoryStore",
     "ModelExistsError",

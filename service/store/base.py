@@ -30,6 +30,14 @@ a decision log
     Exported by :mod:`service.decision_log`.
 model configs and counters
     The JSON config a model was created with, and decision/click/no-click/expired counts.
+per-minute activity
+    Decisions, clicks, no-clicks, expiries and exploration per minute (:class:`Activity`), the last
+    :data:`ACTIVITY_MINUTES` minutes of each model: the history every replica's dashboard shows.
+    Replicas add their counts in batches (:meth:`Store.add_activity`, about once a second), never
+    on the request path.
+replica heartbeats
+    Each replica's last report (:class:`Heartbeat`: its applied version of every model), kept for a
+    TTL; with one process (memory, SQLite) just that process's.
 
 All methods are ``async`` (redis-py's asyncio client for Redis); the memory store never awaits
 inside a method, and the SQLite store's awaits fall only between whole transactions (an expiry
@@ -43,19 +51,23 @@ import abc
 import asyncio
 import enum
 import math
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 __all__ = [
+    "ACTIVITY_MINUTES",
+    "Activity",
     "Claim",
     "ClaimOutcome",
     "ClaimStatus",
     "Counts",
     "DecisionRecord",
     "Event",
+    "Heartbeat",
     "LoggedDecision",
     "ModelExistsError",
     "Store",
@@ -239,6 +251,85 @@ class Counts:
         return self.clicks / answered if answered else None
 
 
+#: Minutes of per-minute activity kept per model (24 h): older minutes are forgotten as newer ones come.
+ACTIVITY_MINUTES = 1440
+
+
+@dataclass(slots=True)
+class Activity:
+    """What happened to one model in one minute, summed over every replica.
+
+    Attributes
+    ----------
+    decisions, clicks, no_clicks, expired : int
+        Decisions made, feedbacks with and without a click, decisions given the default reward.
+    exploration : float
+        Sum over the decisions of ``1 - max(probabilities)``: the chance that the label shown was not
+        the model's top choice. Divided by ``decisions``, the share of traffic spent exploring.
+    """
+
+    decisions: int = 0
+    clicks: int = 0
+    no_clicks: int = 0
+    expired: int = 0
+    exploration: float = 0.0
+
+    def add(self, other: Activity) -> None:
+        """Add ``other``'s counts to these."""
+        self.decisions += other.decisions
+        self.clicks += other.clicks
+        self.no_clicks += other.no_clicks
+        self.expired += other.expired
+        self.exploration += other.exploration
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A replica's report of itself, refreshed every few seconds while it runs.
+
+    Attributes
+    ----------
+    replica : str
+        The replica's id (``Runtime.replica_id``).
+    host : str
+        Host name of its machine.
+    pid : int
+        Its process id there.
+    started_at : float
+        Unix seconds when it started (by its own clock).
+    models : dict
+        Model name -> ``(version, behind)``: the log position it had applied and how many events the
+        log held beyond it, both read at the time of the report.
+    age : float
+        Seconds since the report was recorded, by the store's clock (set when listed; 0 when sent).
+    """
+
+    replica: str
+    host: str
+    pid: int
+    started_at: float
+    models: dict[str, tuple[int, int]]
+    age: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able data (``age`` left out: the store knows it)."""
+        return {
+            "replica": self.replica,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "models": {name: list(v) for name, v in self.models.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], age: float) -> Heartbeat:
+        """The report :meth:`to_json` gave, recorded ``age`` seconds ago."""
+        models = {str(name): (int(v[0]), int(v[1])) for name, v in doc["models"].items()}
+        return cls(
+            str(doc["replica"]), str(doc["host"]), int(doc["pid"]), float(doc["started_at"]), models, age
+        )
+
+
 @dataclass(slots=True)
 class Checkpoint:
     """A model's serialised state after applying log positions ``1..position``."""
@@ -258,6 +349,9 @@ class Store(abc.ABC):
 
     def __init__(self, claim_ttl: float = 86_400.0) -> None:
         self.claim_ttl = claim_ttl
+        # One-process stores: the heartbeats of this process's runtimes, each with when it was
+        # recorded and its expiry (time.monotonic()); the Redis store keeps them in Redis instead.
+        self._beats: dict[str, tuple[Heartbeat, float, float]] = {}
 
     # -- models -----------------------------------------------------------------------------
 
@@ -373,6 +467,24 @@ class Store(abc.ABC):
         ``CLICKBOOST_LOG_RETENTION``, applied by every expiry sweep.
         """
 
+    # -- dashboard: per-minute activity -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
+        """Add ``minutes`` (minute number ``floor(unix seconds / 60)`` -> counts) to ``model``'s.
+
+        Atomic per call, and additive: replicas add their own counts for the same minutes. Then
+        forget the minutes more than :data:`ACTIVITY_MINUTES` before the latest minute held, so a
+        model holds at most that many. :class:`UnknownModelError` if there is no such model.
+        """
+
+    @abc.abstractmethod
+    async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
+        """``model``'s minutes ``>= since`` that hold any count, in increasing order.
+
+        :class:`UnknownModelError` if there is no such model.
+        """
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -400,3 +512,21 @@ class Store(abc.ABC):
         One process owns every lease of the memory store, so the default always grants it.
         """
         return True
+
+    async def heartbeat(self, beat: Heartbeat, ttl: float) -> None:
+        """Record ``beat`` (replacing the replica's last one) for ``ttl`` seconds.
+
+        The default keeps it in this process: a one-process store lists the process's own runtimes.
+        """
+        now = time.monotonic()
+        self._beats[beat.replica] = (beat, now, now + ttl)
+
+    async def replicas(self) -> list[Heartbeat]:
+        """The live heartbeats (recorded less than their ``ttl`` ago) by replica id, ``age`` set."""
+        now = time.monotonic()
+        self._beats = {r: v for r, v in self._beats.items() if v[2] > now}
+        return [replace(b, age=now - at) for _, (b, at, _) in sorted(self._beats.items())]
+
+    async def forget_replica(self, replica: str) -> None:
+        """Drop ``replica``'s heartbeat (a replica that stops cleanly is gone at once, not at its TTL)."""
+        self._beats.pop(replica, None)

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import numpy as np
 
 from service.store.base import (
+    ACTIVITY_MINUTES,
+    Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
@@ -51,6 +53,7 @@ class _Model:
         self.dlog: list[list[Any]] = []
         self.dlog_base = 0
         self.dlog_pending: dict[str, list[Any]] = {}
+        self.activity: dict[int, Activity] = {}  # minute -> counts (see Store.add_activity)
 
 
 class MemoryStore(Store):
@@ -266,6 +269,25 @@ class MemoryStore(Store):
         del log[:n]
         m.dlog_base += n
         return n
+
+    # -- dashboard: per-minute activity -----------------------------------------------------------
+
+    async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
+        held = self._model(model).activity
+        new = False
+        for minute, counts in minutes.items():
+            if minute not in held:
+                held[minute] = Activity()
+                new = True
+            held[minute].add(counts)
+        if new:  # only a new minute can push an old one out
+            cut = max(held) - ACTIVITY_MINUTES
+            for minute in [m for m in held if m <= cut]:
+                del held[minute]
+
+    async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
+        held = self._model(model).activity
+        return {m: replace(held[m]) for m in sorted(held) if m >= since}
 
     async def ping(self) -> None:
         return None

@@ -33,6 +33,13 @@ Keys (``prefix`` defaults to ``cb:``; one prefix per deployment or per test):
                                        ``lg``: its decision-log entry id, when logged
 ``{p}c:{decision_id}``         hash    its claim: outcome, position, at, ``forget_at``; TTL
                                        ``claim_ttl`` (``forget_at`` also honours the caller's clock)
+``{p}m:{name}:act``            hash    per-minute activity: ``{minute}:d`` / ``:c`` / ``:n`` / ``:e``
+                                       (decisions, clicks, no-clicks, expired; ``HINCRBY``) and
+                                       ``{minute}:x`` (exploration, ``HINCRBYFLOAT``)
+``{p}m:{name}:actz``           zset    the minutes held in ``act``, scored by minute: trimming
+                                       finds the old ones without reading the hash
+``{p}replica:{id}``            string  a replica's last heartbeat (JSON), with a TTL
+``{p}replicas``                set     the ids of the replicas that sent one (pruned when listed)
 =============================  ======  =======================================================
 
 Encoding is pickle-free: arrays and decisions with :mod:`service.store.codec`, configs as JSON,
@@ -58,6 +65,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.store.base import (
+    ACTIVITY_MINUTES,
+    Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
@@ -65,6 +74,7 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    Heartbeat,
     LoggedDecision,
     ModelExistsError,
     Store,
@@ -275,8 +285,54 @@ for i = 1, #ids, tonumber(ARGV[3]) do
   redis.call('DEL', unpack(keys))
 end
 redis.call('DEL', base .. ':due', base .. ':log', base .. ':meta', base .. ':cp', base .. ':dlog',
-           base .. ':dout')
+           base .. ':dout', base .. ':act', base .. ':actz')
 return 1
+"""
+
+# ARGV: prefix, model, minutes kept, then per minute: minute, decisions, clicks, no-clicks, expired,
+# exploration. Adds them, then forgets the minutes more than ``kept`` before the latest (some hundred
+# per step: HDEL takes its fields as arguments). Returns -1 when there is no such model, else 1.
+_ADD_ACTIVITY = """
+local p, m, kept = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
+local h, z = p .. 'm:' .. m .. ':act', p .. 'm:' .. m .. ':actz'
+local counters = {'d', 'c', 'n', 'e'}
+for i = 4, #ARGV, 6 do
+  local minute = ARGV[i]
+  for j = 1, 4 do
+    if ARGV[i + j] ~= '0' then redis.call('HINCRBY', h, minute .. ':' .. counters[j], ARGV[i + j]) end
+  end
+  if tonumber(ARGV[i + 5]) ~= 0 then redis.call('HINCRBYFLOAT', h, minute .. ':x', ARGV[i + 5]) end
+  redis.call('ZADD', z, minute, minute)
+end
+local cut = tonumber(redis.call('ZRANGE', z, -1, -1)[1]) - kept
+while true do
+  local old = redis.call('ZRANGEBYSCORE', z, '-inf', cut, 'LIMIT', 0, 200)
+  if #old == 0 then break end
+  local fields = {}
+  for _, minute in ipairs(old) do
+    for _, f in ipairs({'d', 'c', 'n', 'e', 'x'}) do fields[#fields + 1] = minute .. ':' .. f end
+  end
+  redis.call('HDEL', h, unpack(fields))
+  redis.call('ZREM', z, unpack(old))
+end
+return 1
+"""
+
+# ARGV: prefix, model, first minute. Returns -1 when there is no such model, else a flat list: minute,
+# decisions, clicks, no-clicks, expired, exploration, then the next minute's, in minute order.
+_READ_ACTIVITY = """
+local p, m = ARGV[1], ARGV[2]
+if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
+local h = p .. 'm:' .. m .. ':act'
+local out = {}
+for _, minute in ipairs(redis.call('ZRANGEBYSCORE', p .. 'm:' .. m .. ':actz', ARGV[3], '+inf')) do
+  local v = redis.call('HMGET', h, minute .. ':d', minute .. ':c', minute .. ':n', minute .. ':e',
+                       minute .. ':x')
+  out[#out + 1] = minute
+  for j = 1, 5 do out[#out + 1] = v[j] or '0' end
+end
+return out
 """
 
 # KEYS: lease key. ARGV: holder, ttl (ms). Take the lease if free (SET NX PX) or renew it if ours.
@@ -402,6 +458,8 @@ class RedisStore(Store):
         self._put_checkpoint = self.redis.register_script(_PUT_CHECKPOINT)
         self._lease = self.redis.register_script(_LEASE)
         self._trim_decisions = self.redis.register_script(_TRIM_DECISION_LOG)
+        self._add_activity = self.redis.register_script(_ADD_ACTIVITY)
+        self._read_activity = self.redis.register_script(_READ_ACTIVITY)
 
     def key(self, name: str, part: str) -> str:
         """The key of ``part`` (``meta``, ``log``, ``due``, ``cp``) of model ``name``."""
@@ -637,6 +695,65 @@ class RedisStore(Store):
             trimmed += n
             if n < self._TRIM_BATCH:
                 return trimmed
+
+    # -- dashboard: per-minute activity and heartbeats ---------------------------------------------
+
+    @_available
+    async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
+        args: list[Any] = [self.prefix, model, ACTIVITY_MINUTES]
+        for minute, a in minutes.items():
+            args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration)]
+        if int(await self._add_activity(args=args)) < 0:
+            raise UnknownModelError(f"unknown model {model!r}")
+
+    @_available
+    async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
+        out = await self._read_activity(args=[self.prefix, model, since])
+        if not isinstance(out, list):
+            raise UnknownModelError(f"unknown model {model!r}")
+        return {
+            int(out[i]): Activity(
+                int(out[i + 1]), int(out[i + 2]), int(out[i + 3]), int(out[i + 4]), float(out[i + 5])
+            )
+            for i in range(0, len(out), 6)
+        }
+
+    @_available
+    async def heartbeat(self, beat: Heartbeat, ttl: float) -> None:
+        doc = json.dumps({**beat.to_json(), "ttl": ttl})
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(f"{self.prefix}replica:{beat.replica}", doc, px=max(int(1000 * ttl), 1))
+            pipe.sadd(f"{self.prefix}replicas", beat.replica)
+            await pipe.execute()
+
+    @_available
+    async def replicas(self) -> list[Heartbeat]:
+        ids = sorted(v.decode() for v in await self.redis.smembers(f"{self.prefix}replicas"))
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for replica in ids:
+                pipe.get(f"{self.prefix}replica:{replica}")
+                pipe.pttl(f"{self.prefix}replica:{replica}")
+            found = await pipe.execute()
+        beats, gone = [], []
+        for replica, doc, left_ms in zip(ids, found[::2], found[1::2], strict=True):
+            if doc is None or left_ms < 0:  # its TTL ran out: the replica stopped reporting
+                gone.append(replica)
+                continue
+            beat = json.loads(doc)
+            # The age by Redis's clock (TTL minus what is left of it): no skew between replicas.
+            beats.append(Heartbeat.from_json(beat, max(float(beat["ttl"]) - left_ms / 1000, 0.0)))
+        if gone:
+            await self.redis.srem(f"{self.prefix}replicas", *gone)
+        return beats
+
+    @_available
+    async def forget_replica(self, replica: str) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(f"{self.prefix}replica:{replica}")
+            pipe.srem(f"{self.prefix}replicas", replica)
+            await pipe.execute()
 
     # -- replication ----------------------------------------------------------------------------
 

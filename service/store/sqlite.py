@@ -34,7 +34,7 @@ copies the last few frames after one commit (a millisecond or two), see :class:`
 Durability is SQLite's own: every commit keeps its fsync level (below), a checkpoint copies only
 committed frames, and the WAL is started over only once the database file holds every frame, synced.
 
-Schema (``PRAGMA user_version`` 3; a version 1 or 2 file is migrated when opened, in one transaction):
+Schema (``PRAGMA user_version`` 4; a version 1, 2 or 3 file is migrated when opened, in one transaction):
 
 ===============  ================================================================================
 ``models``       ``id`` (never reused), ``name`` (unique), ``config`` (JSON), ``last`` (log
@@ -63,6 +63,10 @@ Schema (``PRAGMA user_version`` 3; a version 1 or 2 file is migrated when opened
                  expiry sweep): ``id``, ``model_version``, then ``outcome``, ``reward``,
                  ``outcome_at`` and the learn event's ``position``, set in the claim's commit. The
                  record's bytes stay in ``blobs``, not copied: a logged decision adds one small row
+``activity``     per-minute counts of the dashboard, ``WITHOUT ROWID`` on ``(model, minute)``:
+                 ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``; added to
+                 about once a second by the runtime (``add_activity``), at most
+                 ``ACTIVITY_MINUTES`` rows per model
 ===============  ================================================================================
 
 A decision's pending record and its claim never coexist (``put_decision`` refuses an id that has a
@@ -117,6 +121,8 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import numpy as np
 
 from service.store.base import (
+    ACTIVITY_MINUTES,
+    Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
@@ -142,7 +148,7 @@ __all__ = ["DataDirInUseError", "SQLiteStore"]
 log = logging.getLogger(__name__)
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # no fdatasync on macOS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MODELS = """
 CREATE TABLE models (
@@ -216,6 +222,17 @@ CREATE TABLE decision_log (
     position INTEGER,
     PRIMARY KEY (model, created_at, blob)
 ) WITHOUT ROWID"""
+_ACTIVITY = """
+CREATE TABLE activity (
+    model INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    decisions INTEGER NOT NULL DEFAULT 0,
+    clicks INTEGER NOT NULL DEFAULT 0,
+    no_clicks INTEGER NOT NULL DEFAULT 0,
+    expired INTEGER NOT NULL DEFAULT 0,
+    exploration REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (model, minute)
+) WITHOUT ROWID"""
 
 _SCHEMA_2 = (
     _MODELS,
@@ -257,7 +274,14 @@ _MIGRATE_2 = (
     "ALTER TABLE models ADD COLUMN logged INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE blobs ADD COLUMN logged INTEGER",
 )
-_MIGRATIONS = {0: _SCHEMA_2 + _MIGRATE_2, 1: _MIGRATE_1 + _MIGRATE_2, 2: _MIGRATE_2}
+# Schema 3 -> 4: the dashboard's per-minute activity (empty: nothing was counted before).
+_MIGRATE_3 = (_ACTIVITY,)
+_MIGRATIONS = {
+    0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3,
+    1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3,
+    2: _MIGRATE_2 + _MIGRATE_3,
+    3: _MIGRATE_3,
+}
 
 # Primary result codes that mean "the disk / file cannot serve now" (503, retry later), not a bug.
 _TRANSIENT = {
@@ -488,7 +512,7 @@ class SQLiteStore(Store):
             db.execute(
                 "DELETE FROM blobs WHERE id IN (SELECT blob FROM decision_log WHERE model = ?)", (model_id,)
             )
-            for table in ("decisions", "events", "checkpoints", "decision_log"):
+            for table in ("decisions", "events", "checkpoints", "decision_log", "activity"):
                 db.execute(f"DELETE FROM {table} WHERE model = ?", (model_id,))
             db.execute("DELETE FROM models WHERE id = ?", (model_id,))
 
@@ -868,6 +892,40 @@ class SQLiteStore(Store):
             trimmed += n
             if n < self._TRIM_STEP or not await self._pause():
                 return trimmed
+
+    # -- dashboard: per-minute activity -----------------------------------------------------------
+
+    @_available
+    async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
+        # NORMAL: counts for a chart, not acknowledged to anyone.
+        with self._write("NORMAL") as db:
+            model_id = self._model_id(db, model)
+            db.executemany(
+                "INSERT INTO activity (model, minute, decisions, clicks, no_clicks, expired, exploration) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, minute) DO UPDATE SET "
+                "decisions = decisions + excluded.decisions, clicks = clicks + excluded.clicks, "
+                "no_clicks = no_clicks + excluded.no_clicks, expired = expired + excluded.expired, "
+                "exploration = exploration + excluded.exploration",
+                [
+                    (model_id, minute, a.decisions, a.clicks, a.no_clicks, a.expired, a.exploration)
+                    for minute, a in minutes.items()
+                ],
+            )
+            db.execute(  # the primary key's order: the newest minute and the old ones without a scan
+                "DELETE FROM activity WHERE model = ? AND minute <= "
+                "(SELECT max(minute) FROM activity WHERE model = ?) - ?",
+                (model_id, model_id, ACTIVITY_MINUTES),
+            )
+
+    @_available
+    async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
+        db = self._conn()
+        rows = db.execute(
+            "SELECT minute, decisions, clicks, no_clicks, expired, exploration FROM activity "
+            "WHERE model = ? AND minute >= ? ORDER BY minute",
+            (self._model_id(db, model), since),
+        ).fetchall()
+        return {minute: Activity(*counts) for minute, *counts in rows}
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -49,8 +49,9 @@ ADMIN_KEY = "contract-admin-key"
 DOC_URI = "urn:clickboost:openapi"
 JSON = "application/json"
 OCTETS = "application/octet-stream"
-# ``Api.call(key=...)``: send the key the operation needs (the admin key for /models).
+# ``Api.call(key=...)``: send the key the operation needs (the admin key for /models and /replicas).
 OPERATION_KEY = "<the operation's key>"
+ADMIN_PATHS = ("/models", "/replicas")
 # The least ``max_body_bytes`` the settings allow: the app the 413 answers are reached on.
 SMALL_BODY_LIMIT = 1024
 
@@ -206,7 +207,7 @@ class Api:
         hdrs = dict(headers or {})
         header = self.contract.key_header(method, path)
         if header is not None and key is not None:
-            own = ADMIN_KEY if path.startswith("/models") else API_KEY
+            own = ADMIN_KEY if path.startswith(ADMIN_PATHS) else API_KEY
             hdrs[header] = own if key == OPERATION_KEY else key
         r = await self.client.request(method.upper(), url, headers=hdrs, **kw)
         assert r.status_code in expected, f"{method.upper()} {url}: {r.status_code} {r.text}"
@@ -491,6 +492,9 @@ async def exercise_models(api: Api) -> None:
         )
         assert seen_job["id"] == job["id"]
         await api.call("get", "/models/{name}/evaluations/{job}", name=name, expect=404)  # unknown id
+        _, stats = await api.call("get", "/models/{name}/stats", name=name, expect=200)
+        assert stats["counts"] == learned["counts"] and stats["version"] == learned["version"]
+        assert stats["evaluations"][0]["id"] == job["id"]
         bad = {"policies": ["nosuchlearner"]}
         await api.call("post", "/models/{name}/evaluations", name=name, json=bad, expect=422)
         _, reset = await api.call("post", "/models/{name}/reset", name=name, expect=200)
@@ -518,6 +522,7 @@ async def exercise_models(api: Api) -> None:
             ("get", "/models/{name}/state"),
             ("post", "/models/{name}/reset"),
             ("get", "/models/{name}/log"),
+            ("get", "/models/{name}/stats"),
         ]:
             await api.call(method, path, name=name, expect=404)
         await api.call("post", "/models/{name}/evaluations", name=name, json=evaluation, expect=404)
@@ -539,6 +544,8 @@ async def exercise_operations(api: Api) -> None:
     assert ready["status"] == "ready"
     r, _ = await api.call("get", "/metrics", expect=200)
     assert r.text
+    _, replicas = await api.call("get", "/replicas", expect=200)
+    assert replicas["answered_by"] in [r["id"] for r in replicas["replicas"]]
 
 
 def raw(body: bytes) -> dict[str, Any]:
@@ -591,7 +598,7 @@ async def exercise_unauthorised(api: Api) -> None:
     assert {p for _, p in secured} >= {"/predict", "/feedback", "/models", "/models/{name}"}
     for method, path in secured:
         request = api.contract.valid_request(method, path)
-        for key in [None, "wrong-key", *([API_KEY] if path.startswith("/models") else [])]:
+        for key in [None, "wrong-key", *([API_KEY] if path.startswith(ADMIN_PATHS) else [])]:
             r, body = await api.call(method, path, name="demo", key=key, expect=401, **request)
             assert "X-API-Key" in body["detail"] and r.headers["www-authenticate"] == "APIKey"
     _, after = await api.call("get", "/models/{name}", name="demo", expect=200)
@@ -674,6 +681,8 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("post", "/models/{name}/reset", "m", {}),
                 ("put", "/models/{name}/state", "m", {"content": state, "headers": {"content-type": OCTETS}}),
                 ("delete", "/models/{name}", "m", {}),
+                ("get", "/models/{name}/stats", "m", {}),
+                ("get", "/replicas", "m", {}),
                 ("get", "/metrics", "m", {}),
             ]
             for method, path, name, kw in needs_store:

@@ -11,10 +11,13 @@ import pytest
 from service.learners import Decision
 from service.serial import encode
 from service.store import (
+    ACTIVITY_MINUTES,
+    Activity,
     Checkpoint,
     ClaimStatus,
     DecisionRecord,
     Event,
+    Heartbeat,
     LoggedDecision,
     ModelExistsError,
     Store,
@@ -286,3 +289,60 @@ async def test_delete_model_forgets_its_decision_log(store: Store) -> None:
     await store.delete_model("m")
     await store.create_model("m", CONFIG)
     assert await read_all(store, "m") == []
+
+
+# -- the dashboard: per-minute activity and replica heartbeats ----------------------------------------
+
+
+async def test_activity_adds_up_per_minute_over_replicas(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    assert await store.read_activity("m", 0) == {}
+    await store.add_activity("m", {101: Activity(1, 0, 0, 1, 0.0), 100: Activity(3, 1, 1, 0, 0.25)})
+    await store.add_activity("m", {101: Activity(2, 1, 0, 0, 0.5)})  # another replica, the same minute
+    assert await store.read_activity("m", 0) == {
+        100: Activity(3, 1, 1, 0, 0.25),
+        101: Activity(3, 1, 0, 1, 0.5),
+    }
+    assert list(await store.read_activity("m", 0)) == [100, 101]  # minute order
+    assert await store.read_activity("m", 101) == {101: Activity(3, 1, 0, 1, 0.5)}
+    assert await store.read_activity("m", 102) == {}
+    await store.create_model("other", CONFIG)
+    assert await store.read_activity("other", 0) == {}  # per model
+    for call in (store.add_activity("nope", {1: Activity(1)}), store.read_activity("nope", 0)):
+        with pytest.raises(UnknownModelError):
+            await call
+    await store.delete_model("m")  # forgotten with the model
+    await store.create_model("m", CONFIG)
+    assert await store.read_activity("m", 0) == {}
+
+
+async def test_activity_keeps_the_last_day_of_minutes(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    day = ACTIVITY_MINUTES
+    await store.add_activity("m", {t: Activity(decisions=1) for t in range(1000, 1000 + day + 300)})
+    held = await store.read_activity("m", 0)
+    assert list(held) == list(range(1300, 1000 + day + 300))  # the newest day, bounded
+    await store.add_activity("m", {1300: Activity(decisions=1)})  # an old minute still held: added to
+    assert (await store.read_activity("m", 1300))[1300].decisions == 2
+    await store.add_activity("m", {1000 + 3 * day: Activity(clicks=1)})  # after a long silence
+    assert await store.read_activity("m", 0) == {1000 + 3 * day: Activity(clicks=1)}
+
+
+async def test_heartbeats_are_listed_until_their_ttl(store: Store) -> None:
+    one = Heartbeat("r1", "host-a", 101, 1_700_000_000.5, {"m": (3, 1), "n": (0, 0)})
+    two = Heartbeat("r2", "host-b", 202, 1_700_000_001.0, {})
+    await store.heartbeat(two, ttl=60.0)
+    await store.heartbeat(one, ttl=0.5)
+    listed = await store.replicas()
+    assert [b.replica for b in listed] == ["r1", "r2"]
+    assert [replace(b, age=0.0) for b in listed] == [one, two]
+    assert all(0.0 <= b.age < 0.5 for b in listed)
+    renewed = replace(one, models={"m": (4, 0)})
+    await store.heartbeat(renewed, ttl=0.5)  # replaces the replica's last one
+    assert [replace(b, age=0.0) for b in await store.replicas()] == [renewed, two]
+    await asyncio.sleep(0.7)  # r1 stops reporting: gone after its TTL; r2's age grows
+    (left,) = await store.replicas()
+    assert left.replica == "r2" and left.age >= 0.6
+    await store.forget_replica("r2")  # a clean stop: gone at once
+    await store.forget_replica("r2")
+    assert await store.replicas() == []

@@ -25,6 +25,7 @@ from service.learners import Decision
 from service.serial import encode
 from service.store import (
     SQLITE_FILE,
+    Activity,
     Checkpoint,
     ClaimStatus,
     DecisionRecord,
@@ -35,7 +36,7 @@ from service.store import (
 )
 from service.store.codec import encode_decision, encode_x
 from service.store.redis import RedisStore
-from service.store.sqlite import DataDirInUseError
+from service.store.sqlite import SCHEMA_VERSION, DataDirInUseError
 
 pytestmark = pytest.mark.anyio
 
@@ -142,7 +143,7 @@ async def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> N
     code = textwrap.dedent(
         f"""
         import asyncio, sys
-        from service.store.sqlite import DataDirInUseError, SQLiteStore
+        from service.store.sqlite import SCHEMA_VERSION, DataDirInUseError, SQLiteStore
         try:
             asyncio.run(SQLiteStore({str(path)!r}, lock_timeout=0.2).list_models())
         except DataDirInUseError as exc:
@@ -356,18 +357,43 @@ async def test_a_schema_2_file_gets_an_empty_decision_log(tmp_path: Path) -> Non
     await s.close()
     db = sqlite3.connect(path)  # back to schema 2, as its files hold it
     db.executescript(
-        "DROP TABLE decision_log; ALTER TABLE models DROP COLUMN logged; "
+        "DROP TABLE decision_log; DROP TABLE activity; ALTER TABLE models DROP COLUMN logged; "
         "ALTER TABLE blobs DROP COLUMN logged; PRAGMA user_version = 2;"
     )
     db.close()
     s = SQLiteStore(path)
     try:
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert (await s.read_decision_log("m")) == ([], None)
         await s.put_decision(replace(record("b", created=1.0), logged=True))
         assert (await s.claim_and_append("a", True, now=2.0)).status is ClaimStatus.ACCEPTED
         assert [e.decision_id for e in (await s.read_decision_log("m"))[0]] == ["b"]
         blob_references_are_exact(s._conn())
+    finally:
+        await s.close()
+
+
+async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("a"))
+    await s.close()
+    db = sqlite3.connect(path)  # back to schema 3, as its files hold it
+    db.executescript("DROP TABLE activity; PRAGMA user_version = 3;")
+    db.close()
+    s = SQLiteStore(path)
+    try:
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert await s.read_activity("m", 0) == {}
+        await s.add_activity("m", {7: Activity(decisions=2, exploration=0.5)})
+        assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
+        assert (await s.counts("m")).pending == 1  # what the file held is intact
+    finally:
+        await s.close()
+    s = SQLiteStore(path)  # and kept across a restart
+    try:
+        assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
     finally:
         await s.close()
 
@@ -456,7 +482,7 @@ async def test_a_schema_1_file_is_migrated_with_everything_in_it(tmp_path: Path)
         await s.trim_log("m", 3)
         assert await s.read_log("m", after=0) == []
         assert s._conn().execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         await s.close()
 

@@ -1,0 +1,322 @@
+"""The dashboard (issue 23): ``GET /dashboard``, a page showing what every model is doing, and the JSON
+it polls, ``GET /models/{name}/stats`` and ``GET /replicas`` (admin key).
+
+The page (``static/dashboard/``: HTML, one script, one style sheet) holds no data and loads nothing
+from elsewhere (its Content-Security-Policy allows this origin only), so it is served without a key,
+as are its files; every number on it comes from the two admin routes here and ``GET /models``,
+asked with the key that the page's form keeps in the browser's session storage.
+
+Where the numbers come from: counts from the store's counters (the same as ``GET /models``); the
+per-minute history from the store's activity (:meth:`service.store.Store.read_activity`), which
+every replica adds to, so every replica shows the same history; version, apply lag, checkpoint,
+memory and evaluation jobs from the replica that answers (``replica`` in the answer); replicas from
+their heartbeats (:meth:`service.store.Store.replicas`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import RedirectResponse
+from pydantic import BaseModel, Field
+from starlette.staticfiles import StaticFiles
+
+from service.api.auth import require_admin
+from service.api.models import Evaluation, NamePath
+from service.api.predict import RuntimeDep
+from service.api.schemas import ModelCounts, error_responses
+from service.runtime import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS
+from service.store import ACTIVITY_MINUTES, Activity
+
+STATIC = Path(__file__).parent / "static" / "dashboard"
+#: Where the page's script and style sheet are served (no key: they hold no data).
+STATIC_PATH = "/dashboard/static"
+#: The decisions per second shown are those of the last few minutes (the current one included).
+RATE_MINUTES = 5
+#: Evaluation jobs shown per model, newest first.
+EVALUATIONS_SHOWN = 3
+#: A replica whose last heartbeat is older than this many heartbeat intervals is shown as stale.
+STALE_BEATS = 3
+# The page may load and ask for nothing but this origin's files and JSON (and no frame may embed it).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+page = APIRouter(include_in_schema=False)
+stats = APIRouter(
+    prefix="/models",
+    dependencies=[Depends(require_admin)],
+    tags=["dashboard"],
+    responses=error_responses(401, 403),
+)
+replicas = APIRouter(
+    dependencies=[Depends(require_admin)], tags=["dashboard"], responses=error_responses(401, 403)
+)
+
+
+def static_files() -> StaticFiles:
+    """The page's script and style sheet, from the package (mounted at :data:`STATIC_PATH`)."""
+    return StaticFiles(directory=STATIC)
+
+
+@page.get("/")
+async def root() -> RedirectResponse:
+    # Relative, so that the page is found behind a proxy that serves the API under a prefix.
+    return RedirectResponse("dashboard", status_code=307)
+
+
+@page.get("/dashboard")
+async def dashboard() -> Response:
+    """The page: no data in it (see the module docstring)."""
+    html = (STATIC / "index.html").read_bytes()
+    return Response(html, media_type="text/html", headers={"Content-Security-Policy": CSP})
+
+
+# -- GET /models/{name}/stats ------------------------------------------------------------------------
+
+
+class MinuteStats(BaseModel):
+    """One minute of a model's activity, summed over every replica."""
+
+    start: float = Field(description="Unix seconds at which the minute starts.")
+    decisions: int
+    clicks: int
+    no_clicks: int
+    expired: int
+    ctr: float | None = Field(
+        description="clicks / (clicks + no_clicks) of the minute; null without answers."
+    )
+    cumulative_ctr: float | None = Field(
+        description="The model's clicks / answered decisions up to the end of the minute (all time)."
+    )
+    exploration: float | None = Field(
+        description="Mean over the minute's decisions of 1 - max(probabilities): the share of traffic "
+        "shown something other than the model's top label; null without decisions."
+    )
+
+
+class ApplyStats(BaseModel):
+    """How far this replica's model is behind the model's event log."""
+
+    log_position: int = Field(description="Position of the last event in the log (the store's).")
+    lag_events: int = Field(description="Events in the log this replica has not applied yet.")
+    lag_seconds: float = Field(description="Age of the last applied event when it was applied.")
+
+
+class CheckpointStats(BaseModel):
+    """The last checkpoint round this replica ran (the lease holder stores the checkpoint)."""
+
+    position: int = Field(description="Log position of the last checkpoint (0: none yet).")
+    events_since: int = Field(description="Events applied since; a starting replica replays these.")
+    seconds_since: float = Field(
+        description="Seconds since that round (or since this replica loaded the model)."
+    )
+
+
+class MemoryStats(BaseModel):
+    state_bytes: int = Field(description="Bytes of learned state held now.")
+    budget_bytes: int = Field(description="Bytes counted against the process's budget for this model.")
+    max_model_bytes: int = Field(description="The per-model budget (CLICKBOOST_MAX_MODEL_BYTES).")
+
+
+class ModelStats(BaseModel):
+    """Body of ``GET /models/{name}/stats``: what the dashboard shows of one model."""
+
+    name: str
+    config: dict[str, Any] = Field(description="The model's configuration: learner, params, ...")
+    replica: str = Field(
+        description="The replica that answered: version, lag, checkpoint, memory and evaluations are its own."
+    )
+    version: int = Field(description="Log position this replica has applied.")
+    counts: ModelCounts = Field(
+        description="All-time counts, shared by every replica (as GET /models/{name})."
+    )
+    decisions_per_second: float = Field(
+        description=f"Decisions per second over the last {RATE_MINUTES} minutes (or since the model was "
+        "created)."
+    )
+    exploration: float | None = Field(
+        description="Mean of 1 - max(probabilities) over the decisions of the minutes held (at most the "
+        "last 24 h): the traffic spent exploring; null without decisions."
+    )
+    ctr_ceiling: float | None = Field(
+        description="1 - exploration: the click rate this exploration allows when the top label is the "
+        "one right answer (the exploration floor of the error, as a ceiling on the click rate)."
+    )
+    minutes: list[MinuteStats] = Field(
+        description="Per-minute activity, oldest first, the current minute last."
+    )
+    apply: ApplyStats
+    checkpoint: CheckpointStats
+    memory: MemoryStats
+    failure: str | None = Field(description="Set while this replica cannot apply the model's next event.")
+    evaluations: list[Evaluation] = Field(
+        description=f"The model's latest off-policy evaluation jobs on this replica (at most "
+        f"{EVALUATIONS_SHOWN}, newest first)."
+    )
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+@stats.get(
+    "/{name}/stats",
+    response_model=ModelStats,
+    responses=error_responses(404, 422, 503),
+    summary="What a model is doing: counts, rates, per-minute history, lag, checkpoint, memory",
+)
+async def model_stats(
+    name: NamePath,
+    runtime: RuntimeDep,
+    minutes: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=ACTIVITY_MINUTES,
+            description="Minutes of per-minute history to return (the current one last).",
+        ),
+    ] = 60,
+) -> ModelStats:
+    """The dashboard's view of model ``name`` (see :class:`ModelStats`); per-minute counts lag by up
+    to a second (each replica adds its counts to the store about once a second)."""
+    m = await runtime.resolve(name, fresh=True)
+    store = runtime.store
+    now = runtime.clock()
+    c = await store.counts(m.name)
+    config = await store.get_model(m.name)
+    position = await store.log_position(m.name)
+    current = math.floor(now / 60)
+    held = await store.read_activity(m.name, current - ACTIVITY_MINUTES + 1)
+
+    # Cumulative CTR at the end of each minute: the all-time counters less what came after it.
+    first = current - minutes + 1
+    clicks_after = sum(a.clicks for t, a in held.items() if t >= first)
+    answered_after = sum(a.clicks + a.no_clicks for t, a in held.items() if t >= first)
+    series = []
+    for t in range(first, current + 1):
+        a = held.get(t, Activity())
+        clicks_after -= a.clicks
+        answered_after -= a.clicks + a.no_clicks
+        series.append(
+            MinuteStats(
+                start=60.0 * t,
+                decisions=a.decisions,
+                clicks=a.clicks,
+                no_clicks=a.no_clicks,
+                expired=a.expired,
+                ctr=_ratio(a.clicks, a.clicks + a.no_clicks),
+                cumulative_ctr=_ratio(c.clicks - clicks_after, c.clicks + c.no_clicks - answered_after),
+                exploration=_ratio(a.exploration, a.decisions),
+            )
+        )
+
+    since = max(60.0 * (current - RATE_MINUTES + 1), float(config.get("created_at", -math.inf)))
+    recent = sum(a.decisions for t, a in held.items() if t > current - RATE_MINUTES)
+    exploration = _ratio(sum(a.exploration for a in held.values()), sum(a.decisions for a in held.values()))
+    jobs = sorted(
+        (j for j in runtime.evaluations.jobs.values() if j.model == m.name), key=lambda j: -j.created_at
+    )
+    return ModelStats(
+        name=m.name,
+        config=m.spec.model_dump(mode="json", exclude_none=True),
+        replica=runtime.replica_id,
+        version=m.position,
+        counts=ModelCounts(
+            decisions=c.decisions,
+            clicks=c.clicks,
+            no_clicks=c.no_clicks,
+            expired=c.expired,
+            pending=c.pending,
+            ctr=c.ctr,
+        ),
+        decisions_per_second=recent / max(now - since, 1.0),  # not a spike in a model's first second
+        exploration=exploration,
+        ctr_ceiling=None if exploration is None else 1.0 - exploration,
+        minutes=series,
+        apply=ApplyStats(
+            log_position=position,
+            lag_events=max(position - m.position, 0),
+            lag_seconds=m.last_apply_lag,
+        ),
+        checkpoint=CheckpointStats(
+            position=m.checkpoint_position,
+            events_since=m.position - m.checkpoint_position,
+            seconds_since=time.monotonic() - m.checkpoint_at,
+        ),
+        memory=MemoryStats(
+            state_bytes=m.learner.nbytes(),
+            budget_bytes=m.budget_bytes,
+            max_model_bytes=runtime.settings.max_model_bytes,
+        ),
+        failure=m.failure,
+        evaluations=[Evaluation(**j.as_dict()) for j in jobs[:EVALUATIONS_SHOWN]],
+    )
+
+
+# -- GET /replicas -----------------------------------------------------------------------------------
+
+
+class ReplicaModel(BaseModel):
+    version: int = Field(description="Log position the replica had applied when it reported.")
+    lag: int = Field(description="Events the log held beyond that version when it reported.")
+
+
+class Replica(BaseModel):
+    """A replica, as its last heartbeat described it."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float = Field(description="Unix seconds, by the replica's clock.")
+    seen_seconds_ago: float = Field(description="Age of its last heartbeat, by the store's clock.")
+    stale: bool = Field(
+        description=f"No heartbeat for {STALE_BEATS} intervals: the process is stuck or gone (it is "
+        f"dropped {HEARTBEAT_TTL_SECONDS:g} s after its last heartbeat)."
+    )
+    models: dict[str, ReplicaModel] = Field(
+        description="The models it serves (a model it cannot load is missing)."
+    )
+
+
+class ReplicaList(BaseModel):
+    """Body of ``GET /replicas``."""
+
+    answered_by: str = Field(description="The id of the replica that answered.")
+    heartbeat_seconds: float = Field(description="How often each replica reports.")
+    replicas: list[Replica]
+
+
+@replicas.get(
+    "/replicas",
+    response_model=ReplicaList,
+    responses=error_responses(503),
+    summary="The replicas serving the models, from their heartbeats",
+)
+async def list_replicas(runtime: RuntimeDep) -> ReplicaList:
+    """Every replica that reported in the last ``HEARTBEAT_TTL_SECONDS`` (with the embedded stores:
+    this process), its applied version of each model and its lag."""
+    beats = await runtime.store.replicas()
+    return ReplicaList(
+        answered_by=runtime.replica_id,
+        heartbeat_seconds=HEARTBEAT_SECONDS,
+        replicas=[
+            Replica(
+                id=b.replica,
+                host=b.host,
+                pid=b.pid,
+                started_at=b.started_at,
+                seen_seconds_ago=b.age,
+                stale=b.age > STALE_BEATS * HEARTBEAT_SECONDS,
+                models={
+                    name: ReplicaModel(version=v, lag=lag) for name, (v, lag) in sorted(b.models.items())
+                },
+            )
+            for b in beats
+        ],
+    )
