@@ -1,0 +1,249 @@
+"""``bench boosters``: the boosting learners against Vowpal Wabbit, before and after issue 20.
+
+Issue 20 ("Boosters at web speed") asks for each booster's rate against VW ``--cbify K --epsilon
+0.05`` on pre-parsed examples, on car and on the first 3,000 rows of MNIST, measured in one run. The
+rate is the simulator's (:func:`lab.sim.stream.run_stream`'s loop: a decision id and its generator,
+decide, the click bit, learn) in examples per CPU-second of this process, up to a CPU budget per
+learner and data set; VW learns the same rows, parsed beforehand. Both run single-threaded in this
+process, one after the other, so the ratio is what the machine's load leaves to both.
+
+*Before* is the same measurement on the code before the compiled boosters (:data:`BEFORE`, the
+parent of the commit that compiled BanditBoost): this file runs as a script in a subprocess whose
+``PYTHONPATH`` is a ``git worktree`` of that commit, so the old learners run with their old defaults
+(what a user naming the learner got) and this file's measuring loop. *After* is this checkout.
+
+Online errors: over the rows processed within the budget (a sanity check), and for AdaBandit and
+BanditBBM at their defaults the online error on MNIST's first 3,000 and 20,000 rounds (issue 20: below
+0.7 at 3,000 and clearly lower at 20,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BEFORE = "091159cd56e02a022d74c9096564b4517cd4f6f8"  # 9f989cb^: before the compiled boosters
+
+#: (label, learner, parameters): the boosters at their defaults, BanditBoost also at the issue's N=100
+SYSTEMS: list[tuple[str, str, dict[str, Any]]] = [
+    ("banditboost N=100", "banditboost", {"n_learners": 100}),
+    ("banditboost", "banditboost", {}),
+    ("adabandit", "adabandit", {}),
+    ("banditbbm", "banditbbm", {}),
+    ("binbandit", "binbandit", {}),
+    ("adaboost-mh", "adaboost-mh", {}),
+]
+#: data set -> rows (car: its shuffled stream duplicated up to this many; mnist: the first rows)
+DATA = {"car": 20_000, "mnist": 3_000}
+ERROR_ROUNDS = (3_000, 20_000)  # MNIST online error of AdaBandit and BanditBBM after these rounds
+
+
+def _rows(name: str, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    from lab.sim.datasets import load_dataset
+
+    data = load_dataset(name)
+    X, y = data.stream(0, duplicate=-(-n // data.n), limit=n)
+    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.int64), data.n_labels
+
+
+def _simulate(
+    learner: str, params: dict[str, Any], X: np.ndarray, y: np.ndarray, k: int, budget: float
+) -> dict:
+    """run_stream's loop up to ``budget`` CPU seconds: rows done, rows per CPU-second, online error."""
+    from service.learners import make_learner
+    from service.sampling import DecisionIds, decision_rng
+
+    model = make_learner(learner, X.shape[1], k, dict(params), seed=0)
+    ids = DecisionIds.for_seed(0)
+    labels = y.tolist()
+    hits, t = 0, 0
+    start = time.process_time()
+    while t < len(labels):
+        x = X[t]
+        d = model.decide(x, decision_rng(ids.new()))
+        hit = d.label == labels[t]
+        model.learn(x, d, hit)
+        hits += hit
+        t += 1
+        if t % 8 == 0 and time.process_time() - start > budget:
+            break
+    seconds = time.process_time() - start
+    return {
+        "rows": t,
+        "rate": t / seconds,
+        "error": 1.0 - hits / t,
+        "params": model.params.model_dump(mode="json"),
+    }
+
+
+def _vw(X: np.ndarray, y: np.ndarray, k: int, budget: float) -> dict | None:
+    """VW ``--cbify k --epsilon 0.05`` learning pre-parsed rows up to ``budget`` CPU seconds."""
+    try:
+        import vowpalwabbit
+    except ImportError:
+        return None
+    vw = vowpalwabbit.Workspace(f"--cbify {k} --epsilon 0.05 --quiet")
+    examples = [
+        vw.parse(f"{label + 1} | " + " ".join(f"{j}:{row[j]:.6g}" for j in np.flatnonzero(row)))
+        for row, label in zip(X, y.tolist(), strict=True)
+    ]
+    t, start = 0, time.process_time()
+    while t < len(examples):
+        vw.learn(examples[t])
+        vw.finish_example(examples[t])
+        t += 1
+        if t % 256 == 0 and time.process_time() - start > budget:
+            break
+    seconds = time.process_time() - start
+    for ex in examples[t:]:
+        vw.finish_example(ex)
+    vw.finish()
+    return {"rows": t, "rate": t / seconds}
+
+
+def measure(budget: float, scale: float = 1.0) -> dict:
+    """Every system on every data set (rows scaled by ``scale``): ``{data: {label: result}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, n in DATA.items():
+        X, y, k = _rows(name, max(int(n * scale), 200))
+        runs: dict[str, Any] = {}
+        for label, learner, params in SYSTEMS:
+            runs[label] = _simulate(learner, params, X, y, k, budget)
+        out[name] = runs
+    return out
+
+
+def _before(budget: float, scale: float) -> dict | None:
+    """:func:`measure` on the :data:`BEFORE` commit (a temporary git worktree), or None without git."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    with tempfile.TemporaryDirectory(prefix="clickboost-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(root), "worktree"]
+        subprocess.run([*git, "add", "--detach", str(tree), BEFORE], check=True, capture_output=True)
+        try:
+            # -c, not the script path: the script's own directory (lab/bench, which has an http.py)
+            # must not come first on sys.path; the worktree (cwd, PYTHONPATH) must.
+            code = (
+                "import runpy, sys; sys.argv = ['boosters', '--measure', sys.argv[1], sys.argv[2]]; "
+                f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')"
+            )
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run(
+                [sys.executable, "-c", code, str(budget), str(scale)],
+                env=env,
+                cwd=tree,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            subprocess.run([*git, "remove", "--force", str(tree)], check=False, capture_output=True)
+
+
+def _errors(rounds: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """Online error of AdaBandit and BanditBBM (defaults) on MNIST after each of ``rounds``."""
+    X, y, k = _rows("mnist", max(rounds))
+    out: dict[str, dict[int, float]] = {}
+    for learner in ("adabandit", "banditbbm"):
+        from lab.sim.stream import run_stream
+        from service.learners import make_learner
+        from service.sampling import DecisionIds
+
+        model = make_learner(learner, X.shape[1], k, seed=0)
+        correct = run_stream(model, X, y, DecisionIds.for_seed(0))
+        out[learner] = {r: 1.0 - float(correct[:r].mean()) for r in rounds}
+    return out
+
+
+def bench(quick: bool) -> str:
+    """Markdown: rates before and after, against VW measured in the same run, and MNIST errors."""
+    from lab.bench import report
+
+    budget, scale = (0.5, 0.1) if quick else (5.0, 1.0)
+    before = _before(budget, scale)
+    after = measure(budget, scale)
+    vw = {}
+    for name, n in DATA.items():
+        X, y, k = _rows(name, max(int(n * scale), 200))
+        vw[name] = _vw(X, y, k, budget)
+    rows = []
+    for label, _, _ in SYSTEMS:
+        cells: list[object] = [label]
+        for name in DATA:
+            ref = vw[name]["rate"] if vw[name] else None
+            for side in (before, after):
+                got = side[name].get(label) if side else None
+                if got is None:
+                    cells.append("–")
+                    continue
+                ratio = f" ({got['rate'] / ref:.3f}×)" if ref else ""
+                cells.append(f"{got['rate']:,.0f}{ratio}")
+            cells.append(f"{after[name][label]['error']:.3f}")
+        rows.append(cells)
+    head = ["learner"]
+    for name in DATA:
+        head += [f"{name} before ex/s (vs VW)", f"{name} after ex/s (vs VW)", f"{name} error after"]
+    vw_line = ", ".join(
+        f"{name} {vw[name]['rate']:,.0f} ex/s" if vw[name] else f"{name}: vowpalwabbit not importable"
+        for name in DATA
+    )
+    params = "; ".join(f"{label} `{after['car'][label]['params']}`" for label, _, _ in SYSTEMS)
+    parts = [
+        "## Boosters against Vowpal Wabbit (issue 20)",
+        "",
+        f"`python -m service bench boosters{' --quick' if quick else ''}`. {report.machine()} "
+        "Examples per CPU-second of the simulator's loop (decision ids included), up to "
+        f"{budget:g} CPU-s per learner and data set: car's shuffled stream duplicated to "
+        f"{int(DATA['car'] * scale):,} rows, MNIST's first {int(DATA['mnist'] * scale):,}. "
+        "VW `--cbify K --epsilon 0.05` on the same rows, pre-parsed, "
+        f"same run: {vw_line}. Before: commit {BEFORE[:7]} (before the compiled boosters; each learner "
+        "with that commit's defaults), run in a git worktree by this command; after: this checkout."
+        + ("" if before is not None else " (Before not measured: not a git checkout.)"),
+        "",
+        report.table(head, rows),
+        "",
+        f"Parameters after (defaults): {params}.",
+    ]
+    if not quick:
+        errs = _errors(ERROR_ROUNDS)
+        parts += [
+            "",
+            "MNIST online error at the defaults (issue 20: below 0.7 after 3,000 rounds, clearly lower "
+            "after 20,000):",
+            "",
+            report.table(
+                ["learner", *(f"after {r:,} rounds" for r in ERROR_ROUNDS)],
+                [[name, *(f"{e[r]:.3f}" for r in ERROR_ROUNDS)] for name, e in errs.items()],
+            ),
+        ]
+    return "\n".join(parts)
+
+
+def _register() -> None:
+    from lab.bench import benches
+
+    benches.register("boosters")(bench)
+
+
+if __name__ == "__main__":  # the subprocess of _before: measure with whatever code PYTHONPATH holds
+    p = argparse.ArgumentParser()
+    p.add_argument("--measure", nargs=2, type=float, required=True, metavar=("BUDGET", "SCALE"))
+    a = p.parse_args()
+    import service
+
+    print(f"measuring the code in {Path(service.__file__).parent.parent}", file=sys.stderr)
+    print(json.dumps(measure(a.measure[0], a.measure[1])))
+else:
+    _register()
