@@ -143,6 +143,15 @@ def _fingerprint(learner: str) -> str:
     return RESULTS_VERSION[learner]
 
 
+#: Parameters this table fixes at the reference code's values whatever the served defaults become
+#: (the defaults come from ``clickboost sweep-defaults``). They are not part of the run keys: every
+#: stored run was made with exactly these values.
+REFERENCE_FIXED: dict[str, dict[str, Any]] = {
+    "adabandit": {"lr_scale": 1.0},  # the reference's alpha rate (ALGORITHMS.md §2.7)
+    "banditbbm": {"gamma": 0.1, "potential": "exact", "ties": "random", "unclicked_label": "argmin"},
+}
+
+
 def new_run(
     learner: str, dataset: str, params: dict[str, Any], seed: int, limit: int | None, coding: str
 ) -> tuple[Learner, np.ndarray, np.ndarray]:
@@ -150,6 +159,7 @@ def new_run(
     data = load_dataset(dataset)
     data = data.ordinal() if coding == "ordinal" else data
     X, y = data.stream(seed, DATASETS[dataset][0], limit)
+    params = {**REFERENCE_FIXED.get(learner, {}), **params}
     return make_learner(learner, data.d, data.n_labels, params, seed=seed), X, y
 
 

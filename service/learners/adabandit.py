@@ -22,13 +22,19 @@ class AdaBanditParams(BanditTreeBoosterParams):
 
     Parameters
     ----------
-    lr_scale : float, default 1
+    rho : float, default 0.01
+        Exploration rate of eq. (2) (see :class:`BanditTreeBoosterParams`).
+    lr_scale : float, default 10
         The constant ``c`` of the alpha learning rate ``eta_t = c rho / (k^2 sqrt t)`` (ALGORITHMS.md
         §2.7: the paper's rate has the form ``Theta(rho / (k^2 sqrt t))``; ``c = 1`` is the reference
         code's rate).
+
+    The defaults (N = 20, rho = 0.01, c = 10) are the best setting of ``clickboost sweep-defaults``
+    (car, dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01 (lab/sweep.py says why).
     """
 
-    lr_scale: float = Field(1.0, gt=0.0)
+    rho: float = Field(0.01, gt=0.0, lt=1.0)
+    lr_scale: float = Field(10.0, gt=0.0)
 
 
 @learners.register("adabandit")

@@ -9,14 +9,17 @@ from service.learners.base import learners
 
 
 class BinBanditParams(BanditBoostParams):
-    """:class:`BanditBoostParams` with the binary Hoeffding-tree family and N = 10 trees per class.
+    """:class:`BanditBoostParams` with the binary Hoeffding-tree family, N = 20 trees per class and
+    ``delta = 0.05``: the best setting of ``clickboost sweep-defaults`` (car, dna, nursery;
+    docs/BENCHMARKS.md).
 
     Seed 001 compares at equal exploration with ``delta = rho k / (k-1)`` (ALGORITHMS.md, the
     exploration table); pass ``delta`` accordingly.
     """
 
     weak: str = "hoeffding_tree"
-    n_learners: int = Field(10, ge=1)
+    n_learners: int = Field(20, ge=1)
+    delta: float = Field(0.05, gt=0.0, lt=1.0)
 
 
 @learners.register("binbandit")

@@ -162,13 +162,12 @@ def test_adabandit_learns_car() -> None:
 
 def test_lr_scale_multiplies_the_alpha_step_exactly() -> None:
     """``eta_t = lr_scale * rho / (k^2 sqrt t)`` (ALGORITHMS.md §2.7): from one state and one decision,
-    a model with ``lr_scale=3`` moves every alpha three times as far as one with the default 1."""
+    a model with ``lr_scale=3`` moves every alpha three times as far as one with ``lr_scale=1``."""
     from service.learners.base import learner_from_state
 
     ds = load_dataset("car")
     X, y = ds.stream(1, 1, limit=300)
-    m1 = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 4, "rho": 0.2}, seed=0)
-    assert m1.params.lr_scale == 1.0
+    m1 = make_learner("adabandit", ds.d, ds.n_labels, {"n_learners": 4, "rho": 0.2, "lr_scale": 1.0}, seed=0)
     run_stream(m1, X[:-1], y[:-1], DecisionIds.for_seed(0))
     config = m1.config()
     config["params"] = {**config["params"], "lr_scale": 3.0}
