@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.learners.base import Decision, learners, randargmax, rho_mix, sample
+from service.learners.bbm_kernels import bbm_cost_vectors
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
     Ties,
@@ -53,6 +54,8 @@ def bbm_costs(
     ``truth`` is ``iota_hat`` (bandit, eq. (5)) or ``e_y`` (full information); ``N - i`` learners
     remain after learner ``i`` (1-based) votes.
     """
+    if rng is None:  # exact: compiled (bbm_kernels), the same numbers to ~1e-15
+        return bbm_cost_vectors(weak, k, gamma, ties == "pessimistic", truth)
     n = weak.size
     s = np.zeros(k, dtype=np.int64)
     out = np.empty((n, k))

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from service.learners.banditbbm import bbm_costs
 from service.learners.base import Decision, learners, randargmax, randargmin
+from service.learners.bbm_kernels import bbm_gamma_matrix
 from service.learners.booster_costs import Ties, TreeBooster, TreeBoosterParams, bbm_cost_matrix
 
 
@@ -65,7 +66,11 @@ class OnlineMBBM(TreeBooster):
         weak = np.empty(n, dtype=np.int64)
         mc = rng if p.potential == "mc" else None
         for i in range(n):
-            G = bbm_cost_matrix(n - 1 - i, s, p.gamma, p.ties, mc)
+            G = (
+                bbm_gamma_matrix(n - 1 - i, s, p.gamma, p.ties == "pessimistic", n)
+                if mc is None
+                else bbm_cost_matrix(n - 1 - i, s, p.gamma, p.ties, mc)
+            )
             weak[i] = randargmin(G @ dist[i], rng)
             s[weak[i]] += 1
         greedy = randargmax(s, rng)
