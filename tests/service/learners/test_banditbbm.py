@@ -96,7 +96,7 @@ def test_unclicked_label_rule(rule: str, car) -> None:
     from service.learners.booster_costs import costs_to_examples
 
     ds, X, y = car
-    params = {"n_learners": 6, "rho": 0.3, "unclicked_label": rule}
+    params = {"n_learners": 6, "rho": 0.3, "gamma": 0.1, "unclicked_label": rule}
     m = make_learner("banditbbm", ds.d, ds.n_labels, params, seed=3)
     run_stream(m, X[:200], y[:200], DecisionIds.for_seed(1))
     seen: list[tuple[np.ndarray, np.ndarray]] = []
