@@ -45,17 +45,29 @@ from service.store import (
     StoreUnavailableError,
     UnknownModelError,
 )
+from service.store.base import Tail
 
 __all__ = ["DEMO_MODEL", "ModelRuntime", "Prediction", "Runtime", "build_learner"]
 
 log = logging.getLogger("clickboost.runtime")
 
 # Replication (docs/ARCHITECTURE.md, "Replication"): a replica on a shared store blocks this long on
-# the logs per round of its tail loop, and keeps at most this many decisions it could not record
-# while the store was down (recorded when it is back; the oldest are dropped beyond that). For
-# RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision id with
-# 503 rather than 404: it may be one that another replica made during the outage and is recording.
-TAIL_BLOCK_SECONDS = 0.5
+# the logs per round of its tail loop (one read over every log, so an idle replica sends about one
+# command per round whatever its number of models), and keeps at most this many decisions it could
+# not record while the store was down (recorded when it is back; the oldest are dropped beyond
+# that). For RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision
+# id with 503 rather than 404: it may be one that another replica made during the outage and is
+# recording. Model creations and deletions come with the tail (the registry's stream); the whole list
+# is read again every MODEL_RESYNC_SECONDS in case a notice was missed.
+TAIL_BLOCK_SECONDS = 1.0
+MODEL_RESYNC_SECONDS = 30.0
+# The expiry sweep on a shared store skips a model until its next pending decision is due (the
+# store says when), or until a decision made meanwhile by another replica could be (its reward
+# window), and trims its decision log at most every RETENTION_ACTIVE_SECONDS after activity and
+# otherwise every RETENTION_RECHECK_SECONDS (or a tenth of the age limit): an idle model costs no
+# command per second, a busy one a trim every few seconds (each forgets what came due meanwhile).
+RETENTION_ACTIVE_SECONDS = 10.0
+RETENTION_RECHECK_SECONDS = 3600.0
 UNSAVED_MAX = 100_000
 RECOVERY_SECONDS = 2.0
 # The dashboard (docs/ARCHITECTURE.md, "Dashboard"): each replica counts decisions, clicks and
@@ -193,6 +205,14 @@ class ModelRuntime:
         # Set while a checkpoint encodes the learner's arrays in a thread: no event is applied to
         # them meanwhile (decisions only read them and go on).
         self.frozen: asyncio.Event | None = None
+        # Shared store: the last log position seen by the tail (the heartbeat's "behind"), and the
+        # sweep's schedule (clock time of the next expiry and decision-log retention passes; a
+        # decision or an event since the last pass makes the retention due).
+        self.seen = 0
+        self.next_expiry = -math.inf
+        self.next_trim = -math.inf
+        self.trimmed_at = -math.inf
+        self.trim_due = True
 
     def _input(self, x: np.ndarray | SparseVector) -> np.ndarray | SparseVector:
         """``x`` as the learner takes it: sparse where it can, else dense."""
@@ -293,6 +313,7 @@ class Runtime:
         # loops (from the on-disk cache after the first time): done here, before /readyz, so that
         # no request, e.g. the first PUT /models of a learner, pays for it.
         await asyncio.to_thread(learners.names)
+        await self.store.prepare()
         declared: dict[str, ModelSpec] = {}
         if self.settings.config_file is not None:
             declared.update(load_model_file(self.settings.config_file))
@@ -508,13 +529,7 @@ class Runtime:
             await asyncio.sleep(self.settings.tail_interval_seconds)
 
     async def _wait_for_events(self) -> None:
-        """Until the logs may have grown: blocking on a shared store's logs, else a local wake-up."""
-        if self.store.shared:
-            # A failed model's log has an entry it cannot apply: waiting on it would return at once
-            # and spin; its retries run on the back-off clock (every round is at most 0.5 s).
-            positions = {name: m.position for name, m in self.models.items() if m.failure is None}
-            await self.store.wait_log(positions, TAIL_BLOCK_SECONDS)
-            return
+        """Until this process appended to a log (one-process stores), or the tail interval."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self.settings.tail_interval_seconds)
         self._wake.clear()
@@ -535,6 +550,11 @@ class Runtime:
             try:
                 if self._unsaved:  # first thing once the store is back
                     await self._save_unsaved()
+                if self.store.shared:
+                    if await self._follow() or time.monotonic() - last_sync > MODEL_RESYNC_SECONDS:
+                        await self.sync_models()
+                        last_sync = time.monotonic()
+                    continue
                 await self._wait_for_events()
                 if time.monotonic() - last_sync > 1.0:
                     await self.sync_models()
@@ -547,6 +567,62 @@ class Runtime:
                 await asyncio.sleep(self.settings.tail_interval_seconds)
             except Exception:  # keep serving; the next round retries
                 log.exception("applying the event log failed")
+
+    async def _follow(self) -> bool:
+        """One round of the tail on a shared store: wait for and apply the events of every model
+        (one read from the store, whatever the number of models); retry failed models that are due.
+        Returns whether models were created or deleted elsewhere (the caller syncs the list)."""
+        # A failed model's log has an entry it cannot apply and a frozen one waits for its checkpoint:
+        # reading them would return at once and spin. They are left out, and the round is short while
+        # one is frozen or a retry comes soon; it also ends when a time-based checkpoint comes due.
+        positions, timeout = {}, TAIL_BLOCK_SECONDS
+        now, interval = time.monotonic(), self.settings.tail_interval_seconds
+        for name, m in self.models.items():
+            if m.failure is not None:
+                timeout = min(timeout, max(m.retry_at - now, interval))
+            elif m.frozen is not None:
+                timeout = min(timeout, interval)
+            else:
+                positions[name] = m.position
+                if m.position > m.checkpoint_position:
+                    due = m.checkpoint_at + self.settings.checkpoint_interval_seconds - now
+                    timeout = min(timeout, max(due, interval))
+        tail: Tail = await self.store.tail(positions, timeout)
+        for name, events in tail.events.items():
+            m = self.models.get(name)
+            if m is not None and m.failure is None:
+                await self._apply_isolated(m, events)
+        for m in list(self.models.values()):
+            if m.failure is not None:
+                if time.monotonic() >= m.retry_at:
+                    await self._catch_up_isolated(m)
+            elif m.frozen is None and m.position > m.checkpoint_position:
+                await self._maybe_checkpoint(m)  # every T seconds with new events, however few
+        return tail.models_changed
+
+    async def _apply_isolated(self, m: ModelRuntime, events: list[Event]) -> None:
+        """Apply ``events`` (read from ``m``'s log by the tail) as :meth:`catch_up` would; an event
+        ``m`` cannot apply marks it failed, as in :meth:`_catch_up_isolated`."""
+        m.seen = max(m.seen, events[-1].position)
+        m.trim_due = True
+        try:
+            if events[0].position > m.position + 1:  # trimmed below us: from the checkpoint
+                await self.catch_up(m)
+                return
+            while m.frozen is not None:
+                await m.frozen.wait()
+            now = self.clock()
+            for event in events:
+                if event.position == m.position + 1:  # a concurrent catch_up may have applied it
+                    m.apply(event)
+                    m.last_apply_lag = max(now - event.at, 0.0)
+            await self._maybe_checkpoint(m)
+        except StoreUnavailableError:
+            raise
+        except UnknownModelError:  # deleted meanwhile; the next sync drops it
+            return
+        except Exception as exc:
+            self._failed(m, exc)
 
     async def _catch_up_isolated(self, m: ModelRuntime) -> None:
         """Apply ``m``'s log; an event it cannot apply marks it failed, never stops the others.
@@ -594,29 +670,48 @@ class Runtime:
         while True:
             await asyncio.sleep(self.settings.sweep_interval_seconds)
             try:
-                await self.sweep()
+                await self.sweep(scheduled=True)
             except StoreUnavailableError as exc:  # the next round retries
                 log.warning("expiring decisions: %s", exc)
             except Exception:
                 log.exception("expiring decisions failed")
 
-    async def sweep(self) -> int:
+    async def sweep(self, scheduled: bool = False) -> int:
         """Give every decision whose reward window passed its model's default reward; return how many.
 
         Then forget the decision-log entries past the retention (``CLICKBOOST_LOG_RETENTION``),
         oldest first: each sweep removes what aged out since the last one.
+
+        ``scheduled`` (the background loop): skip the models with nothing due. A store that says
+        when a model's next pending decision is due (the shared store) is asked again only then, or
+        once a decision made since by another replica could be due (the model's reward window, or
+        earlier for this replica's own decisions); the retention runs after a decision or an event
+        of the model (at most every :data:`RETENTION_ACTIVE_SECONDS`), and at least every
+        :data:`RETENTION_RECHECK_SECONDS` (or tenth of the age limit). Other stores are swept every
+        round.
         """
         n = 0
         now = self.clock()
         max_age, max_count = self.retention.max_age, self.retention.max_count
         older_than = None if max_age is None else now - max_age
+        recheck = (
+            RETENTION_RECHECK_SECONDS if max_age is None else min(RETENTION_RECHECK_SECONDS, max_age / 10)
+        )
         for m in list(self.models.values()):
-            claims = await self.store.expire_due(m.name, now, m.spec.default_reward)
-            n += len(claims)
-            if claims:
-                self._minute(m.name, now).expired += len(claims)
-                await self.catch_up(m)
-            await self.store.trim_decision_log(m.name, older_than, max_count)
+            if not scheduled or now >= m.next_expiry:
+                expiry = await self.store.expire(m.name, now, m.spec.default_reward)
+                n += len(expiry.claims)
+                if expiry.claims:
+                    m.trim_due = True
+                    self._minute(m.name, now).expired += len(expiry.claims)
+                    await self.catch_up(m)
+                if expiry.next_due is not None:
+                    m.next_expiry = min(expiry.next_due, now + m.spec.reward_window_seconds)
+            active = m.trim_due and now >= m.trimmed_at + RETENTION_ACTIVE_SECONDS
+            if not scheduled or active or now >= m.next_trim:
+                m.trim_due = False
+                await self.store.trim_decision_log(m.name, older_than, max_count)
+                m.trimmed_at, m.next_trim = now, (now + recheck if self.store.shared else now)
         return n
 
     # -- dashboard: activity and heartbeats -------------------------------------------------------
@@ -657,6 +752,9 @@ class Runtime:
         """This replica's report: its applied version of each model and how far the log is ahead."""
         models = {}
         for name, m in list(self.models.items()):
+            if self.store.shared:  # what the tail has read and not applied: no read per model
+                models[name] = (m.position, max(m.seen - m.position, 0))
+                continue
             try:
                 behind = await self.store.log_position(name) - m.position
             except UnknownModelError:  # deleted meanwhile
@@ -730,7 +828,7 @@ class Runtime:
         decision log when the model keeps one."""
         m = await self.resolve(name)
         x = m.featurise(features)
-        decision_id = self.ids.new()
+        decision_id = self.store.route(m.name, self.ids.new())
         d = m.decide(x, decision_id)
         now = self.clock()
         record = DecisionRecord(
@@ -752,6 +850,8 @@ class Runtime:
             if self.models.get(m.name) is m:
                 del self.models[m.name]
             raise UnknownModelError(f"unknown model {m.name!r} (deleted)") from None
+        m.trim_due = True
+        m.next_expiry = min(m.next_expiry, record.expires_at)
         counts = self._minute(m.name, now)
         counts.decisions += 1
         # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)

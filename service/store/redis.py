@@ -1,4 +1,4 @@
-"""The shared store for several replicas: :class:`~service.store.base.Store` on Redis.
+"""The shared store for several replicas: :class:`~service.store.base.Store` on Redis or Redis Cluster.
 
 Every multi-key step that must be atomic is one Lua script (``EVALSHA``; Redis runs a script to
 completion before serving any other command), so ``claim_and_append`` checks the claim, removes the
@@ -6,61 +6,96 @@ pending record, writes the claim, appends the learn event and bumps the counter 
 replica that dies mid-request leaves either all of it or none. Scripts were chosen over
 ``MULTI``/``WATCH``: a claim depends on what it reads (is there a claim? a pending record? is it due?),
 which under ``WATCH`` means optimistic retries that grow with contention on hot duplicates, while a
-script costs one round trip and never retries. See docs/ARCHITECTURE.md, "Replication".
+script costs one round trip and never retries. See docs/ARCHITECTURE.md, "Replication", and
+docs/SCALING.md for what a pair costs.
 
-Keys (``prefix`` defaults to ``cb:``; one prefix per deployment or per test):
+**One slot per model.** Every key of model ``name`` carries the hash tag ``{name}``, so a model's log,
+counters, pending decisions, claims and checkpoint live in one hash slot (one shard of a cluster)
+and each script touches one slot; models spread over the shards by name. The feedback carries only
+the decision id, so the id says where its decision is: :meth:`RedisStore.route` appends ``.tag``
+to the 128 random bits, ``tag`` being the shortest base-36 string of the model's hash slot
+(:func:`slot_tag`): it names the slot, not the model, and adds no guessable part. An id without a
+valid tag is unknown (404) without a command.
 
-=============================  ======  =======================================================
-``{p}models``                  hash    model name -> JSON config
-``{p}m:{name}:meta``           hash    ``last`` (log position), decision/click/no-click/expired counts,
-                                       ``dlog_last`` / ``dlog_min``: the decision log's last entry
-                                       id and the least one kept (the script need not read entries)
-``{p}m:{name}:log``            stream  the event log; entry id ``{position}-0``, so positions are
-                                       explicit integers without gaps, ``XRANGE``/``XREAD`` read
-                                       them in order and ``XTRIM MINID`` trims below a position
-``{p}m:{name}:due``            zset    pending decision ids scored by ``expires_at`` (the sweep)
-``{p}m:{name}:cp``             hash    the latest checkpoint: ``position``, ``state`` (bytes)
-``{p}m:{name}:dlog``           stream  the decision log: entry id ``{created_at ms}-{n}`` (raised
-                                       to follow the last entry when a replica's clock is behind),
-                                       fields ``id``, ``v`` (model version), ``t`` (created_at),
-                                       ``x`` (as in the record), ``p`` (probabilities, float64
-                                       little-endian), ``l`` (label); written by the decision's
-                                       script, trimmed oldest first by ``trim_decision_log``
-``{p}m:{name}:dout``           hash    outcomes of the logged decisions: id -> ``outcome reward at``
-                                       (reward ``-`` when dropped), written by the claim's script,
-                                       deleted with their entry
-``{p}d:{decision_id}``         hash    a pending decision record, with a TTL of window + ``grace``;
-                                       ``lg``: its decision-log entry id, when logged
-``{p}c:{decision_id}``         hash    its claim: outcome, position, at, ``forget_at``; TTL
-                                       ``claim_ttl`` (``forget_at`` also honours the caller's clock)
-``{p}m:{name}:act``            hash    per-minute activity: ``{minute}:d`` / ``:c`` / ``:n`` / ``:e``
-                                       (decisions, clicks, no-clicks, expired; ``HINCRBY``) and
-                                       ``{minute}:x`` (exploration, ``HINCRBYFLOAT``)
-``{p}m:{name}:actz``           zset    the minutes held in ``act``, scored by minute: trimming
-                                       finds the old ones without reading the hash
-``{p}replica:{id}``            string  a replica's last heartbeat (JSON), with a TTL
-``{p}replicas``                set     the ids of the replicas that sent one (pruned when listed)
-=============================  ======  =======================================================
+Keys (``prefix`` defaults to ``cb:``; one prefix per deployment or per test; ``{t}``: the slot tag of
+the decision's model, ``{name}``: the model name as hash tag):
+
+======================================  ======  ==============================================
+``{p}{_registry}:models``               hash    model name -> JSON config
+``{p}{_registry}:events``               stream  model creations and deletions (``op``, ``name``):
+                                                replicas block on it with the logs
+``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
+                                                decision/click/no-click/expired counts,
+                                                ``dlog_last`` / ``dlog_min``: the decision log's last
+                                                entry id and the least one kept
+``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
+                                                explicit integers without gaps, ``XRANGE``/``XREAD`` read
+                                                them in order and ``XTRIM MINID`` trims below a position
+``{p}{name}:due``                       zset    pending decision ids scored by ``expires_at`` (the sweep)
+``{p}{name}:cp``                        hash    the latest checkpoint: ``position``, ``state`` (bytes)
+``{p}{name}:dlog``                      stream  the decision log: entry id ``{created_at ms}-{n}`` (raised
+                                                to follow the last entry when a replica's clock is
+                                                behind), fields ``id``, ``v`` (model version), ``t``
+                                                (created_at), ``x`` (as in the record), ``p``
+                                                (probabilities, float64 little-endian), ``l`` (label)
+``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
+                                                at`` (reward ``-`` when dropped)
+``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
+                                        zset    ``:e`` / ``:x``) and the minutes held
+``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
+                                                ``lg``: its decision-log entry id, when logged
+``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``;
+                                                TTL ``claim_ttl`` (``forget_at`` honours the caller's clock)
+``{p}lease:{name}``                     string  a lease (``checkpoint:{model}``) and its holder, with a TTL
+``{p}replica:{id}``, ``{p}replicas``    string, a replica's last heartbeat (JSON, TTL); the ids that
+                                        set     sent one (pruned when listed)
+======================================  ======  ==============================================
+
+**Following the logs.** A replica reads every model's new events with one blocking ``XREAD`` over
+all the logs and the registry's stream (:meth:`RedisStore.tail`), and applies the entries it gets:
+no read per model, no poll. Redis Cluster refuses a command over keys of several slots, so there
+the scripts that append also ``SPUBLISH`` the new position on the model's shard channel
+``{p}{name}:notify`` (and model creations and deletions on ``{p}{_registry}:notify``); a replica
+subscribes to the channels of its models (one connection per shard, redis-py's cluster pub/sub)
+and reads (``XRANGE``, pipelined per shard) the logs it was told about. After a subscription is
+made or lost, every log is read again, so a notification missed meanwhile is never a missed event.
+
+**Cluster URLs.** ``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) names any node of a
+Redis Cluster; the store then uses :class:`redis.asyncio.cluster.RedisCluster`, which discovers the
+others. Any other URL is one server (``redis://``, ``rediss://``, ``unix://``).
+
+**Older layouts.** Before issue 25 the keys had no hash tag (``{p}models``, ``{p}m:{name}:meta``, ...,
+``{p}d:{id}``). :meth:`RedisStore.prepare` (run by every replica at start) migrates them, one script
+per model, under a lock: the per-model keys are renamed, the registry moved, and each old
+``{p}m:{name}:meta`` replaced by a string, so that a replica of the old version still running gets
+an error instead of writing where nobody reads (stop old replicas before starting new ones).
+Pending decisions and claims keep their old keys until their TTL: an id without a slot tag is looked
+up there (a single server allows any key in a script).
 
 Encoding is pickle-free: arrays and decisions with :mod:`service.store.codec`, configs as JSON,
-times as ``repr(float)`` (exact round trip). Scripts touch keys derived from the decision's model
-inside the script, which a single Redis primary (optionally behind Sentinel) allows; Redis Cluster
-would need the model as a hash tag in every key and in the decision id (docs/ARCHITECTURE.md).
+times as ``repr(float)`` (exact round trip).
 """
 
 from __future__ import annotations
 
 import asyncio
+import binascii
+import contextlib
 import functools
 import json
 import math
+import re
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -74,39 +109,81 @@ from service.store.base import (
     Counts,
     DecisionRecord,
     Event,
+    Expiry,
     Heartbeat,
     LoggedDecision,
     ModelExistsError,
     Store,
     StoreUnavailableError,
+    Tail,
     UnknownModelError,
 )
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 
-__all__ = ["RedisStore"]
+__all__ = ["RedisStore", "slot_tag"]
 
-# Shared Lua helpers: the claim of a decision id (honouring the caller's clock) and the append of one
-# event with the next position. ``p`` is the key prefix, ``m`` the model name.
+#: Redis Cluster's hash slots: CRC16 (XMODEM) of the hash tag modulo this.
+SLOTS = 16384
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+#: A routed decision id: the random part, a dot, the slot tag (at most 4 base-36 digits).
+_ROUTED = re.compile(r"^(.+)\.([0-9a-z]{1,4})$")
+#: The parts of a model's keys (``{p}{name}:{part}``), all in the model's hash slot.
+_PARTS = ("meta", "due", "log", "cp", "dlog", "dout", "act", "actz")
+#: Events read per model per tail round (more wait for the next round, which does not block).
+_TAIL_BATCH = 256
+#: Entries kept in the registry's stream (creations and deletions; replicas read it within seconds).
+_REGISTRY_EVENTS = 1000
+
+
+def key_slot(tag: str) -> int:
+    """The hash slot of a key whose hash tag is ``tag`` (Redis Cluster's CRC16 modulo 16384)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
+
+
+@functools.cache
+def slot_tag(slot: int) -> str:
+    """The first base-36 string (``0``, ``1``, ..., ``z``, ``10``, ...) whose hash slot is ``slot``.
+
+    About 16,000 CRCs on average, once per slot and process; every slot has one of at most 4 digits.
+    """
+    i = 0
+    while True:
+        n, digits = i, ""
+        while True:
+            n, r = divmod(n, 36)
+            digits = _BASE36[r] + digits
+            if not n:
+                break
+        if key_slot(digits) == slot:
+            return digits
+        i += 1
+
+
+# Shared Lua helpers. ``p`` is the key prefix, ``m`` a model name; a model's keys are
+# ``p{m}:part``, a decision's ``p{tag}:d:id`` / ``p{tag}:c:id`` (the tag ends the id, after a dot;
+# ids of the old layout have none and keep their old keys ``pd:id`` / ``pc:id``).
 _LUA_COMMON = """
-local function live_claim(p, id, now)
-  local ck = p .. 'c:' .. id
+local function mk(p, m, part) return p .. '{' .. m .. '}:' .. part end
+local function dk(p, id, kind)
+  local tag = string.match(id, '%.([0-9a-z]+)$')
+  if tag then return p .. '{' .. tag .. '}:' .. kind .. ':' .. id end
+  return p .. kind .. ':' .. id
+end
+local function notify(p, m, on, pos)
+  if on == '1' then redis.call('SPUBLISH', mk(p, m, 'notify'), pos) end
+end
+local function live_claim(ck, now)
   local c = redis.call('HMGET', ck, 'model', 'outcome', 'position', 'at', 'forget_at')
   if not c[1] then return nil end
   if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil end
   return c
 end
-local function append(p, m, fields)
-  local pos = redis.call('HINCRBY', p .. 'm:' .. m .. ':meta', 'last', 1)
-  redis.call('XADD', p .. 'm:' .. m .. ':log', pos .. '-0', unpack(fields))
-  return pos
-end
-local function claim(p, id, m, outcome, position, now, forget_at, claim_ttl_ms)
-  local ck = p .. 'c:' .. id
+local function claim(ck, dkey, due, id, m, outcome, position, now, forget_at, claim_ttl_ms)
   redis.call('HSET', ck, 'model', m, 'outcome', outcome, 'position', position, 'at', now,
              'forget_at', forget_at)
   redis.call('PEXPIRE', ck, claim_ttl_ms)
-  redis.call('DEL', p .. 'd:' .. id)
-  redis.call('ZREM', p .. 'm:' .. m .. ':due', id)
+  redis.call('DEL', dkey)
+  redis.call('ZREM', due, id)
 end
 -- Stream entry ids 'ms-seq' as numbers (ms < 1e14, see _MAX_SECONDS).
 local function entry_id(eid)
@@ -114,136 +191,149 @@ local function entry_id(eid)
   return tonumber(ms), tonumber(seq)
 end
 -- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry
--- (its id is below ``dlog_min``); reading the entry itself would copy its features.
-local function log_outcome(p, id, m, lg, outcome, reward, now)
+-- (its id is below ``low``, the meta's dlog_min); reading the entry itself would copy its features.
+local function log_outcome(p, m, id, lg, low, outcome, reward, now)
   if not lg then return end
-  local base = p .. 'm:' .. m
-  local low = redis.call('HGET', base .. ':meta', 'dlog_min')
   if low then
     local ms, seq = entry_id(lg)
     local lms, lseq = entry_id(low)
     if ms < lms or (ms == lms and seq < lseq) then return end
   end
-  redis.call('HSET', base .. ':dout', id, outcome .. ' ' .. reward .. ' ' .. now)
+  redis.call('HSET', mk(p, m, 'dout'), id, outcome .. ' ' .. reward .. ' ' .. now)
 end
 """
 
-# KEYS: none. ARGV: prefix, decision id, click (1/0), now, forget_at, claim ttl (ms).
-# Returns {status, model, outcome, position ('' if none), at}.
+# KEYS: decision key, claim key. ARGV: prefix, decision id, click (1/0), now, forget_at, claim ttl
+# (ms), notify (1/0). Returns {status, model, outcome, position ('' if none), at}.
 _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
 local p, id, click, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local c = live_claim(p, id, now)
+local c = live_claim(KEYS[2], now)
 if c then
   local status = 'duplicate'
   if c[2] == 'expired' then status = 'expired' end
   return {status, c[1], c[2], c[3], c[4]}
 end
-local r = redis.call('HMGET', p .. 'd:' .. id, 'model', 'x', 'decision', 'expires_at', 'lg')
+local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg')
 if not r[1] then return {'unknown'} end
 if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4]} end
 local m = r[1]
-local outcome = 'no_click'
-if click == '1' then outcome = 'click' end
-local pos = append(p, m, {'kind', 'learn', 'at', now, 'decision_id', id, 'x', r[2], 'decision', r[3],
-                          'reward', click, 'outcome', outcome})
-log_outcome(p, id, m, r[5], outcome, click, now)
-claim(p, id, m, outcome, pos, now, ARGV[5], ARGV[6])
-local counter = 'no_clicks'
-if click == '1' then counter = 'clicks' end
-redis.call('HINCRBY', p .. 'm:' .. m .. ':meta', counter, 1)
+local outcome, counter = 'no_click', 'no_clicks'
+if click == '1' then outcome, counter = 'click', 'clicks' end
+local meta = mk(p, m, 'meta')
+local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
+local pos = (tonumber(v[1]) or 0) + 1
+redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
+           'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
+redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
+log_outcome(p, m, id, r[5], v[3], outcome, click, now)
+claim(KEYS[2], KEYS[1], mk(p, m, 'due'), id, m, outcome, pos, now, ARGV[5], ARGV[6])
+notify(p, m, ARGV[7], pos)
 return {'accepted', m, outcome, tostring(pos), now}
 """
 )
 
-# ARGV: prefix, model, now, forget_at, claim ttl (ms), append ('1' for no_click, '0' for drop), batch.
-# Returns a flat list id1, position1 ('' if dropped), id2, ... in due order.
+# KEYS: meta, due. ARGV: prefix, model, now, forget_at, claim ttl (ms), append ('1' for no_click,
+# '0' for drop), batch, notify. Returns -1 when there is no such model, else {claims, next due}:
+# claims a flat list id1, position1 ('' if dropped), id2, ... in due order; next due the earliest
+# expiry still pending ('' if none).
 _EXPIRE_DUE = (
     _LUA_COMMON
     + """
 local p, m, now = ARGV[1], ARGV[2], ARGV[3]
-local due = redis.call('ZRANGEBYSCORE', p .. 'm:' .. m .. ':due', '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
+local meta, due = KEYS[1], KEYS[2]
+local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min')
+if not v[1] then return -1 end
+local last, expired = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 local out = {}
-for _, id in ipairs(due) do
-  local r = redis.call('HMGET', p .. 'd:' .. id, 'x', 'decision', 'lg')
-  if r[1] and not live_claim(p, id, now) then
+for _, id in ipairs(ids) do
+  local dkey, ck = dk(p, id, 'd'), dk(p, id, 'c')
+  local r = redis.call('HMGET', dkey, 'x', 'decision', 'lg')
+  if r[1] and not live_claim(ck, now) then
     local pos = ''
     if ARGV[6] == '1' then
-      pos = tostring(append(p, m, {'kind', 'learn', 'at', now, 'decision_id', id, 'x', r[1],
-                                   'decision', r[2], 'reward', '0', 'outcome', 'expired'}))
-      log_outcome(p, id, m, r[3], 'expired', '0', now)
+      last = last + 1
+      pos = tostring(last)
+      redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
+                 'x', r[1], 'decision', r[2], 'reward', '0', 'outcome', 'expired')
+      log_outcome(p, m, id, r[3], v[4], 'expired', '0', now)
     else
-      log_outcome(p, id, m, r[3], 'dropped', '-', now)
+      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
     end
-    claim(p, id, m, 'expired', pos, now, ARGV[4], ARGV[5])
-    redis.call('HINCRBY', p .. 'm:' .. m .. ':meta', 'expired', 1)
+    claim(ck, dkey, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5])
+    expired = expired + 1
     out[#out + 1] = id
     out[#out + 1] = pos
   else
-    redis.call('ZREM', p .. 'm:' .. m .. ':due', id)  -- forgotten by its TTL, or claimed
+    redis.call('ZREM', due, id)  -- forgotten by its TTL, or claimed
   end
 end
-return out
+if #out > 0 then
+  redis.call('HSET', meta, 'last', last, 'expired', expired)
+  if ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
+end
+local nxt = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+return {out, nxt[2] or ''}
 """
 )
 
-# ARGV: prefix, model, decision id, ttl (ms), x, decision, model_version, created_at, expires_at,
-# then for a logged decision: created_at in whole ms, probabilities, label.
-# Returns 'ok', 'unknown_model' or 'not_new'.
+# KEYS: meta, decision key, claim key, due, decision log. ARGV: decision id, ttl (ms), x, decision,
+# model_version, created_at, expires_at, then for a logged decision: created_at in whole ms,
+# probabilities, label. Returns 'ok', 'unknown_model' or 'not_new'.
 _PUT_DECISION = (
     _LUA_COMMON
     + """
-local p, m, id = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('HEXISTS', p .. 'models', m) == 0 then return 'unknown_model' end
-local dk = p .. 'd:' .. id
-if redis.call('EXISTS', dk, p .. 'c:' .. id) > 0 then return 'not_new' end
-local record = {'model', m, 'x', ARGV[5], 'decision', ARGV[6], 'model_version', ARGV[7],
-                'created_at', ARGV[8], 'expires_at', ARGV[9]}
-local meta = p .. 'm:' .. m .. ':meta'
-if ARGV[10] then
+local meta, dkey = KEYS[1], KEYS[2]
+local v = redis.call('HMGET', meta, 'model', 'decisions', 'dlog_last')
+if not v[1] then return 'unknown_model' end
+if redis.call('EXISTS', dkey, KEYS[3]) > 0 then return 'not_new' end
+local record = {'model', v[1], 'x', ARGV[3], 'decision', ARGV[4], 'model_version', ARGV[5],
+                'created_at', ARGV[6], 'expires_at', ARGV[7]}
+local counts = {'decisions', (tonumber(v[2]) or 0) + 1}
+if ARGV[8] then
   -- Entry ids follow creation times; a replica whose clock is behind the last entry's follows it.
   -- The last id is kept in the meta hash: reading the stream's last entry would copy its features.
-  local eid = ARGV[10] .. '-0'
+  local eid = ARGV[8] .. '-0'
   if eid == '0-0' then eid = '0-1' end  -- the one id a stream refuses
-  local last = redis.call('HGET', meta, 'dlog_last')
-  if last then
-    local ms, seq = entry_id(last)
-    if ms >= tonumber(ARGV[10]) then eid = ms .. '-' .. (seq + 1) end
+  if v[3] then
+    local ms, seq = entry_id(v[3])
+    if ms >= tonumber(ARGV[8]) then eid = ms .. '-' .. (seq + 1) end
   end
-  redis.call('XADD', p .. 'm:' .. m .. ':dlog', eid, 'id', id, 'v', ARGV[7], 't', ARGV[8], 'x', ARGV[5],
-             'p', ARGV[11], 'l', ARGV[12])
-  redis.call('HSET', meta, 'dlog_last', eid)
+  redis.call('XADD', KEYS[5], eid, 'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3],
+             'p', ARGV[9], 'l', ARGV[10])
+  counts[3], counts[4] = 'dlog_last', eid
   record[#record + 1] = 'lg'
   record[#record + 1] = eid
 end
-redis.call('HSET', dk, unpack(record))
-redis.call('PEXPIRE', dk, ARGV[4])
-redis.call('ZADD', p .. 'm:' .. m .. ':due', ARGV[9], id)
-redis.call('HINCRBY', meta, 'decisions', 1)
+redis.call('HSET', dkey, unpack(record))
+redis.call('PEXPIRE', dkey, ARGV[2])
+redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
+redis.call('HSET', meta, unpack(counts))
 return 'ok'
 """
 )
 
-# ARGV: prefix, model, age limit ('' for none: entries whose id is below this many ms are too old),
-# entries kept ('' for none), batch. Forgets the oldest entries beyond either limit, at most
-# ``batch``, with their outcomes; returns how many, or -1 when there is no such model.
+# KEYS: meta, decision log, outcomes. ARGV: age limit ('' for none: entries whose id is below this
+# many ms are too old), entries kept ('' for none), batch. Forgets the oldest entries beyond either
+# limit, at most ``batch``, with their outcomes; returns how many, or -1 when there is no such model.
 _TRIM_DECISION_LOG = (
     _LUA_COMMON
     + """
-local p, m, batch = ARGV[1], ARGV[2], tonumber(ARGV[5])
-if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
-local log, out = p .. 'm:' .. m .. ':dlog', p .. 'm:' .. m .. ':dout'
+local meta, log, out = KEYS[1], KEYS[2], KEYS[3]
+local batch = tonumber(ARGV[3])
+if redis.call('HEXISTS', meta, 'model') == 0 then return -1 end
 local excess, cut = 0, nil
-if ARGV[4] ~= '' then excess = redis.call('XLEN', log) - tonumber(ARGV[4]) end
-if ARGV[3] ~= '' then cut = tonumber(ARGV[3]) end
+if ARGV[2] ~= '' then excess = redis.call('XLEN', log) - tonumber(ARGV[2]) end
+if ARGV[1] ~= '' then cut = tonumber(ARGV[1]) end
 local function too_old(entry)
   return cut ~= nil and entry_id(entry[1]) < cut
 end
--- A sweep with nothing to forget (the usual one, every second) reads no entry.
+-- A sweep with nothing to forget (the usual one) reads no entry.
 if excess <= 0 then
   if cut == nil then return 0 end
-  if #redis.call('XRANGE', log, '-', '(' .. ARGV[3] .. '-0', 'COUNT', 1) == 0 then return 0 end
+  if #redis.call('XRANGE', log, '-', '(' .. ARGV[1] .. '-0', 'COUNT', 1) == 0 then return 0 end
 end
 local old = redis.call('XRANGE', log, '-', '+', 'COUNT', batch)
 local n, ids = 0, {}
@@ -259,45 +349,81 @@ redis.call('HDEL', out, unpack(ids))
 local ms, seq = entry_id(old[n][1])
 local low = ms .. '-' .. (seq + 1)
 redis.call('XTRIM', log, 'MINID', low)
-redis.call('HSET', p .. 'm:' .. m .. ':meta', 'dlog_min', low)
+redis.call('HSET', meta, 'dlog_min', low)
 return n
 """
 )
 
-# ARGV: prefix, model, then the event's field/value pairs. Returns the position, or -1 (no model).
+# KEYS: meta, log. ARGV: prefix, model, notify, then the event's field/value pairs. Returns the
+# position, or -1 (no model).
 _APPEND = (
     _LUA_COMMON
     + """
-if redis.call('HEXISTS', ARGV[1] .. 'models', ARGV[2]) == 0 then return -1 end
-return append(ARGV[1], ARGV[2], {unpack(ARGV, 3)})
+local v = redis.call('HMGET', KEYS[1], 'model', 'last')
+if not v[1] then return -1 end
+local pos = (tonumber(v[2]) or 0) + 1
+redis.call('XADD', KEYS[2], pos .. '-0', unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], 'last', pos)
+notify(ARGV[1], ARGV[2], ARGV[3], pos)
+return pos
 """
 )
 
-# ARGV: prefix, model, batch. Returns 0 when there is no such model, else 1.
-_DELETE_MODEL = """
-local p, m = ARGV[1], ARGV[2]
-if redis.call('HDEL', p .. 'models', m) == 0 then return 0 end
-local base = p .. 'm:' .. m
-local ids = redis.call('ZRANGE', base .. ':due', 0, -1)
-for i = 1, #ids, tonumber(ARGV[3]) do
+# KEYS: the model's keys (meta first, due second). ARGV: prefix, model, batch, fresh ('1': start a
+# new model, else delete). Deleting removes the pending decisions of the due set and every key of the
+# model and returns 1 if the model existed; a fresh start does the same and marks the model as
+# existing (its meta's ``model``).
+_RESET_MODEL_KEYS = (
+    _LUA_COMMON
+    + """
+local p, batch = ARGV[1], tonumber(ARGV[3])
+local existed = redis.call('HEXISTS', KEYS[1], 'model')
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+for i = 1, #ids, batch do
   local keys = {}
-  for j = i, math.min(i + tonumber(ARGV[3]) - 1, #ids) do keys[#keys + 1] = p .. 'd:' .. ids[j] end
+  for j = i, math.min(i + batch - 1, #ids) do keys[#keys + 1] = dk(p, ids[j], 'd') end
   redis.call('DEL', unpack(keys))
 end
-redis.call('DEL', base .. ':due', base .. ':log', base .. ':meta', base .. ':cp', base .. ':dlog',
-           base .. ':dout', base .. ':act', base .. ':actz')
-return 1
+redis.call('DEL', unpack(KEYS))
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[2]) end
+return existed
+"""
+)
+
+# KEYS: registry hash, registry stream. ARGV: op ('create' / 'delete'), name, config, events kept.
+# Create: HSETNX (0 if taken). Delete: HDEL (0 if unknown). Either way the change is added to the
+# stream that replicas follow. Returns 1 or 0.
+_REGISTRY = """
+local done
+if ARGV[1] == 'create' then
+  done = redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3])
+else
+  done = redis.call('HDEL', KEYS[1], ARGV[2])
+end
+if done == 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'op', ARGV[1], 'name', ARGV[2])
+end
+return done
 """
 
-# ARGV: prefix, model, minutes kept, then per minute: minute, decisions, clicks, no-clicks, expired,
-# exploration. Adds them, then forgets the minutes more than ``kept`` before the latest (some hundred
-# per step: HDEL takes its fields as arguments). Returns -1 when there is no such model, else 1.
+# KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending}: one consistent
+# read.
+_COUNTS = """
+local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired')
+if not v[1] then return {0} end
+return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2])}
+"""
+
+# KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,
+# expired, exploration. Adds them, then forgets the minutes more than ``kept`` before the latest
+# (some hundred per step: HDEL takes its fields as arguments). Returns -1 when there is no such
+# model, else 1.
 _ADD_ACTIVITY = """
-local p, m, kept = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
-local h, z = p .. 'm:' .. m .. ':act', p .. 'm:' .. m .. ':actz'
+local kept = tonumber(ARGV[1])
+if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
+local h, z = KEYS[2], KEYS[3]
 local counters = {'d', 'c', 'n', 'e'}
-for i = 4, #ARGV, 6 do
+for i = 2, #ARGV, 6 do
   local minute = ARGV[i]
   for j = 1, 4 do
     if ARGV[i + j] ~= '0' then redis.call('HINCRBY', h, minute .. ':' .. counters[j], ARGV[i + j]) end
@@ -319,15 +445,14 @@ end
 return 1
 """
 
-# ARGV: prefix, model, first minute. Returns -1 when there is no such model, else a flat list: minute,
-# decisions, clicks, no-clicks, expired, exploration, then the next minute's, in minute order.
+# KEYS: meta, act, actz. ARGV: first minute. Returns -1 when there is no such model, else a flat
+# list: minute, decisions, clicks, no-clicks, expired, exploration, then the next minute's, in minute
+# order.
 _READ_ACTIVITY = """
-local p, m = ARGV[1], ARGV[2]
-if redis.call('HEXISTS', p .. 'models', m) == 0 then return -1 end
-local h = p .. 'm:' .. m .. ':act'
+if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
 local out = {}
-for _, minute in ipairs(redis.call('ZRANGEBYSCORE', p .. 'm:' .. m .. ':actz', ARGV[3], '+inf')) do
-  local v = redis.call('HMGET', h, minute .. ':d', minute .. ':c', minute .. ':n', minute .. ':e',
+for _, minute in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[1], '+inf')) do
+  local v = redis.call('HMGET', KEYS[2], minute .. ':d', minute .. ':c', minute .. ':n', minute .. ':e',
                        minute .. ':x')
   out[#out + 1] = minute
   for j = 1, 5 do out[#out + 1] = v[j] or '0' end
@@ -343,12 +468,40 @@ if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 return 0
 """
 
-# KEYS: checkpoint hash. ARGV: position, state. Keeps the checkpoint at the later position.
+# KEYS: meta, checkpoint hash. ARGV: position, state. Keeps the checkpoint at the later position.
+# Returns -1 when there is no such model.
 _PUT_CHECKPOINT = """
-local old = redis.call('HGET', KEYS[1], 'position')
+if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
+local old = redis.call('HGET', KEYS[2], 'position')
 if old and tonumber(old) > tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'position', ARGV[1], 'state', ARGV[2])
+redis.call('HSET', KEYS[2], 'position', ARGV[1], 'state', ARGV[2])
 return 1
+"""
+
+# The migration from the layout before issue 25 (one server only; see the module docstring).
+# ARGV: prefix, model. Renames the model's keys to their hash-tagged names, marks it as existing and
+# leaves a string at its old meta key, which fails the old version's scripts (WRONGTYPE) before they
+# write. Returns 0 when already done.
+_MIGRATE_MODEL = """
+local p, m = ARGV[1], ARGV[2]
+local old, new = p .. 'm:' .. m .. ':', p .. '{' .. m .. '}:'
+if redis.call('TYPE', old .. 'meta')['ok'] == 'string' then return 0 end
+for _, part in ipairs({'meta', 'log', 'due', 'cp', 'dlog', 'dout', 'act', 'actz'}) do
+  if redis.call('EXISTS', old .. part) == 1 then redis.call('RENAME', old .. part, new .. part) end
+end
+redis.call('HSET', new .. 'meta', 'model', m)
+redis.call('SET', old .. 'meta', 'moved to ' .. new .. '* (clickboost key layout 2, issue 25)')
+return 1
+"""
+
+# ARGV: old registry, new registry, new registry's stream. Moves every config (keeping any already
+# at the new key) and removes the old hash, which the old version's scripts check first.
+_MIGRATE_REGISTRY = """
+local flat = redis.call('HGETALL', ARGV[1])
+for i = 1, #flat, 2 do redis.call('HSETNX', ARGV[2], flat[i], flat[i + 1]) end
+redis.call('DEL', ARGV[1])
+redis.call('XADD', ARGV[3], '*', 'op', 'migrate', 'name', '')
+return #flat / 2
 """
 
 
@@ -357,13 +510,21 @@ T = TypeVar("T")
 
 
 def _available(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Turn "cannot reach Redis" (refused, timed out, loading its AOF) into :class:`StoreUnavailableError`."""
+    """Turn "cannot reach Redis" (refused, timed out, loading its AOF, a cluster without a majority)
+    into :class:`StoreUnavailableError`."""
 
     @functools.wraps(method)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (
+            RedisConnectionError,
+            RedisTimeoutError,
+            ClusterDownError,
+            SlotNotCoveredError,
+            TryAgainError,
+            OSError,
+        ) as exc:
             raise StoreUnavailableError(f"Redis unavailable: {exc}") from exc
 
     return wrapper
@@ -384,10 +545,6 @@ def _ms(t: float) -> str:
     return str(math.floor(min(max(t, 0.0), _MAX_SECONDS) * 1000))
 
 
-def _s(b: bytes | None) -> str:
-    return b.decode() if b is not None else ""
-
-
 def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`)."""
     kind = fields[b"kind"].decode()
@@ -406,17 +563,31 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     return Event(position=position, kind=kind, at=at, state=fields.get(b"state"))  # type: ignore[arg-type]
 
 
+def _events(entries: list[tuple[bytes, Mapping[bytes, bytes]]]) -> list[Event]:
+    return [_event(int(eid.split(b"-")[0]), fields) for eid, fields in entries]
+
+
+def _cluster_url(url: str) -> str | None:
+    """The plain URL of a ``redis+cluster://`` / ``rediss+cluster://`` URL; None for any other."""
+    for scheme in ("redis", "rediss"):
+        if url.startswith(f"{scheme}+cluster://"):
+            return scheme + url[len(scheme) + len("+cluster") :]
+    return None
+
+
 class RedisStore(Store):
-    """:class:`~service.store.base.Store` on one Redis server (see module docstring).
+    """:class:`~service.store.base.Store` on one Redis server or a Redis Cluster (module docstring).
 
     Parameters
     ----------
     url : str
-        ``redis://host:port/db`` (or ``rediss://``, ``unix://``), as for ``redis.asyncio.from_url``.
+        ``redis://host:port/db`` (or ``rediss://``, ``unix://``), as for ``redis.asyncio.from_url``;
+        ``redis+cluster://host:port`` (or ``rediss+cluster://``) for a Redis Cluster, any node.
     claim_ttl : float
         Seconds a claim is remembered (duplicates within it get 409).
     prefix : str
-        Prefix of every key, so several deployments (or tests) can share one Redis.
+        Prefix of every key, so several deployments (or tests) can share one Redis (no braces: the
+        hash tags are the model names).
     grace : float
         Seconds a pending record is kept after its reward window (by Redis's clock), so the expiry
         sweep of a replica that was down for less than this still finds it.
@@ -438,83 +609,138 @@ class RedisStore(Store):
         socket_timeout: float = 2.0,
     ) -> None:
         super().__init__(claim_ttl)
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"key prefix {prefix!r}: no braces (the model names are the hash tags)")
         self.url = url
         self.prefix = prefix
         self.grace = grace
         self.socket_timeout = socket_timeout
+        plain = _cluster_url(url)
+        self.cluster = plain is not None
         # Fail fast when Redis is down (one quick retry on a fresh connection covers a restarted server);
         # the caller answers 503 and the client retries, instead of requests hanging in backoff.
-        self.redis = aioredis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout,
-            retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
+        options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+            "retry": Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
+        }
+        self.redis: aioredis.Redis | RedisCluster = (
+            RedisCluster.from_url(plain, **options)
+            if plain is not None
+            else aioredis.from_url(url, **options)
         )
-        self._claim = self.redis.register_script(_CLAIM_AND_APPEND)
-        self._expire = self.redis.register_script(_EXPIRE_DUE)
-        self._put_decision = self.redis.register_script(_PUT_DECISION)
-        self._append = self.redis.register_script(_APPEND)
-        self._delete = self.redis.register_script(_DELETE_MODEL)
-        self._put_checkpoint = self.redis.register_script(_PUT_CHECKPOINT)
-        self._lease = self.redis.register_script(_LEASE)
-        self._trim_decisions = self.redis.register_script(_TRIM_DECISION_LOG)
-        self._add_activity = self.redis.register_script(_ADD_ACTIVITY)
-        self._read_activity = self.redis.register_script(_READ_ACTIVITY)
+        self._notify = "1" if self.cluster else "0"  # SPUBLISH on appends: a cluster's replicas need it
+        self._registry = f"{prefix}{{_registry}}:models"
+        self._registry_events = f"{prefix}{{_registry}}:events"
+        self._registry_channel = f"{prefix}{{_registry}}:notify"
+        self._registry_cursor: str | None = None  # last registry event seen by tail()
+        self._tags: dict[str, str] = {}  # model -> slot tag of its decision ids
+        # Cluster: the shard channels subscribed to, and the logs to read in the next tail round.
+        self._pubsub: Any = None
+        self._watched: dict[bytes, str] = {}  # channel -> model
+        self._dirty: set[str] = set()
+        register = self.redis.register_script
+        self._claim = register(_CLAIM_AND_APPEND)
+        self._expire = register(_EXPIRE_DUE)
+        self._put_decision = register(_PUT_DECISION)
+        self._append = register(_APPEND)
+        self._reset_keys = register(_RESET_MODEL_KEYS)
+        self._registry_op = register(_REGISTRY)
+        self._counts = register(_COUNTS)
+        self._put_checkpoint = register(_PUT_CHECKPOINT)
+        self._lease = register(_LEASE)
+        self._trim_decisions = register(_TRIM_DECISION_LOG)
+        self._add_activity = register(_ADD_ACTIVITY)
+        self._read_activity = register(_READ_ACTIVITY)
 
     def key(self, name: str, part: str) -> str:
-        """The key of ``part`` (``meta``, ``log``, ``due``, ``cp``) of model ``name``."""
-        return f"{self.prefix}m:{name}:{part}"
+        """The key of ``part`` (``meta``, ``log``, ``due``, ``cp``, ...) of model ``name``."""
+        return f"{self.prefix}{{{name}}}:{part}"
 
-    async def _require(self, name: str) -> None:
-        if not await self.redis.hexists(self.prefix + "models", name):
-            raise UnknownModelError(f"unknown model {name!r}")
+    def _keys(self, name: str, *parts: str) -> list[str]:
+        return [self.key(name, part) for part in parts]
+
+    def _channel(self, name: str) -> str:
+        return self.key(name, "notify")
+
+    def _decision_key(self, decision_id: str, kind: Literal["d", "c"] = "d") -> str:
+        """The record (``d``) or claim (``c``) key of a decision id (see ``dk`` in the scripts)."""
+        routed = _ROUTED.match(decision_id)
+        if routed is None:  # an id of the old layout (or none of ours: its key holds nothing)
+            return f"{self.prefix}{kind}:{decision_id}"
+        return f"{self.prefix}{{{routed[2]}}}:{kind}:{decision_id}"
+
+    def route(self, model: str, decision_id: str) -> str:
+        tag = self._tags.get(model)
+        if tag is None:
+            tag = self._tags[model] = slot_tag(key_slot(model))
+        return f"{decision_id}.{tag}"
 
     # -- models -----------------------------------------------------------------------------
 
     @_available
     async def create_model(self, name: str, config: Mapping[str, Any]) -> None:
+        if "{" in name or "}" in name:
+            raise ValueError(f"model name {name!r}: no braces")
         doc = json.dumps(dict(config), sort_keys=True)
-        if not await self.redis.hsetnx(self.prefix + "models", name, doc):
+        # The name is taken first (the registry), then the model's keys start fresh and say it exists,
+        # then the replicas are told (the registry's stream): a replica that loads the model on that
+        # news finds it complete.
+        if not await self.redis.hsetnx(self._registry, name, doc):
             raise ModelExistsError(f"model {name!r} already exists")
+        await self._reset_keys(keys=self._keys(name, *_PARTS), args=[self.prefix, name, 1000, "1"])
+        fields = {"op": "create", "name": name}
+        await self.redis.xadd(self._registry_events, fields, maxlen=_REGISTRY_EVENTS, approximate=True)  # type: ignore[arg-type]
+        if self.cluster:
+            await self.redis.spublish(self._registry_channel, name)
 
     @_available
     async def get_model(self, name: str) -> dict[str, Any]:
-        doc = await self.redis.hget(self.prefix + "models", name)
+        doc = await self.redis.hget(self._registry, name)
         if doc is None:
             raise UnknownModelError(f"unknown model {name!r}")
         return json.loads(doc)
 
     @_available
     async def list_models(self) -> dict[str, dict[str, Any]]:
-        docs = await self.redis.hgetall(self.prefix + "models")
+        docs = await self.redis.hgetall(self._registry)
         return {name.decode(): json.loads(doc) for name, doc in sorted(docs.items())}
 
     @_available
     async def delete_model(self, name: str) -> None:
-        if not await self._delete(args=[self.prefix, name, 1000]):
+        # The model's keys first (from then on its decisions are refused), the name last: a delete
+        # cut short is finished by the next one.
+        if not await self.redis.hexists(self._registry, name):
             raise UnknownModelError(f"unknown model {name!r}")
+        await self._reset_keys(keys=self._keys(name, *_PARTS), args=[self.prefix, name, 1000, "0"])
+        keys = [self._registry, self._registry_events]
+        if not await self._registry_op(keys=keys, args=["delete", name, "", _REGISTRY_EVENTS]):
+            raise UnknownModelError(f"unknown model {name!r}")
+        if self.cluster:
+            await self.redis.spublish(self._registry_channel, name)
 
     @_available
     async def counts(self, name: str) -> Counts:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hexists(self.prefix + "models", name)
-            pipe.hmget(self.key(name, "meta"), "decisions", "clicks", "no_clicks", "expired")
-            pipe.zcard(self.key(name, "due"))
-            exists, values, pending = await pipe.execute()
-        if not exists:
+        out = await self._counts(keys=self._keys(name, "meta", "due"))
+        if not int(out[0]):
             raise UnknownModelError(f"unknown model {name!r}")
-        d, c, n, e = (int(v or 0) for v in values)
-        return Counts(decisions=d, clicks=c, no_clicks=n, expired=e, pending=int(pending))
+        d, c, n, e, pending = (int(v) for v in out[1:])
+        return Counts(decisions=d, clicks=c, no_clicks=n, expired=e, pending=pending)
 
     # -- decisions and feedback -------------------------------------------------------------
 
     @_available
     async def put_decision(self, record: DecisionRecord) -> None:
         ttl_ms = int(1000 * (max(record.expires_at - record.created_at, 0.0) + self.grace))
+        i = record.decision_id
+        keys = [
+            self.key(record.model, "meta"),
+            self._decision_key(i, "d"),
+            self._decision_key(i, "c"),
+            *self._keys(record.model, "due", "dlog"),
+        ]
         args: list[Any] = [
-            self.prefix,
-            record.model,
-            record.decision_id,
+            i,
             ttl_ms,
             encode_x(record.x),
             encode_decision(record.decision),
@@ -525,7 +751,7 @@ class RedisStore(Store):
         if record.logged:
             probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
             args += [_ms(record.created_at), probs, int(record.decision["label"])]
-        status = await self._put_decision(args=args)
+        status = await self._put_decision(keys=keys, args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
         if status == b"not_new":
@@ -533,7 +759,7 @@ class RedisStore(Store):
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
-        h = await self.redis.hgetall(f"{self.prefix}d:{decision_id}")
+        h = await self.redis.hgetall(self._decision_key(decision_id))
         if not h:
             return None
         return DecisionRecord(
@@ -551,10 +777,11 @@ class RedisStore(Store):
 
     @_available
     async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
-        now_s, forget_at, ttl_ms = self._claim_args(now)
-        out = await self._claim(
-            args=[self.prefix, decision_id, "1" if click else "0", now_s, forget_at, ttl_ms]
-        )
+        if self.cluster and _ROUTED.match(decision_id) is None:
+            return ClaimOutcome(ClaimStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
+        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        args = [self.prefix, decision_id, "1" if click else "0", *self._claim_args(now), self._notify]
+        out = await self._claim(keys=keys, args=args)
         status = ClaimStatus(out[0].decode())
         if status is ClaimStatus.UNKNOWN:
             return ClaimOutcome(status)
@@ -563,22 +790,26 @@ class RedisStore(Store):
         return ClaimOutcome(status, claim)
 
     @_available
+    async def expire(self, model: str, now: float, default_reward: Literal["no_click", "drop"]) -> Expiry:
+        now_s, forget_at, ttl_ms = self._claim_args(now)
+        appended = "1" if default_reward == "no_click" else "0"
+        args = [self.prefix, model, now_s, forget_at, ttl_ms, appended, self._EXPIRE_BATCH, self._notify]
+        claims: list[Claim] = []
+        while True:
+            out = await self._expire(keys=self._keys(model, "meta", "due"), args=args)
+            if not isinstance(out, list):
+                raise UnknownModelError(f"unknown model {model!r}")
+            done, nxt = out
+            for i in range(0, len(done), 2):
+                pos = done[i + 1].decode()
+                claims.append(Claim(done[i].decode(), model, "expired", int(pos) if pos else None, now))
+            if len(done) < 2 * self._EXPIRE_BATCH:
+                return Expiry(claims, float(nxt) if nxt else math.inf)
+
     async def expire_due(
         self, model: str, now: float, default_reward: Literal["no_click", "drop"]
     ) -> list[Claim]:
-        await self._require(model)
-        now_s, forget_at, ttl_ms = self._claim_args(now)
-        appended = "1" if default_reward == "no_click" else "0"
-        claims: list[Claim] = []
-        while True:
-            out = await self._expire(
-                args=[self.prefix, model, now_s, forget_at, ttl_ms, appended, self._EXPIRE_BATCH]
-            )
-            for i in range(0, len(out), 2):
-                pos = out[i + 1].decode()
-                claims.append(Claim(out[i].decode(), model, "expired", int(pos) if pos else None, now))
-            if len(out) < 2 * self._EXPIRE_BATCH:
-                return claims
+        return (await self.expire(model, now, default_reward)).claims
 
     # -- event log and checkpoints ------------------------------------------------------------
 
@@ -589,48 +820,53 @@ class RedisStore(Store):
         fields: list[Any] = ["kind", event.kind, "at", _f(event.at)]
         if event.state is not None:
             fields += ["state", event.state]
-        position = int(await self._append(args=[self.prefix, model, *fields]))
+        keys = self._keys(model, "meta", "log")
+        position = int(await self._append(keys=keys, args=[self.prefix, model, self._notify, *fields]))
         if position < 0:
             raise UnknownModelError(f"unknown model {model!r}")
         return position
 
-    @_available
-    async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
+    async def _exists_and(self, model: str, command: Callable[[Any], Any]) -> Any:
+        """One round trip to the model's shard: whether it exists, and ``command(pipe)``'s answer."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hexists(self.prefix + "models", model)
-            pipe.xrange(self.key(model, "log"), min=f"{after + 1}-0", max="+", count=limit)
-            exists, entries = await pipe.execute()
+            pipe.hexists(self.key(model, "meta"), "model")
+            command(pipe)
+            exists, answer = await pipe.execute()
         if not exists:
             raise UnknownModelError(f"unknown model {model!r}")
-        return [_event(int(eid.split(b"-")[0]), fields) for eid, fields in entries]
+        return answer
+
+    @_available
+    async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
+        log = self.key(model, "log")
+        entries = await self._exists_and(model, lambda p: p.xrange(log, min=f"{after + 1}-0", count=limit))
+        return _events(entries)
 
     @_available
     async def log_position(self, model: str) -> int:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hexists(self.prefix + "models", model)
-            pipe.hget(self.key(model, "meta"), "last")
-            exists, last = await pipe.execute()
-        if not exists:
+        exists, last = await self.redis.hmget(self.key(model, "meta"), ["model", "last"])
+        if exists is None:
             raise UnknownModelError(f"unknown model {model!r}")
         return int(last or 0)
 
     @_available
     async def put_checkpoint(self, model: str, checkpoint: Checkpoint) -> None:
-        await self._require(model)
-        await self._put_checkpoint(keys=[self.key(model, "cp")], args=[checkpoint.position, checkpoint.state])
+        keys = self._keys(model, "meta", "cp")
+        if int(await self._put_checkpoint(keys=keys, args=[checkpoint.position, checkpoint.state])) < 0:
+            raise UnknownModelError(f"unknown model {model!r}")
 
     @_available
     async def get_checkpoint(self, model: str) -> Checkpoint | None:
-        await self._require(model)
-        position, state = await self.redis.hmget(self.key(model, "cp"), "position", "state")
+        cp = self.key(model, "cp")
+        position, state = await self._exists_and(model, lambda p: p.hmget(cp, ["position", "state"]))
         if position is None or state is None:
             return None
         return Checkpoint(int(position), state)
 
     @_available
     async def trim_log(self, model: str, upto: int) -> None:
-        await self._require(model)
-        await self.redis.xtrim(self.key(model, "log"), minid=f"{upto + 1}-0", approximate=False)
+        log = self.key(model, "log")
+        await self._exists_and(model, lambda p: p.xtrim(log, minid=f"{upto + 1}-0", approximate=False))
 
     # -- decision log -----------------------------------------------------------------------------
 
@@ -649,12 +885,8 @@ class RedisStore(Store):
         if after is not None:
             start = "(" + after
         end = "+" if until == math.inf else str(math.ceil(min(max(until, 0.0), _MAX_SECONDS) * 1000))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hexists(self.prefix + "models", model)
-            pipe.xrange(self.key(model, "dlog"), min=start, max=end, count=limit)
-            exists, entries = await pipe.execute()
-        if not exists:
-            raise UnknownModelError(f"unknown model {model!r}")
+        dlog = self.key(model, "dlog")
+        entries = await self._exists_and(model, lambda p: p.xrange(dlog, min=start, max=end, count=limit))
         if not entries:
             return [], None
         ids = [fields[b"id"] for _, fields in entries]
@@ -685,9 +917,10 @@ class RedisStore(Store):
     async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
         cut = "" if older_than is None else _ms(older_than)
         kept = "" if keep is None else keep
+        keys = self._keys(model, "meta", "dlog", "dout")
         trimmed = 0
         while True:  # each script forgets at most a batch (a long script would block Redis)
-            n = int(await self._trim_decisions(args=[self.prefix, model, cut, kept, self._TRIM_BATCH]))
+            n = int(await self._trim_decisions(keys=keys, args=[cut, kept, self._TRIM_BATCH]))
             if n < 0:
                 if trimmed:  # deleted meanwhile
                     return trimmed
@@ -700,15 +933,15 @@ class RedisStore(Store):
 
     @_available
     async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
-        args: list[Any] = [self.prefix, model, ACTIVITY_MINUTES]
+        args: list[Any] = [ACTIVITY_MINUTES]
         for minute, a in minutes.items():
             args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration)]
-        if int(await self._add_activity(args=args)) < 0:
+        if int(await self._add_activity(keys=self._keys(model, "meta", "act", "actz"), args=args)) < 0:
             raise UnknownModelError(f"unknown model {model!r}")
 
     @_available
     async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
-        out = await self._read_activity(args=[self.prefix, model, since])
+        out = await self._read_activity(keys=self._keys(model, "meta", "act", "actz"), args=[since])
         if not isinstance(out, list):
             raise UnknownModelError(f"unknown model {model!r}")
         return {
@@ -718,10 +951,13 @@ class RedisStore(Store):
             for i in range(0, len(out), 6)
         }
 
+    # Heartbeat keys are of no model (different slots in a cluster): pipelines without MULTI, which
+    # the cluster client splits by shard.
+
     @_available
     async def heartbeat(self, beat: Heartbeat, ttl: float) -> None:
         doc = json.dumps({**beat.to_json(), "ttl": ttl})
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(f"{self.prefix}replica:{beat.replica}", doc, px=max(int(1000 * ttl), 1))
             pipe.sadd(f"{self.prefix}replicas", beat.replica)
             await pipe.execute()
@@ -750,7 +986,7 @@ class RedisStore(Store):
 
     @_available
     async def forget_replica(self, replica: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.delete(f"{self.prefix}replica:{replica}")
             pipe.srem(f"{self.prefix}replicas", replica)
             await pipe.execute()
@@ -758,14 +994,87 @@ class RedisStore(Store):
     # -- replication ----------------------------------------------------------------------------
 
     @_available
-    async def wait_log(self, positions: Mapping[str, int], timeout: float) -> None:
-        """``XREAD BLOCK`` on the logs: returns as soon as one has an entry after its applied position."""
-        if not positions:
-            await asyncio.sleep(timeout)
-            return
+    async def tail(self, positions: Mapping[str, int], timeout: float) -> Tail:
+        """Every log's new events in one blocking read (see the module docstring, "Following the
+        logs"); ``models_changed`` when the registry's stream has news (always on the first call)."""
+        if self._registry_cursor is None:  # first call: from now on, after a full sync by the caller
+            last = await self.redis.xrevrange(self._registry_events, count=1)
+            self._registry_cursor = last[0][0].decode() if last else "0-0"
+            return Tail(models_changed=True)
+        if self.cluster:
+            try:
+                return await self._tail_notified(positions, timeout)
+            except Exception:
+                await self._unwatch()  # resubscribe and read every log on the next call
+                raise
         block_ms = max(int(1000 * min(timeout, self.socket_timeout / 2)), 1)
-        streams = {self.key(name, "log"): f"{position}-0" for name, position in positions.items()}
-        await self.redis.xread(streams, count=1, block=block_ms)
+        streams = {self._registry_events: self._registry_cursor}
+        logs = {self.key(name, "log"): name for name in positions}
+        streams.update({key: f"{positions[name]}-0" for key, name in logs.items()})
+        found = await self.redis.xread(streams, count=_TAIL_BATCH, block=block_ms)  # type: ignore[arg-type]
+        events: dict[str, list[Event]] = {}
+        changed = False
+        for key, entries in found or []:
+            name = logs.get(key.decode())
+            if name is None:  # the registry: models created or deleted
+                self._registry_cursor = entries[-1][0].decode()
+                changed = True
+            elif entries:
+                events[name] = _events(entries)
+        return Tail(events, changed)
+
+    async def _tail_notified(self, positions: Mapping[str, int], timeout: float) -> Tail:
+        """:meth:`tail` on a cluster: shard channels say which logs grew; those are read."""
+        changed = False
+        if self._pubsub is None:
+            self._pubsub = self.redis.pubsub()
+            await self._pubsub.ssubscribe(self._registry_channel)
+            self._watched, changed = {}, True
+        want = {self._channel(name).encode(): name for name in positions}
+        new = [c for c in want if c not in self._watched]
+        gone = [c for c in self._watched if c not in want]
+        if new:
+            await self._pubsub.ssubscribe(*new)
+        if gone:
+            await self._pubsub.sunsubscribe(*gone)
+        self._watched = want
+        # A log just subscribed to is read now and once more next round: an append can land between
+        # this read and the moment its shard processes the subscription.
+        dirty, self._dirty = self._dirty | {want[c] for c in new}, {want[c] for c in new}
+        deadline = time.monotonic() + timeout
+        while True:
+            message = await self._pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0)
+            if message is not None:
+                channel = message["channel"]
+                if channel in want:
+                    dirty.add(want[channel])
+                elif channel == self._registry_channel.encode():
+                    changed = True
+                continue
+            if dirty or changed or time.monotonic() >= deadline:
+                break
+            # Polls the subscriptions' sockets in this process, no command to Redis.
+            await asyncio.sleep(0.01)
+        events: dict[str, list[Event]] = {}
+        names = [name for name in dirty if name in positions]
+        if names:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.xrange(self.key(name, "log"), min=f"{positions[name] + 1}-0", count=_TAIL_BATCH)
+                found = await pipe.execute()
+            for name, entries in zip(names, found, strict=True):
+                if entries:
+                    events[name] = _events(entries)
+                    if len(entries) == _TAIL_BATCH:
+                        self._dirty.add(name)  # more to read: the next round does not wait
+        return Tail(events, changed)
+
+    async def _unwatch(self) -> None:
+        if self._pubsub is not None:
+            pubsub, self._pubsub = self._pubsub, None
+            self._watched, self._dirty = {}, set()
+            with contextlib.suppress(Exception):  # a broken connection: nothing more to release
+                await pubsub.aclose()
 
     @_available
     async def lease(self, name: str, holder: str, ttl: float) -> bool:
@@ -775,8 +1084,38 @@ class RedisStore(Store):
     # -- lifecycle ------------------------------------------------------------------------------
 
     @_available
+    async def prepare(self) -> None:
+        """Migrate the key layout from before issue 25, if this Redis holds one (module docstring).
+
+        One replica migrates, under a lock (60 s, renewed by each model's step); the others wait
+        until the old registry is gone. A migration cut short is resumed by the next start.
+        """
+        old = f"{self.prefix}models"
+        if self.cluster or not await self.redis.exists(old):
+            return
+        lock, me = f"{self.prefix}migrating", uuid.uuid4().hex
+        migrate_model = self.redis.register_script(_MIGRATE_MODEL)
+        deadline = time.monotonic() + 600
+        while await self.redis.exists(old):
+            if not await self.redis.set(lock, me, nx=True, px=60_000):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the migration of the Redis keys ({lock}) never finished")
+                await asyncio.sleep(0.2)
+                continue
+            try:
+                for name in await self.redis.hkeys(old):
+                    await migrate_model(args=[self.prefix, name])
+                    await self.redis.pexpire(lock, 60_000)
+                await self.redis.register_script(_MIGRATE_REGISTRY)(
+                    args=[old, self._registry, self._registry_events]
+                )
+            finally:
+                await self.redis.delete(lock)
+
+    @_available
     async def ping(self) -> None:
         await self.redis.ping()
 
     async def close(self) -> None:
+        await self._unwatch()
         await self.redis.aclose()

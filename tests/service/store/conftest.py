@@ -4,19 +4,82 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from service.store import MemoryStore, SQLiteStore, Store
 from service.store.redis import RedisStore
 
-# name -> factory(request, claim_ttl) -> Store. The Redis issue adds "redis" here (using ``redis_url``).
+
+class Routed:
+    """A store whose decision ids are routed (:meth:`Store.route`) on the way in and plain on the way
+    out, so the contract's literal ids ("a", "d3") take the path of real ids: on Redis, the decision's
+    hash slot is read from the id. Everything else is the store's own."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _in(self, decision_id: str) -> str:
+        return self.store.route("m", decision_id)  # any model's route: only the slot tag matters
+
+    @staticmethod
+    def _out(obj: Any) -> Any:
+        """``obj`` (a claim, event, record, logged decision, or a list of them) with plain ids."""
+        if isinstance(obj, list):
+            return [Routed._out(o) for o in obj]
+        if obj is not None and getattr(obj, "decision_id", ""):
+            return replace(obj, decision_id=obj.decision_id.rsplit(".", 1)[0])
+        return obj
+
+    async def put_decision(self, record: Any) -> None:
+        # The record's model decides the route: put it under that model's slot tag.
+        await self.store.put_decision(
+            replace(record, decision_id=self.store.route(record.model, record.decision_id))
+        )
+
+    async def get_decision(self, decision_id: str) -> Any:
+        for model in ("m", "other"):
+            got = await self.store.get_decision(self.store.route(model, decision_id))
+            if got is not None:
+                return self._out(got)
+        return None
+
+    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> Any:
+        out = await self.store.claim_and_append(self._in(decision_id), click, now)
+        return replace(out, claim=self._out(out.claim))
+
+    async def expire_due(self, *args: Any, **kwargs: Any) -> Any:
+        return self._out(await self.store.expire_due(*args, **kwargs))
+
+    async def read_log(self, *args: Any, **kwargs: Any) -> Any:
+        return self._out(await self.store.read_log(*args, **kwargs))
+
+    async def read_decision_log(self, *args: Any, **kwargs: Any) -> Any:
+        page, after = await self.store.read_decision_log(*args, **kwargs)
+        return self._out(page), after
+
+
+def _redis(url_fixture: str) -> Callable[[pytest.FixtureRequest, float], Store]:
+    # A unique key prefix per test: tests never see each other's keys on a shared Redis. Decision ids
+    # are routed, as the runtime routes them.
+    def make(request: pytest.FixtureRequest, claim_ttl: float) -> Store:
+        url = request.getfixturevalue(url_fixture)
+        return Routed(RedisStore(url, claim_ttl, prefix=f"test-{uuid.uuid4().hex}:"))  # type: ignore[return-value]
+
+    return make
+
+
+# name -> factory(request, claim_ttl) -> Store.
 STORES: dict[str, Callable[[pytest.FixtureRequest, float], Store]] = {
     "memory": lambda request, claim_ttl: MemoryStore(claim_ttl),
-    # A unique key prefix per test: tests never see each other's keys on a shared Redis.
-    "redis": lambda request, claim_ttl: RedisStore(
-        request.getfixturevalue("redis_url"), claim_ttl, prefix=f"test-{uuid.uuid4().hex}:"
-    ),
+    "redis": _redis("redis_url"),
+    # A real 3-master cluster (tests/conftest.py): every model's keys in its own slot.
+    "redis-cluster": _redis("redis_cluster_url"),
     # A fresh file per test, under pytest's tmp_path (never in the repository).
     "sqlite": lambda request, claim_ttl: SQLiteStore(
         request.getfixturevalue("tmp_path") / "data" / "clickboost.sqlite3", claim_ttl

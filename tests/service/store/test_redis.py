@@ -1,39 +1,66 @@
-"""Redis-only store properties: several clients (replicas) on one Redis, TTLs, batched sweeps."""
+"""Redis-only store properties: several clients (replicas) on one Redis or one Redis Cluster, routed
+decision ids, TTLs, batched sweeps, the one-read tail, and the migration of the older key layout."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 
 from service.store import ClaimStatus, Event, StoreUnavailableError
-from service.store.redis import RedisStore
+from service.store.codec import encode_decision, encode_x
+from service.store.redis import RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
 from tests.service.store.test_contract import CONFIG, logged, record
 
 pytestmark = pytest.mark.anyio
 
+SERVERS = ["redis_url", "redis_cluster_url"]
 
-@pytest.fixture
-async def replicas(redis_url: str) -> AsyncIterator[list[RedisStore]]:
-    """Three independent clients sharing one key prefix, as three replicas would."""
+
+async def clean(store: RedisStore) -> None:
+    async for key in store.redis.scan_iter(match=store.prefix + "*"):
+        await store.redis.delete(key)
+
+
+@pytest.fixture(params=SERVERS)
+async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[list[RedisStore]]:
+    """Three independent clients sharing one key prefix, as three replicas would, on one Redis and
+    on a 3-master Redis Cluster."""
+    url = request.getfixturevalue(request.param)
     prefix = f"test-{uuid.uuid4().hex}:"
-    stores = [RedisStore(redis_url, 100.0, prefix=prefix) for _ in range(3)]
+    stores = [RedisStore(url, 100.0, prefix=prefix) for _ in range(3)]
     await stores[0].create_model("m", CONFIG)
     try:
         yield stores
     finally:
-        async for key in stores[0].redis.scan_iter(match=prefix + "*"):
-            await stores[0].redis.delete(key)
+        await clean(stores[0])
         for s in stores:
             await s.close()
 
 
+def test_decision_ids_name_their_models_slot_and_nothing_else() -> None:
+    for model in ("m", "news", "digits-2", "a.b_c"):
+        tag = slot_tag(key_slot(model))
+        assert key_slot(tag) == key_slot(model) and 1 <= len(tag) <= 4
+    s = RedisStore("redis://127.0.0.1:1/0")  # never connects
+    routed = s.route("news", "q2v0yN3mVt0dQ1bB5mM0aQ")
+    assert routed == "q2v0yN3mVt0dQ1bB5mM0aQ." + slot_tag(key_slot("news"))
+    assert "news" not in routed
+    # The record, its claim and the model's keys share one hash slot.
+    slots = {key_slot(k.split("{")[1].split("}")[0]) for k in (s._decision_key(routed), s.key("news", "log"))}
+    assert slots == {key_slot("news")}
+    with pytest.raises(ValueError, match="no braces"):
+        RedisStore("redis://127.0.0.1:1/0", prefix="cb:{x}:")
+
+
 async def test_concurrent_duplicates_across_clients_accept_exactly_one(replicas: list[RedisStore]) -> None:
-    ids = [f"d{i}" for i in range(20)]
+    ids = [replicas[0].route("m", f"d{i}") for i in range(20)]
     for i in ids:
         await replicas[0].put_decision(record(i))
     calls = [s.claim_and_append(i, k % 2 == 0, now=1.0) for i in ids for k, s in enumerate(replicas * 3)]
@@ -50,29 +77,42 @@ async def test_concurrent_duplicates_across_clients_accept_exactly_one(replicas:
 
 async def test_records_and_claims_carry_redis_ttls(replicas: list[RedisStore]) -> None:
     s = replicas[0]
-    await s.put_decision(record("a", window=10.0))
-    ttl = await s.redis.pttl(f"{s.prefix}d:a")
+    a = s.route("m", "a")
+    await s.put_decision(record(a, window=10.0))
+    ttl = await s.redis.pttl(s._decision_key(a, "d"))
     assert 10_000 < ttl <= 1000 * (10.0 + s.grace)
-    await s.claim_and_append("a", True, now=1.0)
-    assert 0 < await s.redis.pttl(f"{s.prefix}c:a") <= 100_000
-    assert await s.redis.exists(f"{s.prefix}d:a") == 0
+    await s.claim_and_append(a, True, now=1.0)
+    assert 0 < await s.redis.pttl(s._decision_key(a, "c")) <= 100_000
+    assert await s.redis.exists(s._decision_key(a, "d")) == 0
 
 
-async def test_expiry_sweeps_in_batches_and_in_due_order(replicas: list[RedisStore]) -> None:
+async def test_an_id_without_a_slot_tag_is_unknown(replicas: list[RedisStore]) -> None:
+    s = replicas[0]
+    for bad in ("q2v0yN3mVt0dQ1bB5mM0aQ", "x.", "x.ABC", "x.12345", "{m}.1"):
+        assert (await s.claim_and_append(bad, True, now=1.0)).status is ClaimStatus.UNKNOWN
+        assert await s.get_decision(bad) is None
+
+
+async def test_expiry_sweeps_in_batches_in_due_order_and_says_when_the_next_is_due(
+    replicas: list[RedisStore],
+) -> None:
     s = replicas[0]
     n = RedisStore._EXPIRE_BATCH + 7
     for i in range(n):
-        await s.put_decision(record(f"e{i:04d}", created=float(i % 3), window=1.0))
-    claims = await replicas[1].expire_due("m", now=10.0, default_reward="no_click")
-    assert len(claims) == n and [c.position for c in claims] == list(range(1, n + 1))
-    expected = sorted((float(i % 3), f"e{i:04d}") for i in range(n))
-    assert [c.decision_id for c in claims] == [i for _, i in expected]
+        await s.put_decision(record(s.route("m", f"e{i:04d}"), created=float(i % 3), window=1.0))
+    await s.put_decision(record(s.route("m", "late"), created=50.0, window=1.0))
+    expiry = await replicas[1].expire("m", now=10.0, default_reward="no_click")
+    assert len(expiry.claims) == n and [c.position for c in expiry.claims] == list(range(1, n + 1))
+    expected = sorted((float(i % 3), s.route("m", f"e{i:04d}")) for i in range(n))
+    assert [c.decision_id for c in expiry.claims] == [i for _, i in expected]
+    assert expiry.next_due == 51.0  # "late"
     assert (await s.counts("m")).expired == n
+    assert (await s.expire("m", now=60.0, default_reward="drop")).next_due == float("inf")
 
 
-async def test_a_new_client_sees_log_and_checkpoint(replicas: list[RedisStore], redis_url: str) -> None:
+async def test_a_new_client_sees_log_and_checkpoint(replicas: list[RedisStore]) -> None:
     await replicas[0].append("m", Event(0, "import", at=1.5, state=b"\x00bytes\xff"))
-    fresh = RedisStore(redis_url, 100.0, prefix=replicas[0].prefix)
+    fresh = RedisStore(replicas[0].url, 100.0, prefix=replicas[0].prefix)
     try:
         [ev] = await fresh.read_log("m", after=0)
         assert (ev.position, ev.kind, ev.at, ev.state) == (1, "import", 1.5, b"\x00bytes\xff")
@@ -81,19 +121,62 @@ async def test_a_new_client_sees_log_and_checkpoint(replicas: list[RedisStore], 
         await fresh.close()
 
 
-async def test_wait_log_wakes_when_another_client_appends(replicas: list[RedisStore]) -> None:
+async def test_tail_wakes_when_another_client_appends_and_hands_over_the_events(
+    replicas: list[RedisStore],
+) -> None:
+    """One read for every model: what another client appends arrives within the round, with the
+    events themselves (no read per model); creations and deletions of models come with it."""
+    r, w = replicas[0], replicas[1]
+    assert (await r.tail({"m": 0}, timeout=0.2)).models_changed  # the first round: sync the list
+    for _ in range(2):  # a cluster subscribes to the model's channel, and reads its log twice then
+        await r.tail({"m": 0}, timeout=0.05)
     start = time.monotonic()
-    await replicas[0].wait_log({"m": 0}, timeout=0.2)  # nothing appended: times out
-    assert time.monotonic() - start >= 0.15
-    waiter = asyncio.create_task(replicas[0].wait_log({"m": 0}, timeout=1.5))
-    await asyncio.sleep(0.05)
+    t = await r.tail({"m": 0}, timeout=0.3)  # nothing appended: times out
+    assert time.monotonic() - start >= 0.2 and t.events == {} and not t.models_changed
+    waiter = asyncio.create_task(r.tail({"m": 0}, timeout=1.5))
+    await asyncio.sleep(0.1)
     start = time.monotonic()
-    await replicas[1].append("m", Event(0, "reset", at=1.0))
-    await waiter
+    await w.append("m", Event(0, "reset", at=1.0))
+    t = await waiter
     assert time.monotonic() - start < 1.0
-    start = time.monotonic()
-    await replicas[0].wait_log({"m": 0}, timeout=1.5)  # already behind: returns at once
-    assert time.monotonic() - start < 1.0
+    assert [(e.position, e.kind) for e in t.events["m"]] == [(1, "reset")]
+    await w.append("m", Event(0, "reset", at=2.0))
+    t = await r.tail({"m": 0}, timeout=1.5)  # still at 0: both, at once
+    assert [e.position for e in t.events["m"]] == [1, 2]
+    await w.create_model("n", CONFIG)
+    deadline = time.monotonic() + 5
+    while not (await r.tail({"m": 2}, timeout=0.5)).models_changed:
+        assert time.monotonic() < deadline, "the creation of a model was never reported"
+    await w.delete_model("n")
+    while not (await r.tail({"m": 2}, timeout=0.5)).models_changed:
+        assert time.monotonic() < deadline, "the deletion of a model was never reported"
+
+
+async def test_an_idle_tail_sends_one_command_per_round_whatever_the_number_of_models(
+    redis_url: str,
+) -> None:
+    s = RedisStore(redis_url, prefix=f"test-{uuid.uuid4().hex}:")
+    names = [f"m{i}" for i in range(50)]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for name in names:
+            await s.create_model(name, CONFIG)
+        await s.tail({}, timeout=0.05)  # the first round
+        for models in (names[:1], names):
+            before = client.info("commandstats")
+            for _ in range(3):
+                await s.tail(dict.fromkeys(models, 0), timeout=0.05)
+            after = client.info("commandstats")
+            sent = {
+                k: after[k]["calls"] - before.get(k, {"calls": 0})["calls"]
+                for k in after
+                if k != "cmdstat_info" and after[k]["calls"] != before.get(k, {"calls": 0})["calls"]
+            }
+            assert sent == {"cmdstat_xread": 3}, (len(models), sent)
+    finally:
+        client.close()
+        await clean(s)
+        await s.close()
 
 
 async def test_lease_has_one_holder_until_it_lapses(replicas: list[RedisStore]) -> None:
@@ -113,7 +196,7 @@ async def test_unreachable_redis_fails_fast_as_unavailable() -> None:
         with pytest.raises(StoreUnavailableError):
             await s.ping()
         with pytest.raises(StoreUnavailableError):
-            await s.claim_and_append("a", True, now=1.0)
+            await s.claim_and_append(s.route("m", "a"), True, now=1.0)
     finally:
         await s.close()
     assert time.monotonic() - start < 2.0
@@ -125,22 +208,85 @@ async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_beh
     """A replica whose clock is behind appends after the last entry; the retention runs in scripts of
     ``_TRIM_BATCH`` entries and forgets their outcomes with them, also one claimed afterwards."""
     a, b = replicas[0], replicas[1]
+    d = [a.route("m", f"d{i}") for i in range(8)]
+    late = a.route("m", "late")
     for i in range(8):
-        await a.put_decision(logged(f"d{i}", created=100.0 + i))
-    await b.put_decision(logged("late", created=50.0))  # a clock 50 s behind
+        await a.put_decision(logged(d[i], created=100.0 + i))
+    await b.put_decision(logged(late, created=50.0))  # a clock 50 s behind
     ids = [eid.decode() for eid, _ in await a.redis.xrange(a.key("m", "dlog"))]
     assert ids[-2:] == ["107000-0", "107000-1"]
     entries = (await b.read_decision_log("m"))[0]
-    assert [e.decision_id for e in entries] == [*(f"d{i}" for i in range(8)), "late"]
+    assert [e.decision_id for e in entries] == [*d, late]
     assert entries[-1].created_at == 50.0  # its own time, kept exactly
     for i in range(4):
-        await b.claim_and_append(f"d{i}", True, now=110.0)
+        await b.claim_and_append(d[i], True, now=110.0)
     a._TRIM_BATCH = 3  # type: ignore[misc]
     assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 5  # d0..d4: 3, then 2
     assert await a.redis.hlen(a.key("m", "dout")) == 0
-    await b.claim_and_append("d4", False, now=111.0)  # its entry is gone: nothing is kept
-    await b.claim_and_append("d5", False, now=111.0)
-    assert await a.redis.hkeys(a.key("m", "dout")) == [b"d5"]
+    await b.claim_and_append(d[4], False, now=111.0)  # its entry is gone: nothing is kept
+    await b.claim_and_append(d[5], False, now=111.0)
+    assert await a.redis.hkeys(a.key("m", "dout")) == [d[5].encode()]
     assert await a.trim_decision_log("m", older_than=None, keep=1) == 3
-    assert [e.decision_id for e in (await b.read_decision_log("m"))[0]] == ["late"]
+    assert [e.decision_id for e in (await b.read_decision_log("m"))[0]] == [late]
     assert await a.redis.hlen(a.key("m", "dout")) == 0
+
+
+# -- the key layout before issue 25 ------------------------------------------------------------------
+
+
+async def test_the_old_key_layout_is_migrated_at_start_and_old_replicas_are_fenced_off(
+    redis_url: str,
+) -> None:
+    """Keys as the version before issue 25 wrote them (no hash tags): after ``prepare`` the models,
+    logs, counters and checkpoint are found under their new keys, a decision pending from before is
+    still claimed exactly once (its id has no slot tag), and the old meta key is a string, which the old
+    version's scripts fail on before they write."""
+    p = f"test-{uuid.uuid4().hex}:"
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    r = record("old-a")
+    x, dec = encode_x(r.x), encode_decision(r.decision)
+    config = {**CONFIG, "incarnation": "i1"}
+    learn = {"kind": "learn", "at": "1.0", "x": x, "decision": dec, "reward": "1", "outcome": "click"}
+    await raw.hset(f"{p}models", "m", json.dumps(config, sort_keys=True))
+    await raw.hset(f"{p}m:m:meta", mapping={"last": 1, "decisions": 2, "clicks": 1})
+    await raw.xadd(f"{p}m:m:log", {**learn, "decision_id": "old-a"}, id="1-0")
+    await raw.hset(f"{p}m:m:cp", mapping={"position": 1, "state": b"state"})
+    await raw.zadd(f"{p}m:m:due", {"old-b": 10.0})
+    old_b = {
+        "model": "m",
+        "x": x,
+        "decision": dec,
+        "model_version": 1,
+        "created_at": "0.0",
+        "expires_at": "10.0",
+    }
+    await raw.hset(f"{p}d:old-b", mapping=old_b)
+    claim_a = {"model": "m", "outcome": "click", "position": 1, "at": "1.0", "forget_at": "101.0"}
+    await raw.hset(f"{p}c:old-a", mapping=claim_a)
+    stores = [RedisStore(redis_url, 100.0, prefix=p) for _ in range(2)]
+    try:
+        await asyncio.gather(*(s.prepare() for s in stores))  # two replicas start at once: one migrates
+        s = stores[0]
+        assert await s.list_models() == {"m": config}
+        assert [e.decision_id for e in await s.read_log("m", after=0)] == ["old-a"]
+        cp = await s.get_checkpoint("m")
+        assert cp is not None and (cp.position, cp.state) == (1, b"state")
+        c = await s.counts("m")
+        assert (c.decisions, c.clicks, c.pending) == (2, 1, 1)
+        assert (await s.claim_and_append("old-a", False, now=2.0)).status is ClaimStatus.DUPLICATE
+        out = await stores[1].claim_and_append("old-b", False, now=2.0)
+        assert out.status is ClaimStatus.ACCEPTED and out.claim is not None and out.claim.position == 2
+        assert (await s.claim_and_append("old-b", True, now=2.0)).status is ClaimStatus.DUPLICATE
+        new = s.route("m", "new")
+        await s.put_decision(record(new))
+        assert (await s.claim_and_append(new, True, now=2.0)).claim.position == 3  # type: ignore[union-attr]
+        assert await raw.type(f"{p}m:m:meta") == b"string" and not await raw.exists(f"{p}models")
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            await raw.hincrby(f"{p}m:m:meta", "last", 1)  # what the old claim script does first
+        await s.prepare()  # done: nothing to do
+        assert await s.log_position("m") == 3
+    finally:
+        await clean(stores[0])
+        for s in stores:
+            await s.close()
+        await raw.aclose()

@@ -1,0 +1,44 @@
+"""``bench redis-cost``: the per-pair figures come from real processes (a private redis-server and
+``serve`` replicas), and the capacity rows follow from them by the formulas of docs/SCALING.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lab.bench import benches
+from lab.bench.redis_cost import Figures, capacity
+
+
+def test_capacity_follows_the_cost_model() -> None:
+    f = Figures("x", redis_us=100.0, redis_us_two=150.0, serve_us=500.0, apply_us=20.0)
+    rows = {r[0]: r[1] for r in capacity(f, load=10_000, models=10, u=0.5)}
+    assert rows["pairs/s per Redis shard, models followed by 1 replica"] == "5,000"  # 0.5e6 / 100
+    assert rows["pairs/s per Redis shard, models followed by 2 replicas"] == "3,333"  # 0.5e6 / 150
+    assert rows["events/s one replica core applies (all its models together)"] == "25,000"
+    # every replica holding every model: 10,000 x 500 / (0.5e6 - 10,000 x 20) = 16.7 -> 17 cores,
+    # each of them following every log: 10,000 x (100 + 16 x 50) / 0.5e6 = 18 shards
+    assert (
+        rows["10,000 pairs/s over 10 models, every replica holding every model: replica cores / shards"]
+        == "17 / 18"
+    )
+    # placed on 2 replicas each: 10,000 x (500 + 2 x 20) / 0.5e6 = 10.8 -> 11 cores, 3 shards
+    assert rows["10,000 pairs/s over 10 models, each model on 2 replicas: replica cores / shards"] == "11 / 3"
+    f.apply_us = 60.0  # 10,000 events/s x 60 us > half a core: only placement helps
+    rows = {r[0]: r[1] for r in capacity(f, load=10_000, models=10, u=0.5)}
+    assert rows["10,000 pairs/s over 10 models, every replica holding every model"] == "impossible"
+
+
+def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_of_models(
+    bench_dir: Path,
+) -> None:
+    markdown = benches.get("redis-cost")(True)
+    commands = re.search(r"\| client commands per pair [^|]*\| ([\d.]+) \|", markdown)
+    assert commands is not None and float(commands[1]) <= 3.5, markdown
+    idle = [
+        float(v)
+        for v in re.findall(r"\| idle client commands/s, one replica, \d+ models? \| ([\d.]+) \|", markdown)
+    ]
+    assert len(idle) == 2 and max(idle) <= 5.0, markdown
+    assert "EVALSHA" in markdown and "pairs/s per Redis shard" in markdown
+    assert "<!-- BEGIN redis-cost -->" in (bench_dir / "SCALING.md").read_text()
