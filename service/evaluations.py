@@ -16,6 +16,7 @@ import contextlib
 import multiprocessing
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -82,9 +83,19 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
 
 
 def _background() -> None:
-    """The worker yields the CPU to the server's requests (nice +10) where the OS allows it."""
+    """The worker yields the CPU to the server's requests (nice +10) where the OS allows it, and
+    exits when its server is gone (killed, or shut down during a job): an evaluation nobody can
+    read must not go on using a core."""
     with contextlib.suppress(OSError):  # not permitted here: normal priority
         os.nice(10)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:  # re-parented (to init or a subreaper) once the server dies
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _evaluate_file(

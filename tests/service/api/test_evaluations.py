@@ -4,6 +4,7 @@ process, polled with GET; bad policies are 422 before anything starts."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,3 +74,46 @@ async def test_bad_requests_are_refused() -> None:
         assert r.status_code == 404
         r = await client.get("/models/demo/evaluations/0123abc")
         assert r.status_code == 404 and "this replica" in r.json()["detail"]
+
+
+def test_the_worker_exits_when_its_server_is_killed(tmp_path: Path) -> None:
+    """A server killed (kill -9) during an evaluation leaves no worker behind using a core: the
+    worker sees it was re-parented and exits within seconds (real processes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import time\n"
+        "from service.evaluations import Evaluations\n"
+        "if __name__ == '__main__':\n"  # the spawned worker imports this file as __mp_main__
+        "    pool = Evaluations('r')._worker()\n"
+        "    job = pool.submit(time.sleep, 120)\n"
+        "    time.sleep(2.0)\n"
+        "    assert job.running(), 'the job is not running'\n"
+        "    print(*pool._processes, flush=True)\n"  # the worker's pid
+        "    time.sleep(120)\n"
+    )
+    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        worker = int(server.stdout.readline().split()[0])
+        os.kill(worker, 0)  # running
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError(f"worker {worker} still running 15 s after its server was killed")
+    finally:
+        if server.poll() is None:
+            server.kill()
