@@ -108,6 +108,7 @@ class Replica:
         self.log = workdir / f"replica-{self.port}.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
         self.env.update({"REDIS_URL": redis_url, **(env or {})})
+        self.cwd: Path | None = None  # where the process runs (None: here)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -126,6 +127,7 @@ class Replica:
                     *LOG,
                 ],
                 env=self.env,
+                cwd=self.cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -59,7 +59,7 @@ import numpy as np
 import redis
 
 from lab.bench import benches, report
-from lab.cluster import LOG, RedisServer, Replica
+from lab.cluster import RedisServer, Replica
 from lab.repro import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,28 +117,8 @@ class _Checkout(Replica):
 
     def __init__(self, redis_url: str, workdir: Path, root: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(redis_url, workdir, env)
-        self.root = root
+        self.root = self.cwd = root
         self.env["PYTHONPATH"] = str(root)
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "service",
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    *LOG,
-                ],
-                env=self.env,
-                cwd=self.root,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
 
 
 def _cpu(proc: subprocess.Popen[bytes] | None) -> float:
