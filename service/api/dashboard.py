@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from starlette.staticfiles import StaticFiles
 
 from service.api.auth import require_admin
-from service.api.models import Evaluation, NamePath
+from service.api.models import Evaluation, NamePath, model_counts
 from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, error_responses
 from service.runtime import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS
@@ -227,14 +227,7 @@ async def model_stats(
         config=m.spec.model_dump(mode="json", exclude_none=True),
         replica=runtime.replica_id,
         version=m.position,
-        counts=ModelCounts(
-            decisions=c.decisions,
-            clicks=c.clicks,
-            no_clicks=c.no_clicks,
-            expired=c.expired,
-            pending=c.pending,
-            ctr=c.ctr,
-        ),
+        counts=model_counts(c),
         decisions_per_second=recent / max(now - since, 1.0),  # not a spike in a model's first second
         exploration=exploration,
         ctr_ceiling=None if exploration is None else 1.0 - exploration,

@@ -21,6 +21,7 @@ from service.decision_log import LogRecord
 from service.evaluations import MAX_POLICIES, EvaluationError, check_policies
 from service.learners.base import learners
 from service.runtime import ModelRuntime, Runtime
+from service.store.base import Counts
 
 router = APIRouter(
     prefix="/models",
@@ -35,9 +36,9 @@ NAMED = error_responses(404, 422, 503)
 NamePath = Annotated[ModelName, Path(description="Model name: letters, digits, _ . - (at most 64).")]
 
 
-async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
-    c = await runtime.store.counts(m.name)
-    counts = ModelCounts(
+def model_counts(c: Counts) -> ModelCounts:
+    """The API's view of a model's counts in the store (``GET /models/{name}`` and its stats)."""
+    return ModelCounts(
         decisions=c.decisions,
         clicks=c.clicks,
         no_clicks=c.no_clicks,
@@ -45,6 +46,10 @@ async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
         pending=c.pending,
         ctr=c.ctr,
     )
+
+
+async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
+    counts = model_counts(await runtime.store.counts(m.name))
     config = m.spec.model_dump(mode="json", exclude_none=True)
     return ModelInfo(
         name=m.name,
