@@ -24,7 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.kernels import merge_buckets
+from service.kernels import merge_buckets, sort_distinct
+
+try:  # the compiled loop (service/_features.c), built by `pip install` where a C compiler is at hand
+    from service._features import featurise as _compiled
+except ImportError:  # pragma: no cover - the Python path below computes the same vectors
+    _compiled = None
 
 DEFAULT_HASHING_BITS = 12
 MAX_HASHING_BITS = 22  # 2**22 float64 weights per label: K 2**b x 8 bytes of model (the budget)
@@ -46,12 +51,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class SparseVector:
     """A vector of dimension ``dim`` given by its non-zero entries.
 
-    Read-only by contract: nothing writes into ``idx`` or ``val`` (the featuriser hands out views of
-    one shared array of ones).
+    Read-only by contract: nothing writes into ``idx``, ``val`` or the attributes (the featuriser
+    hands out views of one shared array of ones). Not ``frozen``: a frozen dataclass builds through
+    ``object.__setattr__``, which is a tenth of a hashed request's featurising time.
 
     Attributes
     ----------
@@ -110,8 +116,11 @@ class Featuriser:
         self._strings: dict[str, dict[str, int]] = {}  # name -> value -> bucket of "name=value"
         self._numbers: dict[str, int] = {}  # name -> bucket of a number or bool feature
         self._cached = 0
-        # Values of the fast path: views of one array of ones (no learner writes into its input).
-        self._ones = np.ones(max_named)
+        self._compiled = _compiled  # None: the Python path only (the tests compare the two)
+        # Values of the fast path: views of one array of ones (no learner writes into its input),
+        # one per length, made once.
+        ones = np.ones(max_named)
+        self._ones = [ones[:n] for n in range(max_named + 1)]
 
     def __call__(self, features: Sequence[float] | Mapping[str, FeatureValue]) -> np.ndarray | SparseVector:
         """The vector of ``features`` (dense float64 for a dense model, a :class:`SparseVector` of
@@ -137,19 +146,29 @@ class Featuriser:
         if len(features) > self.max_named:
             raise FeatureError(f"features: {len(features)} named features, at most {self.max_named} allowed")
         # Featurising is most of the cost of a hashed request (a few dozen features): buckets come
-        # from per-model dictionaries, not from blake2b each time. Fast path: every value a string
-        # whose key was seen before (a number never matches: the inner keys are strings) and no two
-        # keys in one bucket, so the vector is the sorted buckets with ones.
+        # from per-model dictionaries, not from blake2b each time. Compiled: one C call looks every
+        # key up and sorts and merges the pairs; it declines (a negative count) on a key not seen
+        # before or on a value to reject, which the Python path below remembers or words.
         strings, numbers = self._strings, self._numbers
-        try:
-            buckets = [strings[name][value] for name, value in features.items()]
-        except (KeyError, TypeError):
-            pass
+        if self._compiled is not None:
+            n = len(features)
+            idx, val = np.empty(n, dtype=np.int64), np.empty(n)
+            kept = self._compiled(features, strings, numbers, idx, val, MAX_ABS_VALUE)
+            if kept == n:
+                return SparseVector(idx, val, self.dim)
+            if kept >= 0:
+                return SparseVector(idx[:kept].copy(), val[:kept].copy(), self.dim)
         else:
-            buckets.sort()
-            n = len(buckets)
-            if len(set(buckets)) == n:
-                return SparseVector(np.array(buckets, dtype=np.int64), self._ones[:n], self.dim)
+            # Without the C loop: every value a string whose key was seen before (a number never
+            # matches: the inner keys are strings) and no two keys in one bucket, so the vector is
+            # the sorted buckets with ones (sorted and checked in one numba call).
+            try:
+                idx = np.array([strings[name][value] for name, value in features.items()], dtype=np.int64)
+            except (KeyError, TypeError):
+                pass
+            else:
+                if sort_distinct(idx):
+                    return SparseVector(idx, self._ones[idx.size], self.dim)
         buckets = []
         values: list[float] = []
         for name, value in features.items():

@@ -22,10 +22,12 @@ from numba import njit
 
 __all__ = [
     "banditron_update",
+    "gamma_mix_sample",
     "merge_buckets",
     "pa_update",
     "pcg64_doubles",
     "perceptron_update",
+    "sort_distinct",
     "sparse_argmax",
     "sparse_scores",
 ]
@@ -81,6 +83,28 @@ def banditron_update(
             W[label, idx[j]] += val[j] / p
 
 
+@njit("Tuple((int64, float64[::1]))(int64, int64, float64, float64)", **_OPTS)
+def gamma_mix_sample(greedy: int, k_labels: int, gamma: float, u: float) -> tuple[int, np.ndarray]:
+    """Banditron's exploration (seed 002): ``p = gamma / K`` everywhere plus ``1 - gamma`` on
+    ``greedy``, and the label the uniform draw ``u`` picks from it, with the arithmetic of
+    :func:`service.learners.base.sample_list` (CDF summed left to right, the first value above
+    ``u`` times the total, capped at K - 1): the same label and probabilities, bit for bit."""
+    p = np.full(k_labels, gamma / k_labels)
+    p[greedy] += 1.0 - gamma
+    c = np.empty(k_labels)
+    acc = 0.0
+    for i in range(k_labels):
+        acc = p[i] if i == 0 else acc + p[i]
+        c[i] = acc
+    target = u * c[k_labels - 1]
+    label = k_labels - 1
+    for i in range(k_labels):
+        if c[i] > target:
+            label = i
+            break
+    return label, p
+
+
 @njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64)", **_OPTS)
 def perceptron_update(W: np.ndarray, idx: np.ndarray, val: np.ndarray, y: int, yhat: int) -> None:
     """The multiclass Perceptron's mistake update: row ``y`` gains x, row ``yhat`` loses it."""
@@ -129,6 +153,16 @@ def pa_update(
             c = _step(loss, sqnorm, base, C) * ys
             for j in range(idx.size):
                 W[s, idx[j]] += c * val[j]
+
+
+@njit("boolean(int64[:])", **_OPTS)
+def sort_distinct(buckets: np.ndarray) -> bool:
+    """Sort ``buckets`` in place; whether no two are equal (the featuriser's fast path)."""
+    buckets.sort()
+    for i in range(1, buckets.size):  # noqa: SIM110 (a loop numba compiles; not all() of a generator)
+        if buckets[i] == buckets[i - 1]:
+            return False
+    return True
 
 
 @njit("Tuple((int64[::1], float64[::1]))(int64[:], float64[:])", **_OPTS)

@@ -214,6 +214,18 @@ class ModelRuntime:
         self.trimmed_at = -math.inf
         self.trim_due = True
 
+    @property
+    def learner(self) -> Learner:
+        """The model's learner; one assigned here takes the layout of sparse input when the model
+        hashes its features (:meth:`Learner.use_sparse_layout`: speed only, no bit changes)."""
+        return self._learner
+
+    @learner.setter
+    def learner(self, learner: Learner) -> None:
+        if self.spec.hashing_bits is not None:
+            learner.use_sparse_layout()
+        self._learner = learner
+
     def _input(self, x: np.ndarray | SparseVector) -> np.ndarray | SparseVector:
         """``x`` as the learner takes it: sparse where it can, else dense."""
         if isinstance(x, SparseVector) and not self.learner.accepts_sparse:
@@ -426,7 +438,15 @@ class Runtime:
         if cp is None or cp.position <= m.position:
             return
         config = m.learner.config()
-        learner = await asyncio.to_thread(lambda: learner_from_state(config, decode(cp.state)))
+        hashed = m.spec.hashing_bits is not None
+
+        def load() -> Learner:
+            learner = learner_from_state(config, decode(cp.state))
+            if hashed:  # here, not in the setter on the event loop: a copy of up to K 2**22 weights
+                learner.use_sparse_layout()
+            return learner
+
+        learner = await asyncio.to_thread(load)
         if cp.position > m.position:  # else a concurrent catch_up got further meanwhile
             m.learner = learner
             m.position = m.checkpoint_position = cp.position

@@ -143,6 +143,8 @@ def run_hashed(model: Learner, xs: list[SparseVector], y: np.ndarray, ids: Decis
     """:func:`run_stream`'s loop for a bandit learner over hashed rows, each handed over as the
     service does: as is if the learner takes sparse input, else ``x.dense()`` (timed with it)."""
     sparse = model.accepts_sparse
+    if sparse:
+        model.use_sparse_layout()  # as the service holds a hashed model
     for x, label in zip(xs, y.tolist(), strict=True):
         v = x if sparse else x.dense()
         d = model.decide(v, decision_rng(ids.new()))

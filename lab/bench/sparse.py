@@ -171,6 +171,13 @@ def _online(
     return time.process_time() - start, correct
 
 
+def _hashed_model(name: str, bits: int) -> Learner:
+    """Learner ``name`` (defaults) as the service holds a hashed model: sparse layout."""
+    model = make_learner(name, 1 << bits, N_LABELS, seed=0)
+    model.use_sparse_layout()
+    return model
+
+
 def run_ours(name: str, bits: int, stream: Stream) -> Row:
     """Learn-only and featurise+learn rates of learner ``name`` (defaults) with ``2**bits`` buckets.
 
@@ -182,11 +189,9 @@ def run_ours(name: str, bits: int, stream: Stream) -> Row:
     xs = [featurise(f) for f in stream.features]
     labels = stream.labels.tolist()
     # Untimed warm-up on a prefix: first calls (kernels, the Featuriser's bucket cache) cost more.
-    _online(make_learner(name, 1 << bits, N_LABELS, seed=0), stream.features[:200], labels[:200], featurise)
-    learn_s, correct = _online(make_learner(name, 1 << bits, N_LABELS, seed=0), xs, labels, None)
-    feat_s, again = _online(
-        make_learner(name, 1 << bits, N_LABELS, seed=0), stream.features, labels, featurise
-    )
+    _online(_hashed_model(name, bits), stream.features[:200], labels[:200], featurise)
+    learn_s, correct = _online(_hashed_model(name, bits), xs, labels, None)
+    feat_s, again = _online(_hashed_model(name, bits), stream.features, labels, featurise)
     if not np.array_equal(correct, again):
         raise RuntimeError(f"{name} b={bits}: featurise+learn decided differently from learn-only")
     n = len(labels)

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import banditron_update, sparse_argmax
+from service.kernels import banditron_update, gamma_mix_sample, sparse_argmax
 from service.learners.base import (
     Decision,
     Learner,
@@ -17,7 +17,6 @@ from service.learners.base import (
     learners,
     randargmax,
     sample,
-    sample_list,
     sparse_greedy,
 )
 
@@ -76,6 +75,8 @@ class Banditron(Learner):
     Params = BanditronParams
     params: BanditronParams
 
+    _column_major = ("W_",)
+
     def _init(self) -> None:
         self.W_ = np.zeros((self.n_labels, self.n_features))
 
@@ -91,10 +92,8 @@ class Banditron(Learner):
                 greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
             else:
                 greedy = sparse_argmax(self.W_, x.idx, x.val)[0]
-            k, gamma = self.n_labels, self.params.gamma
-            p = [gamma / k] * k  # gamma_mix, as a list
-            p[greedy] += 1.0 - gamma
-            return Decision(np.array(p), sample_list(p, rng), {"greedy": greedy})
+            label, p = gamma_mix_sample(greedy, self.n_labels, self.params.gamma, rng.random())
+            return Decision(p, label, {"greedy": greedy})
         scores = self.W_ @ x
         if self.params.tie_break == "random":
             greedy = randargmax(scores, rng)

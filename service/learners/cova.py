@@ -99,6 +99,8 @@ class ConservativeOVA(Learner):
     Params = COVAParams
     params: COVAParams
 
+    _column_major = ("W_",)
+
     def _init(self) -> None:
         if self.params.base in LINEAR_BASES:
             self.W_ = np.zeros((self.n_labels, self.n_features))

@@ -39,6 +39,8 @@ class Perceptron(Learner):
     name = "perceptron"
     full_information = True
 
+    _column_major = ("W_",)
+
     def _init(self) -> None:
         self.W_ = np.zeros((self.n_labels, self.n_features))
 

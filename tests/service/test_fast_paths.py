@@ -6,6 +6,7 @@ import numpy as np
 
 from lab.sim.datasets import load_dataset
 from lab.sim.stream import run_stream
+from service.kernels import gamma_mix_sample
 from service.learners.base import gamma_mix, make_learner, randargmax, randargmin, rho_mix, sample
 from service.learners.cova import pa_step
 from service.sampling import DecisionIds
@@ -44,6 +45,12 @@ def test_helpers_equal_numpy_forms() -> None:
         expected = np.full(k, gamma / k)
         expected[greedy] += 1.0 - gamma
         assert gamma_mix(k, greedy, gamma).tobytes() == expected.tobytes()
+        # Banditron's compiled sparse-path draw: the same label and distribution as gamma_mix + sample
+        u = float(g.random()) if trial % 5 else float(trial % 2)  # the edges 0 and 1 too
+        label, probs = gamma_mix_sample(greedy, k, gamma, u)
+        assert probs.tobytes() == expected.tobytes()
+        cdf = np.cumsum(expected)
+        assert label == min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), k - 1)
         expected = np.full(k, gamma / (k - 1))
         expected[greedy] = 1.0 - gamma
         assert rho_mix(k, greedy, gamma).tobytes() == expected.tobytes()

@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
 
 from service import features, kernels
-from service.features import Featuriser, bucket
+from service.features import FeatureError, Featuriser, bucket
 from service.sampling import DecisionIds, DecisionRng, decision_rng
 
 
@@ -73,16 +74,49 @@ def test_featuriser_cache_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> No
         requests.append(r if rng.random() < 0.5 else {k: v for k, v in r.items() if isinstance(v, str)})
     monkeypatch.setattr(features, "CACHE_SIZE", 50)  # emptied every few requests
     small, warm = Featuriser(None, 6, 100), Featuriser(None, 6, 100)  # 64 buckets: many collisions
+    python = Featuriser(None, 6, 100)
+    python._compiled = None  # the Python path alone (what runs where the C loop was not built)
     for r in requests:
         dense = np.zeros(64)
         for name, value in r.items():  # the textbook definition, in request order
             key = f"{name}={value}" if isinstance(value, str) else name
             dense[bucket(key, 6)] += 1.0 if isinstance(value, str) else float(value)  # type: ignore[arg-type]
-        for f in (small, warm, Featuriser(None, 6, 100)):
+        for f in (small, warm, Featuriser(None, 6, 100), python):
             x = f(r)
             assert np.all(np.diff(x.idx) > 0) and np.all(x.val != 0.0)
-            np.testing.assert_array_equal(x.dense(), dense)
+            assert x.idx.dtype == np.int64 and x.val.dtype == np.float64
+            assert x.dense().tobytes() == dense.tobytes()
     assert small._cached <= 50
+
+
+def test_the_compiled_featuriser_is_built_and_equals_the_python_path() -> None:
+    """The C loop (service/_features.c) is built by ``make install`` (a C compiler is part of the
+    set-up); on every kind of request it returns the Python path's vector bit for bit, and it
+    hands bad input to the Python path, which words the error."""
+    assert features._compiled is not None, "service._features was not built: run `make install`"
+    compiled, python = Featuriser(None, 8, 100), Featuriser(None, 8, 100)
+    python._compiled = None
+    rng = np.random.default_rng(3)
+    values: list[object] = ["a", "b", "", "é", 0, 1, -2, 0.5, -0.0, 1e9, True, False, 10**30]
+    for _ in range(3000):
+        r = {
+            f"k{rng.integers(12)}": values[int(rng.integers(len(values)))]
+            for _ in range(int(rng.integers(8)))
+        }
+        try:
+            want = python(r)
+        except FeatureError as e:
+            with pytest.raises(FeatureError, match=re.escape(str(e))):
+                compiled(r)
+            continue
+        got = compiled(r)
+        assert (got.idx.tobytes(), got.val.tobytes(), got.dim) == (
+            want.idx.tobytes(),
+            want.val.tobytes(),
+            want.dim,
+        )
+    with pytest.raises(FeatureError, match=r"features\.x: nan"):
+        compiled({"x": float("nan")})
 
 
 @pytest.mark.parametrize("name", kernels.__all__)
@@ -100,6 +134,8 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
         "perceptron_update": (W, idx, val, 0, 1),
         "pa_update": (W, idx, val, 1, True, kernels.PA_BASES["pa1"], 1.0),
         "merge_buckets": (idx, val),
+        "sort_distinct": (np.array([9, 1, 5]),),
+        "gamma_mix_sample": (1, 3, 0.1, 0.5),
         "pcg64_doubles": (np.array([1, 2, 3, 5], dtype=np.uint64), np.zeros(4)),
     }[name]
     kernel(*args)
@@ -107,6 +143,8 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
         *[np.repeat(a, 2)[::2] if isinstance(a, np.ndarray) and a.ndim == 1 else a for a in args]
     )  # strided
     assert list(kernel.signatures) == compiled
+    if not any(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in args):
+        return  # no float array to hand over in another precision
     with pytest.raises(TypeError):  # float32 weights: refused rather than compiled on a request
         kernel(
             *[

@@ -48,6 +48,7 @@ def stream(seed: int) -> tuple[list[SparseVector], np.ndarray]:
 def test_sparse_learner_equals_the_dense_textbook_learner(name: str, params: dict) -> None:
     xs, ys = stream(7)
     sparse = make_learner(name, 1 << BITS, K, params, seed=3)
+    sparse.use_sparse_layout()  # as the service holds a hashed model
     dense = make_learner(name, 1 << BITS, K, params, seed=3)
     assert sparse.accepts_sparse
     ids = DecisionIds.for_seed(11)
@@ -57,6 +58,8 @@ def test_sparse_learner_equals_the_dense_textbook_learner(name: str, params: dic
         d = sparse.decide(x, decision_rng(did))
         d_dense = dense.decide(x.dense(), decision_rng(did))
         same_decisions += d.label == d_dense.label
+        if d.memo == d_dense.memo:  # same greedy label: the same distribution, bit for bit
+            assert d.probs.tobytes() == d_dense.probs.tobytes()
         np.testing.assert_allclose(sparse.W_[:, x.idx] @ x.val, dense.W_ @ x.dense(), rtol=1e-12, atol=1e-12)
         # both learn the sparse learner's decision, so one near-tie cannot desynchronise the runs
         twin = Decision(d.probs.copy(), d.label, dict(d.memo))
@@ -72,6 +75,34 @@ def test_sparse_learner_equals_the_dense_textbook_learner(name: str, params: dic
         np.testing.assert_allclose(sparse.W_, dense.W_, rtol=1e-12, atol=1e-12)
     assert same_decisions >= T - 2  # ties aside, the same decisions
     assert np.count_nonzero(sparse.W_) > 0  # it learned something
+
+
+@pytest.mark.parametrize(("name", "params"), LINEAR, ids=[f"{n}-{p}" for n, p in LINEAR])
+def test_the_sparse_layout_changes_no_bit_and_survives_a_reload(name: str, params: dict) -> None:
+    """use_sparse_layout stores W_ column-major: the same decisions and weights bit for bit as the
+    row-major learner, and a state loaded into it keeps the layout."""
+    xs, ys = stream(8)
+    column, row = (make_learner(name, 1 << BITS, K, params, seed=3) for _ in range(2))
+    column.use_sparse_layout()
+    assert column.W_.flags.f_contiguous and not column.W_.flags.c_contiguous
+    assert row.W_.flags.c_contiguous
+    ids = DecisionIds.for_seed(12)
+    for t, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        did = ids.new()
+        d, d_row = column.decide(x, decision_rng(did)), row.decide(x, decision_rng(did))
+        assert (d.label, d.probs.tobytes(), d.memo) == (d_row.label, d_row.probs.tobytes(), d_row.memo)
+        if column.full_information:
+            column.learn_full(x, d, int(y))
+            row.learn_full(x, d_row, int(y))
+        else:
+            column.learn(x, d, d.label == y)
+            row.learn(x, d_row, d.label == y)
+        if t == T // 2:  # reload half way: the state of the row-major twin, into the column-major one
+            column.set_state(row.get_state())
+            assert column.W_.flags.f_contiguous and not column.W_.flags.c_contiguous
+    assert column.W_.tobytes() == row.W_.tobytes()  # tobytes reads in C order whatever the layout
+    assert column.state().keys() == row.state().keys()
+    assert np.count_nonzero(column.W_) > 0
 
 
 def test_nonlinear_learners_get_the_dense_vector() -> None:
