@@ -101,11 +101,8 @@ class DecisionRng:
         """Uniform doubles in [0, 1), as ``numpy.random.Generator.random``."""
         if self._gen is not None or args or kwargs:
             return self.generator().random(size, *args, **kwargs)  # type: ignore[arg-type]
-        if size is None:  # _next64 inlined: this is the one draw of most decisions
-            s = self._state = (self._state * _MULT + self._inc) & _M128
-            x = ((s >> 64) ^ s) & _M64
-            rot = s >> 122
-            return ((((x >> rot) | (x << (64 - rot))) & _M64) >> 11) * (1.0 / 9007199254740992.0)
+        if size is None:
+            return (self._next64() >> 11) * (1.0 / 9007199254740992.0)
         shape = (size,) if isinstance(size, int | np.integer) else tuple(size)
         out = np.empty(shape)
         s, inc = self._state, self._inc
@@ -148,5 +145,7 @@ class DecisionRng:
 def decision_rng(decision_id: str) -> np.random.Generator:
     """The generator ``decide`` uses for the decision ``decision_id``: PCG64 whose state and
     increment are the two halves of ``blake2b(decision_id)`` (see :class:`DecisionRng`)."""
-    h = int.from_bytes(hashlib.blake2b(decision_id.encode(), digest_size=32).digest(), "little")
-    return DecisionRng(h & _M128, (h >> 128) | 1)  # type: ignore[return-value]
+    h = hashlib.blake2b(decision_id.encode(), digest_size=32).digest()
+    state = int.from_bytes(h[:16], "little")
+    inc = int.from_bytes(h[16:], "little") | 1
+    return DecisionRng(state, inc)  # type: ignore[return-value]
