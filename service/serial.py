@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,10 @@ class StateFormatError(ValueError):
 
 
 def _arrays(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
-    """The header entries and the ``(key, array)`` pairs of ``state`` in key order: C-contiguous
-    little-endian arrays, views of the state's own arrays wherever they already are (no copy)."""
+    """The header entries and the ``(key, array)`` pairs of ``state`` in key order: little-endian
+    arrays, C-contiguous or 2-D column-major (a hashed linear model's weights, see
+    ``Learner.use_sparse_layout``), views of the state's own arrays wherever they already are (no
+    copy). The encoding is always in C order: see :func:`_c_chunks`."""
     header: dict[str, Any] = {}
     arrays: list[tuple[str, np.ndarray]] = []
     for key in sorted(state):
@@ -45,7 +47,9 @@ def _arrays(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, n
         if isinstance(value, np.ndarray):
             if value.dtype.kind not in _ALLOWED_KINDS:
                 raise StateFormatError(f"state[{key!r}]: dtype {value.dtype} is not numeric")
-            arr = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            arr = value.astype(value.dtype.newbyteorder("<"), copy=False)
+            if not arr.flags.c_contiguous and not (arr.ndim == 2 and arr.flags.f_contiguous):
+                arr = np.ascontiguousarray(arr)
             header[key] = {"dtype": arr.dtype.str, "shape": list(value.shape)}
             arrays.append((key, arr))
         elif isinstance(value, bool | int | float | str) or value is None:
@@ -65,6 +69,19 @@ def _head(magic: bytes, header: Mapping[str, Any]) -> bytes:
     return magic + struct.pack("<Q", len(head)) + head
 
 
+def _c_chunks(arr: np.ndarray, chunk_bytes: int = 1 << 20) -> Iterator[np.ndarray]:
+    """The bytes of ``arr`` in C order as C-contiguous pieces: the array itself when it is
+    C-contiguous, else (column-major 2-D) row pieces of at most ``chunk_bytes`` each, so a large
+    column-major model is never copied whole."""
+    if arr.flags.c_contiguous:
+        yield arr.reshape(-1)
+        return
+    step = max(1, chunk_bytes // arr.dtype.itemsize)
+    for row in arr:
+        for start in range(0, row.size, step):
+            yield np.ascontiguousarray(row[start : start + step])
+
+
 def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
     """The header and the arrays of the canonical encoding, in order."""
     header, arrays = _arrays(state)
@@ -74,20 +91,29 @@ def _parts(state: Mapping[str, Any]) -> tuple[bytes, list[np.ndarray]]:
 def encode(state: Mapping[str, Any]) -> bytes:
     """Encode a flat state dictionary canonically (see module docstring)."""
     head, arrays = _parts(state)
-    return head + b"".join(arrays)
+    return head + b"".join(chunk for a in arrays for chunk in _c_chunks(a))
 
 
-def _nonzero(arr: np.ndarray) -> np.ndarray | None:
-    """Flat indices of ``arr``'s entries that are not all zero bits, when they and their values
-    take less room than ``arr`` (else None). ``arr`` is C-contiguous little-endian."""
+def _nonzero(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """C-order flat indices of ``arr``'s entries that are not all zero bits, increasing, and those
+    entries, when both take less room than ``arr`` (else None). ``arr`` is little-endian,
+    C-contiguous or column-major 2-D (read in memory order, then the indices mapped to C order:
+    no copy of the array)."""
     size = arr.dtype.itemsize
     if size not in (1, 2, 4, 8):  # complex128 and the like: always raw
         return None
-    nonzero = arr.reshape(-1).view(f"<u{size}") != 0  # by bits: -0.0 is kept
+    memory = arr.reshape(-1) if arr.flags.c_contiguous else arr.T.reshape(-1)  # views
+    nonzero = memory.view(f"<u{size}") != 0  # by bits: -0.0 is kept
     index = np.dtype("<u4") if arr.size <= 2**32 else np.dtype("<u8")
     if np.count_nonzero(nonzero) * (index.itemsize + size) >= arr.nbytes:
         return None
-    return np.flatnonzero(nonzero).astype(index)  # 3x faster on a bool mask than on the words
+    at = np.flatnonzero(nonzero)  # 3x faster on a bool mask than on the words
+    if arr.flags.c_contiguous:
+        return at.astype(index), memory[at]
+    rows, cols = arr.shape  # memory position j * rows + k holds arr[k, j], at C position k * cols + j
+    flat = (at % rows) * cols + at // rows
+    order = np.argsort(flat, kind="stable")
+    return flat[order].astype(index), memory[at[order]]
 
 
 def encode_sparse(state: Mapping[str, Any]) -> bytes:
@@ -99,12 +125,13 @@ def encode_sparse(state: Mapping[str, Any]) -> bytes:
     header, arrays = _arrays(state)
     data: list[np.ndarray] = []
     for key, arr in arrays:
-        idx = _nonzero(arr)
-        if idx is None:
-            data.append(arr)
+        pairs = _nonzero(arr)
+        if pairs is None:
+            data += _c_chunks(arr)
         else:
+            idx, values = pairs
             header[key] |= {"nnz": int(idx.size), "index": idx.dtype.str}
-            data += [idx, arr.reshape(-1)[idx]]
+            data += [idx, values]
     return _head(MAGIC_SPARSE, header) + b"".join(data)
 
 
@@ -180,5 +207,6 @@ def checksum(state: Mapping[str, Any]) -> str:
     head, arrays = _parts(state)
     h = hashlib.sha256(head)
     for a in arrays:
-        h.update(a.reshape(-1).view(np.uint8))  # 0-d and empty arrays as plain bytes
+        for chunk in _c_chunks(a):
+            h.update(chunk.view(np.uint8))  # 0-d and empty arrays as plain bytes
     return h.hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from functools import partial
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from service import serial
 from service.serial import MAGIC, MAGIC_SPARSE, StateFormatError, checksum, decode, encode, encode_sparse
 
 DTYPES = [
@@ -150,3 +152,20 @@ def test_forged_sparse_entries_are_refused() -> None:
         with pytest.raises(StateFormatError):
             decode(bad)
             pytest.fail(what)
+
+
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.5, 1.0])  # 0.5 and 1: stored raw, in pieces
+def test_a_column_major_array_encodes_to_the_row_major_bytes(
+    density: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hashed linear model keeps W_ column-major (Learner.use_sparse_layout): every encoding
+    and the checksum are those of the same array in C order, read without copying it whole."""
+    rng = np.random.default_rng(2)
+    row = np.where(rng.random((7, 300)) < density, rng.normal(size=(7, 300)), 0.0)
+    row[0, 3] = -0.0  # zero bits only count as zero
+    column = np.asfortranarray(row)
+    assert column.flags.f_contiguous and not column.flags.c_contiguous
+    monkeypatch.setattr(serial, "_c_chunks", partial(serial._c_chunks, chunk_bytes=64))  # many pieces
+    for fn in (encode, encode_sparse, checksum):
+        assert fn({"W_": column, "t_": 1}) == fn({"W_": row, "t_": 1})
+    assert bits(decode(encode_sparse({"W_": column}))["W_"]) == bits(row)
