@@ -6,14 +6,31 @@ Chen, Lin, Lu, ICML 2014 (seed 000), Algorithm 1, eqs. (2)-(6); ALGORITHMS.md §
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numba import njit
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from service.features import SparseVector
-from service.learners.base import Decision, Learner, Params, gamma_mix, learners, randargmax, sample
+from service.learners.base import (
+    Decision,
+    Learner,
+    ParamError,
+    Params,
+    gamma_mix,
+    learners,
+    randargmax,
+    sample,
+)
 from service.learners.weak import BinaryFamily, weak_families
+from service.learners.weak.perceptron import LazyPerceptronFamily
+
+#: ``store="auto"`` keeps the Perceptron weights lazily from this many features on (hashed input).
+LAZY_MIN_FEATURES = 2**16
+#: Default bound of the lazy store (``max_store_bytes``).
+DEFAULT_STORE_BYTES = 256 * 2**20
 
 
 class BanditBoostParams(Params):
@@ -38,12 +55,31 @@ class BanditBoostParams(Params):
     inputs.
     gamma : float, default 0.1
         Assumed weak-learner edge in (0, 1/2); ``theta = gamma / (2 + gamma)`` (seed 000 §4: 0.1).
+    store : {"auto", "dense", "lazy"}, default "auto"
+        How the Perceptron family keeps its weights. ``"dense"``: a ``(d, K, N)`` array with a
+        random start over all d features (:class:`~service.learners.weak.perceptron.PerceptronFamily`).
+        ``"lazy"``: rows only for the features updates touched, bounded by ``max_store_bytes``
+        (:class:`~service.learners.weak.perceptron.LazyPerceptronFamily`; features never learned
+        weigh 0, a departure from ALGORITHMS.md §4.3 for hashed inputs). ``"auto"``: lazy for the
+        Perceptron family when ``n_features >= 2**16`` (hashed input), dense otherwise (every data
+        set the project reproduces has d <= 784). Only the Perceptron family has a lazy store:
+        ``"lazy"`` with another family is refused.
+    max_store_bytes : int, default 256 MiB
+        Bound of the lazy store: its ``slot_`` index (4 d bytes) plus its rows (8 K N bytes each)
+        stay within it; features arriving when it is full are not learned (counted in
+        ``weak_.dropped_``). Ignored by the dense store.
+
+    ``store`` and ``max_store_bytes`` are left out of the dumped parameters while at their
+    defaults, so that the parameters of every setting that existed before them dump as before
+    (runs are stored under that JSON).
     """
 
     weak: str = "perceptron"
     n_learners: int = Field(100, ge=1)
     delta: float = Field(0.01, gt=0.0, lt=1.0)
     gamma: float = Field(0.1, gt=0.0, lt=0.5)
+    store: Literal["auto", "dense", "lazy"] = "auto"
+    max_store_bytes: int = Field(DEFAULT_STORE_BYTES, ge=1)
 
     @field_validator("weak")
     @classmethod
@@ -51,6 +87,31 @@ class BanditBoostParams(Params):
         if v not in weak_families.names():
             raise ValueError(f"unknown weak learner family; known: {', '.join(weak_families.names())}")
         return v
+
+    @model_validator(mode="after")
+    def _lazy_needs_perceptron(self) -> BanditBoostParams:
+        if self.store == "lazy" and self.weak != "perceptron":
+            raise ValueError(f"store='lazy' is only implemented for weak='perceptron', not {self.weak!r}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("store") == "auto":
+            del out["store"]
+        if out.get("max_store_bytes") == DEFAULT_STORE_BYTES:
+            del out["max_store_bytes"]
+        return out
+
+    def store_for(self, n_features: int) -> str:
+        """The store ``"dense"`` or ``"lazy"`` a learner over ``n_features`` features uses."""
+        if self.store != "auto":
+            return self.store
+        return "lazy" if self.weak == "perceptron" and n_features >= LAZY_MIN_FEATURES else "dense"
+
+    def max_rows(self, n_features: int, n_labels: int) -> int:
+        """Rows of K x N float64 weights the lazy store may hold within ``max_store_bytes``."""
+        return min(n_features, (self.max_store_bytes - 4 * n_features) // (8 * n_labels * self.n_learners))
 
 
 @learners.register("banditboost")
@@ -72,6 +133,13 @@ class BanditBoost(Learner):
     the subgradient of ``max(0, theta - y_k f_k)`` (ALGORITHMS.md §8). The memo carries the
     decision-time scores of the sampled class and ``f_kappa``, so learn is exact when other updates
     landed in between.
+
+    Hashed input (``store``, default lazy from 2**16 features): the Perceptron weights then live in
+    rows materialised for the features updates touch, within ``max_store_bytes``
+    (:class:`~service.learners.weak.perceptron.LazyPerceptronFamily`), so a model and its checkpoint
+    grow with the features seen, not with 2**b. A feature never learned weighs 0 and its random
+    start is drawn when it is first learned, keyed by (seed, feature): ours, not ALGORITHMS.md §4.3's
+    start over all d (whose ``sigma = 0.01/sqrt(d)`` is tiny there anyway).
 
     A round is a few compiled calls (issue 20): the family's scores and votes of all N x K models
     (:meth:`BinaryFamily.votes`), steps 3-4's weights and eq. (6) on alpha (:func:`boost_step`),
@@ -108,13 +176,44 @@ class BanditBoost(Learner):
     Params = BanditBoostParams
     params: BanditBoostParams
     schema_version = 2
+    #: The lazy store's rows grow (its family checks their shape on loading; listed for the contract tests).
+    _growable: ClassVar[frozenset[str]] = frozenset({"weak_.rows_"})
 
     def _init(self) -> None:
         n = self.params.n_learners
         self.eta = self.params.delta**3 / self.n_labels
         self.alpha_ = np.full((n, self.n_labels), 1.0 / n)
-        family = weak_families.get(self.params.weak)
-        self.weak_: BinaryFamily = family(n, self.n_labels, self.n_features, self.rng_)
+        #: "dense" or "lazy" (:meth:`BanditBoostParams.store_for`)
+        self.store = self.params.store_for(self.n_features)
+        if self.store == "lazy":
+            max_rows = _lazy_rows(self.name, self.params, self.n_features, self.n_labels)
+            self.weak_: BinaryFamily = LazyPerceptronFamily(
+                n, self.n_labels, self.n_features, self.rng_, seed=self.seed, max_rows=max_rows
+            )
+        else:
+            family = weak_families.get(self.params.weak)
+            self.weak_ = family(n, self.n_labels, self.n_features, self.rng_)
+
+    @classmethod
+    def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """:meth:`Learner.state_nbytes`; with the lazy store, computed here: ``alpha_``, the rng, the
+        (K, N) arrays, ``slot_`` and the initial rows, plus :meth:`growth_nbytes`."""
+        p = cls.Params.parse(cls.name, params)
+        if p.store_for(n_features) == "dense" or n_features < 1 or n_labels < 2:
+            return super().state_nbytes(n_features, n_labels, params)
+        rows = LazyPerceptronFamily.initial_rows(_lazy_rows(cls.name, p, n_features, n_labels))
+        # alpha_ and the (K, N) scale_, sqnorm_, n_; the rng (6 words); slot_ (int32)
+        fixed = 8 * p.n_learners * n_labels * (1 + 3) + 6 * 8 + 4 * n_features
+        return fixed + 8 * n_labels * p.n_learners * rows + cls.growth_nbytes(n_features, n_labels, params)
+
+    @classmethod
+    def growth_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """The lazy store's rows from their initial number to its bound (0 for the dense store)."""
+        p = cls.Params.parse(cls.name, params)
+        if p.store_for(n_features) == "dense" or n_features < 1 or n_labels < 2:
+            return super().growth_nbytes(n_features, n_labels, params)
+        max_rows = _lazy_rows(cls.name, p, n_features, n_labels)
+        return 8 * n_labels * p.n_learners * (max_rows - LazyPerceptronFamily.initial_rows(max_rows))
 
     @property
     def accepts_sparse(self) -> bool:
@@ -136,6 +235,18 @@ class BanditBoost(Learner):
         w = np.empty(h.size)
         boost_step(self.alpha_, h, kappa, y, float(decision.memo["f"]), p, self.params.gamma, self.eta, w)
         self.weak_.update(x, kappa, y, w, self.rng_)
+
+
+def _lazy_rows(owner: str, p: BanditBoostParams, n_features: int, n_labels: int) -> int:
+    """:meth:`BanditBoostParams.max_rows`; :class:`ParamError` if the bound holds not one row."""
+    rows = p.max_rows(n_features, n_labels)
+    if rows < 1:
+        need = 4 * n_features + 8 * n_labels * p.n_learners
+        raise ParamError(
+            f"{owner}: max_store_bytes={p.max_store_bytes} holds no row of the lazy store "
+            f"(d={n_features}, K={n_labels}, N={p.n_learners} need at least {need})"
+        )
+    return rows
 
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}

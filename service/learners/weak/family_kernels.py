@@ -13,7 +13,9 @@ is imported (from the on-disk cache after the first time); ``cache=True, nogil=T
 stay bit-identical. Model arrays are feature-major, ``(d, K, N)``: the weights of one input feature
 for all N x K models are contiguous, so a score is a run of axpys over contiguous rows, one per
 non-zero (vectorised without reassociating any sum), and an update of class k touches N contiguous
-values per non-zero. Helpers without a signature are compiled into their callers.
+values per non-zero. The lazy Perceptron store for hashed input keeps the same rows for the
+features learned so far only, ``(rows, K, N)`` with a slot per feature (``perceptron_lazy_*``).
+Helpers without a signature are compiled into their callers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ __all__ = [
     "nb_update",
     "nb_votes",
     "nonzeros",
+    "perceptron_lazy_scores",
+    "perceptron_lazy_start",
+    "perceptron_lazy_update",
+    "perceptron_lazy_update_dense",
+    "perceptron_lazy_votes",
+    "perceptron_lazy_votes_dense",
     "perceptron_scores",
     "perceptron_update",
     "perceptron_update_dense",
@@ -277,6 +285,317 @@ def perceptron_update_dense(
     """:func:`perceptron_update` of a dense input."""
     idx, val = _nonzeros(x)
     _perceptron_update(V, scale, sqnorm, n, idx, val, k, y, w)
+
+
+# -- the same Perceptrons on a lazy store: rows only for the features an update touched ------------
+# For hashed input (d = 2**18 and more) the (d, K, N) array above is gigabytes, of which a web
+# stream touches a few features. The lazy store keeps ``slot`` (d,) int32: 0 for a feature never
+# materialised, else 1 + its row in ``rows`` (capacity, K, N), feature-major as V above; rows are
+# used in the order features were first touched. A feature without a row weighs 0 in every model.
+# When an update first touches a feature, its row starts at a random draw of a counter-based
+# generator keyed by (seed, feature), stored divided by each model's scale so that u = scale V.
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TWO_PI = 2.0 * math.pi
+
+
+@njit(**_OPTS)
+def _mix64(z: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(**_OPTS)
+def _start_row(seed: np.uint64, j: int, sigma: float, out: np.ndarray) -> None:
+    """``out[m] = sigma z_m``, ``z_m ~ N(0, 1)`` for model ``m = k N + i``, a function of (seed, j, m).
+
+    Feature j's stream is SplitMix64 from ``key = mix(mix(seed + G) + (j + 1) G)``: word c is
+    ``mix(key + c G)``, c = 1, 2, ... (G = 0x9E3779B97F4A7C15). Words 2p + 1 and 2p + 2 give
+    ``u1 = (w >> 11) + 1`` and ``u2 = w >> 11`` times 2**-53 (u1 in (0, 1], u2 in [0, 1)), and
+    Box-Muller gives ``z_2p = r cos(2 pi u2)``, ``z_2p+1 = r sin(2 pi u2)``, ``r = sqrt(-2 ln u1)``.
+    """
+    key = _mix64(_mix64(seed + _GOLDEN) + np.uint64(j + 1) * _GOLDEN)
+    m = out.size
+    for p in range((m + 1) // 2):
+        a = _mix64(key + np.uint64(2 * p + 1) * _GOLDEN)
+        b = _mix64(key + np.uint64(2 * p + 2) * _GOLDEN)
+        u1 = float((a >> np.uint64(11)) + np.uint64(1)) * 2.0**-53
+        u2 = float(b >> np.uint64(11)) * 2.0**-53
+        r = math.sqrt(-2.0 * math.log(u1))
+        t = _TWO_PI * u2
+        out[2 * p] = sigma * (r * math.cos(t))
+        if 2 * p + 1 < m:
+            out[2 * p + 1] = sigma * (r * math.sin(t))
+
+
+@njit("float64[::1](uint64, int64, float64, int64)", **_OPTS)
+def perceptron_lazy_start(seed: int, j: int, sigma: float, m: int) -> np.ndarray:
+    """The random start of feature j in the m = K N models (model ``k N + i``), see :func:`_start_row`."""
+    out = np.empty(m)
+    _start_row(np.uint64(seed), j, sigma, out)
+    return out
+
+
+@njit(**_OPTS)
+def _kept(slot: np.ndarray, idx: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and values of the non-zeros whose feature has a row, in index order."""
+    count = 0
+    for t in range(idx.size):
+        if slot[idx[t]] > 0:
+            count += 1
+    ridx = np.empty(count, np.int64)
+    rval = np.empty(count)
+    count = 0
+    for t in range(idx.size):
+        s = slot[idx[t]]
+        if s > 0:
+            ridx[count] = s - 1
+            rval[count] = xs[t]
+            count += 1
+    return ridx, rval
+
+
+@njit(**_OPTS)
+def _lazy_scores(
+    slot: np.ndarray, rows: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray, h: np.ndarray
+) -> None:
+    cap, n_labels, n_learners = rows.shape
+    xs, _ = _unit(val)
+    ridx, rval = _kept(slot, idx, xs)
+    acc = h.reshape(n_labels * n_learners)
+    acc[:] = 0.0
+    _add_rows(acc, rows.reshape(cap, n_labels * n_learners), ridx, rval)
+    for k in range(n_labels):
+        for i in range(n_learners):
+            h[k, i] *= scale[k, i]
+
+
+_SLOT = "int32[::1], float64[:, :, ::1]"
+
+
+@njit(f"float64[:, ::1]({_SLOT}, float64[:, ::1], {_IDX}, {_VAL})", **_OPTS)
+def perceptron_lazy_scores(
+    slot: np.ndarray, rows: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray
+) -> np.ndarray:
+    """:func:`perceptron_scores` on the lazy store: a feature without a row contributes 0.
+
+    The same additions in the same order as the dense store holding these rows (and zeros
+    elsewhere) would make, bar the sign of an exact zero; nothing is materialised.
+    """
+    h = np.empty(scale.shape)
+    _lazy_scores(slot, rows, scale, idx, val, h)
+    return h
+
+
+_LV = f"{_SLOT}, float64[:, ::1], {_ALPHA}"
+
+
+@njit(f"void({_LV}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+def perceptron_lazy_votes(
+    slot: np.ndarray,
+    rows: np.ndarray,
+    scale: np.ndarray,
+    alpha: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    h: np.ndarray,
+    f: np.ndarray,
+) -> None:
+    """:func:`perceptron_lazy_scores` into ``h`` (K, N) and the alpha-weighted votes into ``f`` (K,)."""
+    _lazy_scores(slot, rows, scale, idx, val, h)
+    _votes(alpha, h, f)
+
+
+@njit(f"void({_LV}, {_VAL}, {_OUT})", **_OPTS)
+def perceptron_lazy_votes_dense(
+    slot: np.ndarray,
+    rows: np.ndarray,
+    scale: np.ndarray,
+    alpha: np.ndarray,
+    x: np.ndarray,
+    h: np.ndarray,
+    f: np.ndarray,
+) -> None:
+    """:func:`perceptron_lazy_votes` of a dense input."""
+    idx, val = _nonzeros(x)
+    _lazy_scores(slot, rows, scale, idx, val, h)
+    _votes(alpha, h, f)
+
+
+@njit(**_OPTS)
+def _renormalise_rows(
+    rows: np.ndarray, used: int, scale: np.ndarray, sqnorm: np.ndarray, k: int, i: int
+) -> None:
+    """:func:`_renormalise` over the rows in use (row order), O(rows)."""
+    a = scale[k, i]
+    sq = 0.0
+    for r in range(used):
+        rows[r, k, i] *= a
+        sq += rows[r, k, i] * rows[r, k, i]
+    scale[k, i] = 1.0
+    sqnorm[k, i] = sq
+
+
+@njit(**_OPTS)
+def _lazy_update(
+    slot: np.ndarray,
+    rows: np.ndarray,
+    used: int,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+    seed: np.uint64,
+    sigma: float,
+    max_rows: int,
+) -> tuple[int, int, int]:
+    cap, n_labels, n_learners = rows.shape
+    xs, _ = _unit(val)
+    ridx, rval = _kept(slot, idx, xs)
+    acc = np.zeros(n_learners)  # the live scores: features without a row contribute 0
+    _add_rows(acc, rows[:, k, :], ridx, rval)
+    moves = np.zeros(n_learners, np.bool_)
+    moved = False
+    for i in range(n_learners):
+        score = scale[k, i] * acc[i]
+        if y * score <= 0.0 and w[i] > 0.0:
+            moves[i] = True
+            moved = True
+    if not moved:  # no step: nothing touches the store
+        return 0, used, 0
+    new = idx.size - ridx.size
+    if new > 0 and used + new > cap and cap < max_rows:
+        return min(used + new, max_rows), used, 0  # the caller grows rows and calls again
+    dropped = 0
+    if new > 0:
+        start = np.empty(n_labels * n_learners)
+        added = 0
+        for t in range(idx.size):
+            j = idx[t]
+            if slot[j] != 0:
+                continue
+            if used == cap:  # full at the bound: feature j keeps weight 0 and is not learned
+                dropped += 1
+                continue
+            _start_row(seed, j, sigma, start)
+            for kk in range(n_labels):
+                for i in range(n_learners):
+                    g = start[kk * n_learners + i]
+                    rows[used, kk, i] = g / scale[kk, i]
+                    sqnorm[kk, i] += g * g
+            used += 1
+            slot[j] = used
+            added += 1
+        if added > 0:
+            for kk in range(n_labels):  # the starts may leave a model just outside the unit ball
+                for i in range(n_learners):
+                    if sqnorm[kk, i] > 1.0:
+                        scale[kk, i] /= math.sqrt(sqnorm[kk, i])
+                        sqnorm[kk, i] = 1.0
+                        if scale[kk, i] < SCALE_FLOOR:
+                            _renormalise_rows(rows, used, scale, sqnorm, kk, i)
+            ridx, rval = _kept(slot, idx, xs)
+            acc[:] = 0.0
+            _add_rows(acc, rows[:, k, :], ridx, rval)
+    sqx = 0.0  # ||x||^2 on the features with a row (all of x unless some were dropped)
+    for t in range(rval.size):
+        sqx += rval[t] * rval[t]
+    coef = np.zeros(n_learners)
+    for i in range(n_learners):
+        if not moves[i]:
+            continue
+        a = scale[k, i]
+        score = a * acc[i]
+        n[k, i] += 1
+        c = w[i] * y / math.sqrt(n[k, i])
+        q = max(sqnorm[k, i] + 2.0 * c * score + c * c * sqx, 0.0)
+        coef[i] = c / a
+        if q > 1.0:
+            scale[k, i] = a / math.sqrt(q)
+            sqnorm[k, i] = 1.0
+        else:
+            sqnorm[k, i] = q
+    for t in range(ridx.size):
+        r = ridx[t]
+        v = rval[t]
+        for i in range(n_learners):
+            rows[r, k, i] += coef[i] * v
+    for i in range(n_learners):
+        if scale[k, i] < SCALE_FLOOR:
+            _renormalise_rows(rows, used, scale, sqnorm, k, i)
+    return 0, used, dropped
+
+
+_LU = f"{_SLOT}, int64, float64[:, ::1], float64[:, ::1], int64[:, ::1]"
+_LU_TAIL = "int64, float64, float64[:], uint64, float64, int64"
+
+
+@njit(f"UniTuple(int64, 3)({_LU}, {_IDX}, {_VAL}, {_LU_TAIL})", **_OPTS)
+def perceptron_lazy_update(
+    slot: np.ndarray,
+    rows: np.ndarray,
+    used: int,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+    seed: int,
+    sigma: float,
+    max_rows: int,
+) -> tuple[int, int, int]:
+    """:func:`perceptron_update` on the lazy store, O(K N nnz) with new features, O(N nnz) without.
+
+    ``used`` rows of ``rows`` are in use. The mistake test reads the live models (a feature
+    without a row contributes 0). If no model of class k moves, nothing changes. Otherwise each
+    feature of x without a row gets the next one, holding its random start (:func:`_start_row`,
+    ``sigma``) divided by each model's scale, for all K x N models, whose ``||u||^2`` gain its
+    squares; a model the starts took outside the unit ball is projected back (rescaled). A feature
+    arriving when all ``max_rows`` rows are in use is dropped: it keeps weight 0 and the step
+    skips it. Then the step of :func:`perceptron_update` on the features with a row, from the
+    scores after the starts.
+
+    Returns ``(need, used, dropped)``: ``need > 0`` asks the caller to grow ``rows`` to at least
+    ``need`` rows (it is below ``max_rows`` and the new features need more) and call again, nothing
+    changed; else the rows in use after the step and the features dropped by it.
+    """
+    return _lazy_update(
+        slot, rows, used, scale, sqnorm, n, idx, val, k, y, w, np.uint64(seed), sigma, max_rows
+    )
+
+
+@njit(f"UniTuple(int64, 3)({_LU}, {_VAL}, {_LU_TAIL})", **_OPTS)
+def perceptron_lazy_update_dense(
+    slot: np.ndarray,
+    rows: np.ndarray,
+    used: int,
+    scale: np.ndarray,
+    sqnorm: np.ndarray,
+    n: np.ndarray,
+    x: np.ndarray,
+    k: int,
+    y: float,
+    w: np.ndarray,
+    seed: int,
+    sigma: float,
+    max_rows: int,
+) -> tuple[int, int, int]:
+    """:func:`perceptron_lazy_update` of a dense input."""
+    idx, val = _nonzeros(x)
+    return _lazy_update(
+        slot, rows, used, scale, sqnorm, n, idx, val, k, y, w, np.uint64(seed), sigma, max_rows
+    )
 
 
 # -- weighted naive Bayes -------------------------------------------------------------------------

@@ -174,6 +174,8 @@ VARIANTS = [(name, None) for name in NAMES] + [
     ("cova", {"base": "naive_bayes"}),
     ("cova", {"base": "perceptron"}),
     ("banditboost", {"weak": "naive_bayes", "n_learners": 7}),
+    ("banditboost", {"store": "lazy", "n_learners": 7}),
+    ("banditboost", {"store": "lazy", "n_learners": 3, "max_store_bytes": 4 * 1024 + 8 * 4 * 3 * 100}),
     ("adabandit", {"n_learners": 3}),
     ("adaboost-mh", {"max_log": 40, "iterations": 4, "retrain_every": 15}),
 ]
