@@ -1,17 +1,28 @@
-"""Quality and speed against Vowpal Wabbit's contextual bandits (issue 9, parts 1 and 2).
+"""The quality race against Vowpal Wabbit's contextual bandits (issue 24; issue 9, parts 1 and 2).
 
-For every dataset and seed, one shuffled stream (:meth:`Dataset.stream`) is fed to every system:
-each bandit learner of ours with its documented setting (:data:`SETTINGS`), VW ``--cbify K`` with
-each explorer of :data:`lab.bench.vw.EXPLORERS`, and the full-information references (which
-read the true label; for scale only, never marked best). Two protocols, both scored on the
+The plan (:data:`FULL`): all ten data sets, whole streams, seeds 0..4, and on every shuffled stream
+(:meth:`Dataset.stream`) every system of :func:`systems`: each bandit learner of ours at the defaults
+of its ``Params``, VW ``--cbify K`` with each explorer of :data:`lab.bench.vw.EXPLORERS` at VW's
+defaults, the full-information references (they read the true label; for scale only, never marked
+best), and a booster at the best setting of the stored defaults sweep (:mod:`lab.sweep`) where that
+setting is not already its default (the "best of sweep" column). Two protocols, both scored on the
 *sampled* label:
 
 ``online``
-    error rate of one pass over the shuffled data set (seeds 000, 002, 004);
+    error rate of one pass over the shuffled data set;
 ``last20``
     accuracy on the last 20% of the duplicated stream, with the duplication factors of seed 001
     (:data:`DUPLICATE`, ALGORITHMS.md §2.10). Data sets without a documented factor are streamed
     once, so their last20 number comes from the same run as their online number.
+
+Every run is stored as it finishes, one line in :data:`STORE` (a committed JSON-lines file of
+:mod:`lab.runcache`, as the sweep's and seed 001's runs), keyed by data set, duplication factor,
+seed, stream cut, system, its whole setting and the version of the code it ran (:func:`version`).
+The race therefore resumes across sessions and fresh clones, a killed run loses only the run in
+progress, and the report is rendered from whatever planned runs are stored. Runs go cheap first
+(:func:`plan_runs`): the linear learners and VW on every stream, smallest streams first, then the
+boosters the same way. ``$CLICKBOOST_QUALITY_HOURS`` caps the wall time: no run starts after that
+many hours (``0``: only render what is stored); the command resumes where it stopped.
 
 Speed is examples per second of the same runs, in-process, single thread: ours is
 :func:`lab.sim.stream.run_stream` (decision ids, sampling, learn); VW's is parse -> learn ->
@@ -20,34 +31,43 @@ read the prediction, with the text lines built before the clock starts.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
+import math
+import os
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import partial
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import service.learners
+from lab import sweep
 from lab.bench import benches, report
 from lab.bench.vw import EXPLORERS, run_vw, to_lines, vw_version
-from lab.runcache import cached
+from lab.runcache import cached, lookup
 from lab.runcache import progress as report_progress
 from lab.sim.datasets import load_dataset
 from lab.sim.metrics import last20_accuracy, online_error
 from lab.sim.stream import run_stream
+from service.cli import CLIError
 from service.learners.base import learners, make_learner
 from service.sampling import DecisionIds
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Duplication factors of seed 001's protocol (``pi224/banditboosting:run.py``, ALGORITHMS.md §2.10).
 DUPLICATE: dict[str, int] = {"balance": 10, "car": 6, "nursery": 4, "mice": 8, "isolet": 15}
 
-#: Hyperparameters of our bandit learners in this benchmark, with where each setting comes from.
-#: A learner not listed runs with the defaults of its ``Params`` (named as such in the report).
+#: The settings this benchmark used before issue 24, with where each came from. The race no longer
+#: reads them (every learner runs at its defaults); kept because ``lab/bench/scaling.py`` still
+#: takes its per-learner settings from here.
 SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
     "banditron": ({"gamma": 0.05}, "γ=0.05: seed 002's Reuters run and ALGORITHMS.md §5 default"),
     "cova": ({"base": "pa1", "C": 1.0}, "PA-I, C=1: seed 004 ('usually best', 'C equal 1')"),
@@ -73,26 +93,6 @@ SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
     ),
 }
 
-#: Systems too slow for the full run on some data sets (shown as "–" and named in the report).
-_WIDE = frozenset({"isolet", "mnist", "synsep", "synnonsep"})
-_TREES = (
-    "Hoeffding-tree boosters: every leaf keeps d x K Gaussian statistics and a split check scans all "
-    "of them, so on the d >= 400 data sets one whole stream takes hours here (seed001-table1 runs "
-    "isolet with the reference's slower-growing tree ranges)"
-)
-SKIP: dict[str, tuple[frozenset[str], str]] = {
-    "banditboost": (
-        _WIDE,
-        "100 weak learners x K Perceptrons in Python: hours per data set at d >= 400 here",
-    ),
-    **{name: (_WIDE, _TREES) for name in ("adabandit", "banditbbm", "adaboost-olm", "online-mbbm")},
-    "binbandit": (
-        _WIDE,
-        "N binary Hoeffding trees per class, each keeping d Gaussian statistics per class at every leaf: "
-        "with N=20 and K=26 (isolet) 520 trees, whose split checks slow a whole stream to hours here",
-    ),
-}
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -115,23 +115,360 @@ ALL_DATASETS = (
     "synsep",
     "synnonsep",
 )
-FULL = Plan(ALL_DATASETS, (0, 1, 2), 20_000)
+FULL = Plan(ALL_DATASETS, (0, 1, 2, 3, 4), None)
 QUICK = Plan(("balance", "car", "dna"), (0, 1), 400)
+
+#: Every run of the full plan (committed, so the race accumulates across sessions and machines).
+STORE = ROOT / "docs" / "repro" / "quality-runs.jsonl"
+#: The defaults sweep's runs (``clickboost sweep-defaults``), read for the "best of sweep" column.
+SWEEP_STORE = ROOT / "docs" / "repro" / "sweep-runs.jsonl"
+#: Environment variable capping the wall time of one invocation, in hours.
+HOURS_ENV = "CLICKBOOST_QUALITY_HOURS"
+
+#: Learners run before the others (fast: O(K nnz) per event); the rest follow, smallest streams first.
+_CHEAP = frozenset({"banditron", "cova", "perceptron"})
+
+#: VW's runs are keyed by VW's version and this tag of our driver (lab/bench/vw.py): change it when
+#: ``to_lines`` or ``run_vw`` change what VW is fed (``test_to_lines_...`` pins the line format).
+VW_DRIVER = "cbify-lines-1"
+
+
+# ----------------------------------------------------------------------------------------------
+# Systems, versions, the plan
+# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class System:
-    """One competitor: ``kind`` is ``ours`` (bandit), ``vw`` or ``reference`` (full information)."""
+    """One competitor.
+
+    ``kind`` is ``ours`` (bandit learner at its defaults), ``sweep`` (a booster at the sweep's best
+    setting, where that is not its default), ``vw`` or ``reference`` (full information). ``learner``
+    is the registered learner (``vw`` for VW), ``params`` the whole setting as canonical JSON (VW:
+    the explorer's arguments), ``version`` the code version of :func:`version`; these three key the
+    runs. ``sweep_best``: these runs are the learner's best setting of the sweep.
+    """
 
     name: str
     kind: str
     setting: str
     source: str
+    learner: str = ""
+    params: str = "{}"
+    version: str = ""
+    sweep_best: bool = False
+
+
+def _import_names(path: Path) -> set[str]:
+    """Dotted names a source file imports (``from a.b import c`` gives ``a.b`` and ``a.b.c``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+#: The modules a learner's numbers can depend on (the rest of the service is serving machinery).
+_ARITHMETIC = ("service.learners.", "service.kernels", "service.sampling")
+
+
+def learner_files(learner: str) -> list[Path]:
+    """The sources of ``learner``'s runs: its module and what it imports, transitively, from the
+    learners' packages, the kernels and the sampler (an imported package: all its modules), plus
+    the decision ids (``service/sampling.py``) and the stream loop (``lab/sim/stream.py``)."""
+    files: set[Path] = set()
+    seen: set[str] = set()
+    todo = [learners.get(learner).__module__, "service.sampling"]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name.startswith(_ARITHMETIC):
+            continue
+        seen.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ModuleNotFoundError, ValueError):  # a class or function, not a module
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        origin = Path(spec.origin)
+        for path in sorted(origin.parent.glob("**/*.py")) if spec.submodule_search_locations else [origin]:
+            if path not in files:
+                files.add(path)
+                todo.extend(_import_names(path))
+    return [*sorted(files), ROOT / "lab" / "sim" / "stream.py"]
+
+
+def module_fingerprint(learner: str) -> str:
+    """Hash of :func:`learner_files`: the version of a learner without a pinned one."""
+    h = hashlib.sha256()
+    for path in learner_files(learner):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def version(kind: str, learner: str) -> str:
+    """The code version a run of ``learner`` (``kind`` ``vw``: an explorer) is keyed by.
+
+    Our learners and the references: the pinned results version of the sweep (:data:`lab.sweep.VERSION`,
+    seed 001's ``RESULTS_VERSION`` plus BanditBoost's), which ``tests/lab/test_results_pinned.py``
+    holds to the arithmetic, so an edit that moves no number keeps the runs. A learner without
+    one gets a fingerprint of its own sources only (:func:`learner_files`), not of every learner
+    as before: hours of runs of every system must not be thrown away by an edit of another
+    learner. Any edit of those sources (comments included) still discards its runs; they are the
+    cheap linear learners (and AdaBoost.MH), so that costs little. VW: its version and
+    :data:`VW_DRIVER`.
+    """
+    if kind == "vw":
+        return f"vowpalwabbit {vw_version()} {VW_DRIVER}"
+    return sweep.VERSION.get(learner) or module_fingerprint(learner)
+
+
+def sweep_best(learner: str, store: Path | None = SWEEP_STORE) -> tuple[dict[str, Any], float] | None:
+    """The best setting of ``learner``'s defaults sweep and its mean online error, read from the
+    sweep's stored runs (keys as :func:`lab.sweep.sweep` makes them); None when ``learner`` has no
+    grid or a run of its grid is not stored at its current version (nothing is computed here)."""
+    if store is None or learner not in sweep.GRIDS:
+        return None
+    fp = sweep.VERSION.get(learner) or sweep.code_fingerprint()
+    scored = []
+    for params in sweep.settings(learner):
+        means = []
+        for dataset in sweep.TUNING:
+            errors = []
+            for seed in sweep.SEEDS:
+                key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{sweep.ROUNDS}"
+                got = lookup(store, key)
+                if got is None:
+                    return None
+                errors.append(got["error"])
+            means.append(float(np.mean(errors)))
+        scored.append((float(np.mean(means)), params))
+    error, best = min(scored, key=lambda s: s[0])
+    return best, error
+
+
+def _describe(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "none"
+
+
+def systems(sweep_store: Path | None = SWEEP_STORE) -> list[System]:
+    """Every system compared: ours at defaults, sweep bests that differ from them, VW, references."""
+    ours, swept, refs = [], [], []
+    for name, cls in learners.items():
+        defaults = cls.Params().model_dump(mode="json")
+        kind = "reference" if cls.full_information else "ours"
+        found = None if cls.full_information else sweep_best(name, sweep_store)
+        best, error = (cls.Params(**found[0]).model_dump(mode="json"), found[1]) if found else (None, 0.0)
+        system = System(
+            name,
+            kind,
+            f"defaults: {_describe(defaults)}",
+            "full information; for scale" if kind == "reference" else "the defaults of its Params",
+            name,
+            json.dumps(defaults, sort_keys=True),
+            version(kind, name),
+            sweep_best=best == defaults,
+        )
+        (refs if cls.full_information else ours).append(system)
+        if best is not None and best != defaults:
+            changed = {k: v for k, v in best.items() if defaults.get(k) != v}
+            swept.append(
+                System(
+                    f"{name}@sweep",
+                    "sweep",
+                    _describe(changed) + ", else defaults",
+                    f"best of the stored sweep (mean online error {error:.4f} on "
+                    f"{', '.join(sweep.TUNING)}); not its default",
+                    name,
+                    json.dumps(best, sort_keys=True),
+                    system.version,
+                    sweep_best=True,
+                )
+            )
+    vw = [
+        System(n, "vw", f"--cbify K {a}", "VW defaults otherwise", "vw", a, version("vw", n))
+        for n, a in EXPLORERS.items()
+    ]
+    return ours + swept + vw + refs
+
+
+@dataclass(frozen=True)
+class Run:
+    """One planned run: ``system`` over the stream of (``dataset``, ``factor``, ``seed``)."""
+
+    dataset: str
+    factor: int
+    seed: int
+    cut: int | None  # stream cut at this many rounds (None: the whole stream)
+    system: System
+
+    @property
+    def key(self) -> str:
+        """The run's key in the store: everything its result depends on, the column name excepted."""
+        s = self.system
+        setting = json.loads(s.params) if s.learner != "vw" else s.params
+        return json.dumps(
+            ["quality", self.dataset, self.factor, self.seed, self.cut, s.learner, setting, s.version]
+        )
+
+
+@cache
+def _shape(dataset: str) -> tuple[int, int, int]:
+    ds = load_dataset(dataset)
+    return ds.n, ds.d, ds.n_labels
+
+
+def plan_runs(plan: Plan, compared: list[System]) -> list[Run]:
+    """The runs of ``plan``, cheap first: the linear learners and VW, then the others; within each,
+    streams by T x d x K (smallest first), then seed, then system."""
+    units = []
+    for name in plan.datasets:
+        n, d, k = _shape(name)
+        for factor in sorted({1, DUPLICATE.get(name, 1)}):
+            T = n * factor
+            cut = plan.limit if plan.limit is not None and plan.limit < T else None
+            units.append((min(T, cut or T) * d * k, name, factor, cut))
+    units.sort()
+    runs, keys = [], set()
+    for cheap in (True, False):
+        for _, name, factor, cut in units:
+            for seed in plan.seeds:
+                for system in compared:
+                    if (system.kind == "vw" or system.learner in _CHEAP) == cheap:
+                        run = Run(name, factor, seed, cut, system)
+                        if run.key not in keys:
+                            keys.add(run.key)
+                            runs.append(run)
+    return runs
+
+
+# ----------------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------------
+
+
+def _vw_lines(X: np.ndarray, y: np.ndarray) -> list[str]:
+    """:func:`to_lines` of the stream, each distinct row formatted once (duplicated streams repeat rows)."""
+    memo: dict[tuple[bytes, int], str] = {}
+    out = []
+    for i in range(len(y)):
+        key = (X[i].tobytes(), int(y[i]))
+        line = memo.get(key)
+        if line is None:
+            line = memo[key] = to_lines(X[i : i + 1], y[i : i + 1])[0]
+        out.append(line)
+    return out
+
+
+def _compute(run: Run, streams: dict[str, Any]) -> dict[str, Any]:
+    """One run; ``streams`` keeps the current data set and stream (and its VW lines) between runs."""
+    if streams.get("dataset") != run.dataset:
+        streams.clear()
+        streams["dataset"], streams["ds"] = run.dataset, load_dataset(run.dataset)
+    ds = streams["ds"]
+    unit = (run.factor, run.seed, run.cut)
+    if streams.get("unit") != unit:
+        streams.update(unit=unit, stream=ds.stream(run.seed, run.factor, run.cut), lines=None)
+    X, y = streams["stream"]
+    system = run.system
+    if system.kind == "vw":
+        if streams["lines"] is None:
+            streams["lines"] = _vw_lines(X, y)
+        vw = run_vw(system.params, ds.n_labels, streams["lines"], y, run.seed)
+        correct, seconds = vw.correct, vw.seconds
+    else:
+        model = make_learner(system.learner, ds.d, ds.n_labels, json.loads(system.params), seed=run.seed)
+        start = time.perf_counter()
+        correct = run_stream(model, X, y, DecisionIds.for_seed(run.seed))
+        seconds = time.perf_counter() - start
+    return {
+        "dataset": run.dataset,
+        "factor": run.factor,
+        "seed": run.seed,
+        "system": system.name,
+        "T": len(correct),
+        "online": online_error(correct),
+        "last20": last20_accuracy(correct),
+        "seconds": seconds,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+    }
+
+
+@dataclass(frozen=True)
+class Status:
+    """How far the plan is: runs planned and stored, their summed run time, what this call did."""
+
+    planned: int
+    stored: int
+    seconds: float  # summed over the stored runs (each run's own timed loop)
+    computed: int  # runs computed by this call
+    stopped: bool  # this call stopped starting runs at the wall-time cap
+    missing: dict[str, int]  # system -> planned runs not stored
+    dates: tuple[str, str] | None = None  # first and last day a stored run was made
+
+
+def hours_cap() -> float | None:
+    """``$CLICKBOOST_QUALITY_HOURS`` (None when unset)."""
+    raw = os.environ.get(HOURS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = -1.0
+    if not hours >= 0:
+        raise CLIError(f"{HOURS_ENV} must be a number of hours >= 0, got {raw!r}")
+    return hours
+
+
+def execute(
+    runs: list[Run],
+    store: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    hours: float | None = None,
+) -> Status:
+    """Compute every run of ``runs`` not yet in ``store``, in order, each stored as it finishes;
+    with ``hours``, no run starts after that many hours."""
+    deadline = None if hours is None else time.monotonic() + hours * 3600
+    todo = [r for r in runs if lookup(store, r.key) is None]
+    progress(
+        f"quality: {len(runs) - len(todo)} of {len(runs)} planned runs stored, {len(todo)} to run"
+        + (f" (no run starts after {hours:g} h)" if hours is not None else "")
+    )
+    streams: dict[str, Any] = {}
+    computed, stopped = 0, False
+    for i, run in enumerate(todo, 1):
+        if deadline is not None and time.monotonic() >= deadline:
+            stopped = True
+            progress(f"quality: wall-time cap of {hours:g} h reached; {len(todo) - computed} runs left")
+            break
+        got = cached(store, run.key, lambda r=run: _compute(r, streams))
+        computed += 1
+        progress(
+            f"[{i}/{len(todo)}] {run.dataset} x{run.factor} seed {run.seed} {run.system.name}: "
+            f"online error {got['online']:.4f}, last20 {got['last20']:.4f}, {got['seconds']:.1f} s"
+        )
+    return status(runs, store, computed, stopped)
+
+
+def status(runs: list[Run], store: Path, computed: int = 0, stopped: bool = False) -> Status:
+    """:class:`Status` of ``runs`` in ``store``."""
+    got = [lookup(store, r.key) for r in runs]
+    missing = Counter(r.system.name for r, g in zip(runs, got, strict=True) if g is None)
+    seconds = sum(g["seconds"] for g in got if g is not None)
+    days = sorted(g["date"] for g in got if g is not None and "date" in g)
+    dates = (days[0], days[-1]) if days else None
+    return Status(
+        len(runs), sum(g is not None for g in got), seconds, computed, stopped, dict(missing), dates
+    )
 
 
 @dataclass(frozen=True)
 class Result:
-    """One run of one system over one stream."""
+    """One protocol's number of one stored run."""
 
     dataset: str
     protocol: str  # "online" or "last20"
@@ -142,101 +479,34 @@ class Result:
     seconds: float
 
 
-def systems() -> list[System]:
-    """Every system compared: our bandit learners, the VW explorers, the full-information references."""
-    ours, refs = [], []
-    for name, cls in learners.items():
-        if cls.full_information:
-            refs.append(System(name, "reference", "defaults", "full information; for scale"))
-        else:
-            params, source = SETTINGS.get(name, ({}, "defaults of its Params (no documented best)"))
-            setting = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
-            ours.append(System(name, "ours", setting, source))
-    vw = [System(n, "vw", f"--cbify K {a}", "VW defaults otherwise") for n, a in EXPLORERS.items()]
-    return ours + vw + refs
-
-
-def _runner(system: System, d: int, k: int) -> Callable[[np.ndarray, np.ndarray, list[str], int], tuple]:
-    if system.kind == "vw":
-        explorer = EXPLORERS[system.name]
-
-        def run(X: np.ndarray, y: np.ndarray, lines: list[str], seed: int) -> tuple:
-            r = run_vw(explorer, k, lines, y, seed)
-            return r.correct, r.seconds
-
-        return run
-    params = SETTINGS.get(system.name, ({}, ""))[0]
-
-    def run(X: np.ndarray, y: np.ndarray, lines: list[str], seed: int) -> tuple:
-        model = make_learner(system.name, d, k, params, seed=seed)
-        start = time.perf_counter()
-        correct = run_stream(model, X, y, DecisionIds.for_seed(seed))
-        return correct, time.perf_counter() - start
-
-    return run
-
-
-#: Where full runs keep each run's result, so an interrupted ``bench quality`` resumes.
-CACHE = Path(__file__).resolve().parents[2] / "out" / "cache" / "quality"
-
-
-def _fingerprint() -> str:
-    """Hash of the code a result depends on: learners, simulator, VW driver, and VW's version."""
-    learners_dir = Path(service.learners.__file__).resolve().parent
-    lab_dir = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(vw_version().encode())
-    sources = [*learners_dir.glob("**/*.py"), *lab_dir.glob("sim/*.py"), lab_dir / "bench" / "vw.py"]
-    for path in sorted(sources):
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _run_one(ds: Any, factor: int, seed: int, limit: int | None, system: System, stream: list) -> dict:
-    """One system over one stream (``stream`` caches the shuffled rows and VW lines between systems)."""
-    if not stream:
-        X, y = ds.stream(seed, factor, limit)
-        stream.extend((X, y, to_lines(X, y)))
-    correct, seconds = _runner(system, ds.d, ds.n_labels)(*stream, seed)
-    return {
-        "T": len(correct),
-        "online": online_error(correct),
-        "last20": last20_accuracy(correct),
-        "seconds": seconds,
-    }
+def collect(runs: list[Run], store: Path) -> list[Result]:
+    """The results of the planned ``runs`` stored in ``store`` (missing runs are left out)."""
+    results = []
+    for run in runs:
+        got = lookup(store, run.key)
+        if got is None:
+            continue
+        for protocol, factor in (("online", 1), ("last20", DUPLICATE.get(run.dataset, 1))):
+            if run.factor == factor:
+                res = Result(
+                    run.dataset, protocol, got["T"], run.system.name, run.seed, got[protocol], got["seconds"]
+                )
+                results.append(res)
+    return results
 
 
 def run_plan(
-    plan: Plan, progress: Callable[[str], None] = lambda _: None, cache: Path | None = None
-) -> Iterator[Result]:
-    """Run every system of :func:`systems` over the streams of ``plan``; yields one result per run.
-
-    With ``cache``, each run's metrics are stored there (keyed by stream, system, setting and
-    :func:`_fingerprint`) and reused, so a long run resumes where it stopped.
-    """
-    compared = systems()
-    code = _fingerprint() if cache is not None else ""
-    for name in plan.datasets:
-        ds = load_dataset(name)
-        factors = sorted({1, DUPLICATE.get(name, 1)})
-        for factor in factors:
-            for seed in plan.seeds:
-                stream: list = []  # (X, y, VW lines), built on first use
-
-                for system in compared:
-                    if name in SKIP.get(system.name, (frozenset(), ""))[0]:
-                        continue
-                    cut = plan.limit if plan.limit is not None and plan.limit < ds.n * factor else None
-                    key = json.dumps([name, factor, seed, cut, asdict(system), code])  # cut: None if whole
-                    got = cached(cache, key, partial(_run_one, ds, factor, seed, plan.limit, system, stream))
-                    progress(f"{name} x{factor} seed {seed} {system.name}: {got['online']:.3f}")
-                    if factor == 1:
-                        yield Result(
-                            name, "online", got["T"], system.name, seed, got["online"], got["seconds"]
-                        )
-                    if factor == DUPLICATE.get(name, 1):
-                        yield Result(
-                            name, "last20", got["T"], system.name, seed, got["last20"], got["seconds"]
-                        )
+    plan: Plan,
+    store: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    compared: list[System] | None = None,
+    hours: float | None = None,
+) -> tuple[list[Result], list[Run], Status]:
+    """Run what of ``plan`` is not stored yet (see :func:`execute`); the stored results, the
+    planned runs and the status."""
+    runs = plan_runs(plan, compared if compared is not None else systems())
+    done = execute(runs, store, progress, hours)
+    return collect(runs, store), runs, done
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,56 +514,166 @@ def run_plan(
 # ----------------------------------------------------------------------------------------------
 
 
-def _group(results: list[Result], protocol: str) -> dict[str, dict[str, list[Result]]]:
-    out: dict[str, dict[str, list[Result]]] = defaultdict(lambda: defaultdict(list))
+def _by_seed(results: list[Result], protocol: str) -> dict[str, dict[str, dict[int, float]]]:
+    """dataset -> system -> seed -> value in %."""
+    out: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in results:
         if r.protocol == protocol:
-            out[r.dataset][r.system].append(r)
+            out[r.dataset][r.system][r.seed] = r.value * 100
     return out
 
 
-def _stats(rs: list[Result]) -> tuple[float, float]:
-    v = np.array([r.value for r in rs]) * 100
-    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (nan for one value)."""
+    v = np.asarray(values, dtype=float)
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return float(v.mean()), se
 
 
-def quality_table(results: list[Result], protocol: str, compared: list[System]) -> tuple[str, list[str]]:
-    """Dataset x system table (mean ± std in %, best bandit system in bold) and per-row verdicts."""
+def cell(values: list[float], planned: int) -> str:
+    """``mean ± SE`` in %, with ``(n=…)`` when fewer than ``planned`` seeds are stored."""
+    m, se = mean_se(values)
+    text = f"{m:.1f}" if math.isnan(se) else f"{m:.1f} ± {se:.1f}"
+    return text + (f" (n={len(values)})" if len(values) < planned else "")
+
+
+@dataclass(frozen=True)
+class Margin:
+    """Best of ours against best VW explorer on one data set, paired over their common seeds."""
+
+    dataset: str
+    ours: str
+    ours_mean: float
+    vw: str
+    vw_mean: float
+    diff: float  # ours - VW in points, mean over the common seeds
+    se: float  # its standard error (paired; nan for fewer than 2 common seeds)
+    n: int  # common seeds
+    lower_better: bool
+
+    @property
+    def lost(self) -> bool:
+        return round(self.diff, 1) != 0 and (self.diff > 0) == self.lower_better
+
+    def outcome(self) -> str:
+        """``we lose by 2.6 ± 0.4 points`` / ``we win by …`` / ``tie``, flagged when within 2 SE."""
+        se = "" if math.isnan(self.se) else f" ± {self.se:.1f}"
+        if round(self.diff, 1) == 0:
+            return f"tie (0.0{se} points)"
+        text = f"{'we lose' if self.lost else 'we win'} by {abs(self.diff):.1f}{se} points"
+        if math.isnan(self.se):
+            return text + " (one seed: no SE)"
+        return text + (" (within 2 SE)" if abs(self.diff) < 2 * self.se else "")
+
+
+def _best(by_system: dict[str, dict[int, float]], names: list[str], lower_better: bool) -> str | None:
+    means = {n: float(np.mean(list(by_system[n].values()))) for n in names if by_system.get(n)}
+    if not means:
+        return None
+    return (min if lower_better else max)(means, key=means.__getitem__)
+
+
+def margin(
+    dataset: str, by_system: dict[str, dict[int, float]], ours: str, vw: str, lower_better: bool
+) -> Margin:
+    """:class:`Margin` of system ``ours`` against system ``vw`` (values in % by seed)."""
+    a, b = by_system[ours], by_system[vw]
+    common = sorted(a.keys() & b.keys())
+    diffs = [a[s] - b[s] for s in common]
+    diff, se = mean_se(diffs) if diffs else (math.nan, math.nan)
+    return Margin(
+        dataset,
+        ours,
+        float(np.mean(list(a.values()))),
+        vw,
+        float(np.mean(list(b.values()))),
+        diff,
+        se,
+        len(common),
+        lower_better,
+    )
+
+
+def margins(
+    results: list[Result], protocol: str, compared: list[System], sweep_side: bool = False
+) -> list[Margin]:
+    """Per data set: best of ours at defaults (``sweep_side``: of the swept boosters at their sweep's
+    best setting) against the best VW explorer, each picked by its mean over the stored seeds."""
     lower_better = protocol == "online"
-    groups = _group(results, protocol)
+    if sweep_side:
+        ours = [s.name for s in compared if s.sweep_best]
+    else:
+        ours = [s.name for s in compared if s.kind == "ours"]
+    vws = [s.name for s in compared if s.kind == "vw"]
+    out = []
+    for dataset, by_system in _by_seed(results, protocol).items():
+        o, v = _best(by_system, ours, lower_better), _best(by_system, vws, lower_better)
+        if o is not None and v is not None and by_system[o].keys() & by_system[v].keys():
+            out.append(margin(dataset, by_system, o, v, lower_better))
+    return out
+
+
+def _role(dataset: str) -> str:
+    return "tuned on this data set" if dataset in sweep.TUNING else "evaluation"
+
+
+def quality_table(results: list[Result], protocol: str, compared: list[System], planned: int) -> str:
+    """Data set x system (mean ± SE in %, best bandit system at defaults in bold), and the best of
+    the sweep settings of ours."""
+    lower_better = protocol == "online"
     names = [s.name for s in compared]
-    kinds = {s.name: s.kind for s in compared}
-    rows, verdicts = [], []
-    for dataset, by_system in groups.items():
-        stats = {n: _stats(by_system[n]) for n in names if by_system.get(n)}
-        bandit = {n: m for n, (m, _) in stats.items() if kinds[n] != "reference"}
-        pick = min if lower_better else max
-        best = pick(bandit, key=bandit.__getitem__)
+    contenders = [s.name for s in compared if s.kind in ("ours", "vw")]
+    swept = [s.name for s in compared if s.sweep_best]
+    T = {(r.dataset, r.system): r.T for r in results if r.protocol == protocol}
+    rows = []
+    for dataset, by_system in _by_seed(results, protocol).items():
+        best = _best(by_system, contenders, lower_better)
         cells = []
         for n in names:
-            if n not in stats:
+            if not by_system.get(n):
                 cells.append("–")
                 continue
-            m, s = stats[n]
-            cell = f"{m:.1f} ± {s:.1f}"
-            cells.append(f"**{cell}**" if n == best else cell)
-        any_run = next(iter(by_system.values()))
-        rows.append([dataset, any_run[0].T, len(any_run), *cells])
-        ours = {n: m for n, m in bandit.items() if kinds[n] == "ours"}
-        vws = {n: m for n, m in bandit.items() if kinds[n] == "vw"}
-        if ours and vws:
-            o, v = pick(ours, key=ours.__getitem__), pick(vws, key=vws.__getitem__)
-            gap = round(ours[o], 1) - round(vws[v], 1)
-            if gap == 0:
-                outcome = "tie"
-            else:
-                outcome = "we win" if (gap < 0) == lower_better else "WE LOSE"
-                outcome += f" by {abs(gap):.1f} points"
-            verdicts.append(
-                f"{dataset}: {outcome} — best of ours {o} {ours[o]:.1f}%, best VW {v} {vws[v]:.1f}%"
-            )
-    header = ["dataset", "T", "seeds", *names]
-    return report.table(header, rows), verdicts
+            text = cell(list(by_system[n].values()), planned)
+            cells.append(f"**{text}**" if n == best else text)
+        top = _best(by_system, swept, lower_better)
+        sweep_cell = f"{cell(list(by_system[top].values()), planned)} {top}" if top else "–"
+        t = next(T[(dataset, n)] for n in names if (dataset, n) in T)
+        rows.append([dataset, _role(dataset), t, *cells, sweep_cell])
+    header = ["dataset", "role", "T", *names, "best of sweep (ours)"]
+    return report.table(header, rows)
+
+
+def margin_table(results: list[Result], protocol: str, compared: list[System]) -> tuple[str, list[Margin]]:
+    """Per data set: the margin of best of ours (defaults; and best of sweep) to the best VW explorer."""
+    main = margins(results, protocol, compared)
+    by_sweep = {m.dataset: m for m in margins(results, protocol, compared, sweep_side=True)}
+    rows = []
+    for m in main:
+        s = by_sweep.get(m.dataset)
+        se = "" if math.isnan(m.se) else f" ± {m.se:.1f}"
+        rows.append(
+            [
+                m.dataset,
+                _role(m.dataset),
+                f"{m.ours} {m.ours_mean:.1f}",
+                f"{m.vw} {m.vw_mean:.1f}",
+                f"{m.diff:+.1f}{se}",
+                m.n,
+                m.outcome(),
+                f"{s.ours}: {s.outcome()}" if s else "–",
+            ]
+        )
+    header = [
+        "dataset",
+        "role",
+        "best of ours (defaults)",
+        "best VW (defaults)",
+        "ours − VW (points)",
+        "seeds",
+        "outcome",
+        "best of sweep vs best VW",
+    ]
+    return report.table(header, rows, "llllrrll"), main
 
 
 def speed_table(
@@ -301,9 +681,12 @@ def speed_table(
 ) -> tuple[str, list[str]]:
     """Examples/s per dataset and system (online runs), each of ours as a ratio to ``anchor``, and
     one verdict line per learner of ours (on how many data sets it is slower than ``anchor``)."""
-    groups = _group(results, "online")
+    groups: dict[str, dict[str, list[Result]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        if r.protocol == "online":
+            groups[r.dataset][r.system].append(r)
     names = [s.name for s in compared]
-    ours = [s.name for s in compared if s.kind == "ours"]
+    ours = [s.name for s in compared if s.kind in ("ours", "sweep")]
     rows, ratios = [], defaultdict(list)
     for dataset, by_system in groups.items():
         eps = {n: sum(r.T for r in rs) / sum(r.seconds for r in rs) for n, rs in by_system.items() if rs}
@@ -327,23 +710,25 @@ def _plot(results: list[Result], compared: list[System], out_dir: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = {s.name: s.kind for s in compared}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, protocol in zip(axes, ("online", "last20"), strict=True):
-        groups = _group(results, protocol)
+        groups = _by_seed(results, protocol)
         datasets = list(groups)
-        pick = min if protocol == "online" else max
-        for i, (label, kind) in enumerate(
-            [("best of ours", "ours"), ("best VW", "vw"), ("reference", "reference")]
+        lower_better = protocol == "online"
+        for i, (label, kinds) in enumerate(
+            [("best of ours", ("ours",)), ("best VW", ("vw",)), ("best reference", ("reference",))]
         ):
-            vals = []
+            names = [s.name for s in compared if s.kind in kinds]
+            vals, errs = [], []
             for ds in datasets:
-                means = [_stats(rs)[0] for n, rs in groups[ds].items() if kinds.get(n) == kind]
-                vals.append(pick(means) if means else np.nan)
-            ax.bar(np.arange(len(datasets)) + (i - 1) * 0.27, vals, 0.27, label=label)
+                best = _best(groups[ds], names, lower_better)
+                m, se = mean_se(list(groups[ds][best].values())) if best else (np.nan, np.nan)
+                vals.append(m)
+                errs.append(0.0 if math.isnan(se) else se)
+            ax.bar(np.arange(len(datasets)) + (i - 1) * 0.27, vals, 0.27, yerr=errs, label=label)
         ax.set_xticks(np.arange(len(datasets)), datasets, rotation=45, ha="right")
-        ax.set_ylabel("online error (%)" if protocol == "online" else "last-20% accuracy (%)")
-        ax.set_title(protocol)
+        ax.set_ylabel("online error (%)" if lower_better else "last-20% accuracy (%)")
+        ax.set_title(f"{protocol} (mean ± SE over seeds)")
         ax.legend(fontsize=8)
     fig.tight_layout()
     path, link = report.figure_path(out_dir, "quality")
@@ -352,26 +737,76 @@ def _plot(results: list[Result], compared: list[System], out_dir: Path) -> str:
     return link
 
 
-def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> str:
-    """The markdown of the quality and speed sections (tables, verdicts, settings, plot)."""
-    compared = [s for s in systems() if any(r.system == s.name for r in results)]
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def _progress_text(done: Status, plan: Plan) -> str:
+    text = (
+        f"**Stored: {done.stored:,} of the {done.planned:,} planned runs** "
+        f"({len(plan.datasets)} data sets × their streams × {len(plan.seeds)} seeds × systems), "
+        f"total run time so far {_duration(done.seconds)} (the timed loops of the stored runs, one "
+        "core; loading data and building VW's text lines not counted)"
+        + (f", made {done.dates[0]} to {done.dates[1]}." if done.dates else ".")
+    )
+    if done.missing:
+        left = ", ".join(f"{n} {c}" for n, c in sorted(done.missing.items(), key=lambda x: -x[1]))
+        text += f" Not yet run: {left}; the tables show what is stored (cells with fewer seeds say how many)."
+    if done.stopped:
+        text += f" This invocation stopped starting runs at the `{HOURS_ENV}` cap; run it again to resume."
+    return text
+
+
+def render(
+    results: list[Result],
+    plan: Plan,
+    compared: list[System],
+    done: Status,
+    command: str,
+    out_dir: Path,
+) -> str:
+    """The markdown of the quality and speed sections (tables, margins, settings, plot)."""
     stamp = report.machine([f"vowpalwabbit {vw_version()}"])
     cover = f"Data sets: {', '.join(plan.datasets)}; seeds {', '.join(map(str, plan.seeds))}; " + (
         f"every stream cut at its first {plan.limit:,} rounds (column T)." if plan.limit else "whole streams."
     )
-    parts = [f"## Quality vs Vowpal Wabbit\n\n`{command}`. {stamp}\n\n{cover}"]
+    planned = len(plan.seeds)
+    tuned = ", ".join(d for d in sweep.TUNING if d in plan.datasets) or "none of these"
+    parts = [
+        f"## Quality vs Vowpal Wabbit\n\n`{command}` (resumable: every run is stored as it finishes; "
+        f"`{HOURS_ENV}=H` stops starting runs after H hours). {stamp}\n\n{cover}\n\n"
+        + _progress_text(done, plan)
+    ]
+    swept = [s.name for s in compared if s.sweep_best]
+    parts.append(
+        "Cells: mean ± standard error over the stored seeds, in %; (n=…): only that many of the "
+        f"{planned} planned seeds are stored; –: no run stored. Bold: the best bandit system at "
+        "defaults of the row (references and sweep settings excluded). *Best of sweep (ours)*: the "
+        f"best of the boosters swept by `clickboost sweep-defaults` ({', '.join(swept) or 'none stored'}), "
+        f"each at the best setting of its stored sweep ({', '.join(sweep.TUNING)}, {len(sweep.SEEDS)} "
+        f"shuffles, streams cut at {sweep.ROUNDS:,} rounds); where that setting is a booster's default "
+        "the column reuses its default runs. Role *tuned on this data set*: the sweep, and so the "
+        f"boosters' defaults, were chosen on it ({tuned}), so its cells are tuned on the evaluation "
+        "data; role *evaluation*: untouched by any tuning. No sweep of VW exists: its explorers run "
+        "at VW's defaults only."
+    )
     for protocol, what in (
-        ("online", "Online error of one pass (%, lower is better; mean ± std over seeds)"),
+        ("online", "Online error of one pass (%, lower is better)"),
         ("last20", "Last-20% accuracy of the sampled label on the duplicated stream (%, higher is better)"),
     ):
-        tab, verdicts = quality_table(results, protocol, compared)
-        lost = sum("WE LOSE" in v for v in verdicts)
+        tab = quality_table(results, protocol, compared, planned)
+        mtab, main = margin_table(results, protocol, compared)
+        lost = [m.dataset for m in main if m.lost]
         parts.append(
-            f"### {what}\n\n{tab}\n\nBold: best bandit system of the row (references excluded). "
-            f"Best of ours against best VW explorer: lost on {lost} of {len(verdicts)} data sets "
-            "(each side's best is picked per row on these same streams, a selection both sides get; "
-            "where each setting comes from, and which was chosen on these data, is in Settings below).\n\n"
-            + "\n".join(f"- {v}" for v in verdicts)
+            f"### {what}\n\n{tab}\n\n#### Margin to VW ({protocol})\n\n{mtab}\n\n"
+            "Each side's best is picked per row by its mean on these same streams (a selection both "
+            "sides get); the margin is ours − VW in points, paired over the seeds both have, ± its "
+            "standard error. "
+            + (
+                f"**We lose on {len(lost)} of {len(main)} data sets ({', '.join(lost)}).**"
+                if lost
+                else f"No loss on the {len(main)} data sets with runs of both sides."
+            )
         )
     dup = ", ".join(f"{k} ×{v}" for k, v in DUPLICATE.items() if k in plan.datasets)
     parts.append(
@@ -379,23 +814,16 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
         "VW counts: our mistake count of VW's sampled actions equals VW's own summed cbify loss in "
         "every run (checked by `run_vw`)."
     )
-    chosen = set(plan.datasets)
-    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for n, (ds, why) in SKIP.items():
-        if ds & chosen:
-            by_reason[(", ".join(sorted(ds & chosen)), why)].append(n)
-    skipped = [f"{', '.join(names)} on {where}: {why}" for (where, why), names in by_reason.items()]
-    if skipped:
-        parts.append("Not run (– in the tables): " + "; ".join(skipped) + ".")
     settings = [[s.name, s.kind, s.setting, s.source] for s in compared]
     parts.append("### Settings\n\n" + report.table(["system", "kind", "setting", "source"], settings, "llll"))
-    parts.append(f"![quality]({_plot(results, compared, out_dir)})")
+    if results:
+        parts.append(f"![quality]({_plot(results, compared, out_dir)})")
     speed_tab, speed_verdicts = speed_table(results, compared)
     parts.append(
         f"## Speed vs Vowpal Wabbit\n\n`{command}`. {stamp}\n\nExamples per second (absolute, in-process, "
-        "one thread; other jobs may run on the machine's other cores, so noisy; a run read from the "
-        "cache keeps the time of the run that made it) over the online runs above, all seeds; the last "
-        "columns are ratios from the same run.\n\n"
+        "one thread; other jobs may run on the machine's other cores, so noisy; a stored run keeps the "
+        "time of the session that made it) over the stored online runs above, all seeds; the last "
+        "columns are ratios from the same runs.\n\n"
         + speed_tab
         + "\n\n"
         + "\n".join(f"- {v}" for v in speed_verdicts)
@@ -404,18 +832,20 @@ def render(results: list[Result], plan: Plan, command: str, out_dir: Path) -> st
 
 
 def save(results: list[Result], path: Path) -> None:
-    """Raw results as JSON (one object per run)."""
+    """Raw results as JSON (one object per run and protocol)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([asdict(r) for r in results], indent=0))
 
 
 @benches.register("quality")
 def bench(quick: bool, progress: Callable[[str], None] | None = None) -> str:
-    """Run the quality/speed benchmark; plots and raw results go to :func:`report.out_dir`."""
+    """Run what of the plan is not stored yet, then render every stored run; the quick plan's runs,
+    plot and raw results go to :func:`report.out_dir` (``out/bench-quick/`` by default)."""
     plan = QUICK if quick else FULL
     out_dir = report.out_dir(quick)
+    store = out_dir / "bench" / "quality-runs.jsonl" if quick else STORE
     command = "python -m service bench quality" + (" --quick" if quick else "")
-
-    results = list(run_plan(plan, progress or report_progress, None if quick else CACHE))
+    compared = systems()
+    results, _, done = run_plan(plan, store, progress or report_progress, compared, hours_cap())
     save(results, out_dir / "bench" / "quality.json")
-    return render(results, plan, command, out_dir)
+    return render(results, plan, compared, done, command, out_dir)
