@@ -36,6 +36,8 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[list[RedisSt
     prefix = f"test-{uuid.uuid4().hex}:"
     stores = [RedisStore(url, 100.0, prefix=prefix) for _ in range(3)]
     await stores[0].create_model("m", CONFIG)
+    for s in stores:  # connected before the tests' concurrent calls, as a replica is before it serves
+        await s.counts("m")
     try:
         yield stores
     finally:
