@@ -83,9 +83,11 @@ MAX_WEIGHTS = 2**24
 #: the same at every b: with buckets drawn afresh per row, at b = 22 almost no bucket recurs in a
 #: run, so every score is a tie of zeros and every event an update, unlike at b = 10.
 VOCAB = 4096
-#: The same cap on the hashed axis for learners that take sparse input: K 2**22 float64 = 320 MiB
-#: at K = 10, which their O(K nnz) events never sweep.
-MAX_SPARSE_WEIGHTS = 2**26
+#: The cap on the hashed axis for learners that take sparse input, in bytes of learned state as the
+#: service's budget counts it (``Learner.state_nbytes``): the default budget per model, 512 MiB
+#: (K 2**22 float64 = 320 MiB at K = 10, which their O(K nnz) events never sweep; BanditBoost's
+#: lazy store for hashed input stays within its own bound).
+MAX_SPARSE_BYTES = 8 * 2**26
 #: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
 #: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
 MAX_K = {"banditbbm": 20}
@@ -218,13 +220,13 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
                 if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
                     points.append(measure(name, params, d, k, grid, Path(tmp)))
                     progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
-            cap = (
-                MAX_SPARSE_WEIGHTS
-                if make_learner(name, 1, grid.base_k, params).accepts_sparse
-                else MAX_WEIGHTS
-            )
+            sparse = make_learner(name, 1, grid.base_k, params).accepts_sparse
             for b in grid.bits:
-                if grid.base_k * 2**b * n <= cap:
+                if (
+                    learners.get(name).state_nbytes(2**b, grid.base_k, params) <= MAX_SPARSE_BYTES
+                    if sparse
+                    else grid.base_k * 2**b * n <= MAX_WEIGHTS
+                ):
                     points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
                     progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
             if n_default is not None:
@@ -315,8 +317,9 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
             "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
-            "model would hold more than 2^24 weights (K·d, times N for a booster; 2^26 on the hashed axis "
-            "for learners that take sparse input) are not run (–), nor "
+            "model would hold more than 2^24 weights (K·d, times N for a booster; on the hashed axis, for "
+            "learners that take sparse input, more than 512 MiB of state as the service's budget counts it) "
+            "are not run (–), nor "
             + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
             + ", "
             + ", ".join(f"{n} above N={v}" for n, v in MAX_N.items())
