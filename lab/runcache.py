@@ -1,13 +1,14 @@
 """A stored result per finished run, so long reproductions and benchmarks resume where they stopped.
 
-Used by ``reproduce seed001-*`` and ``bench quality``: each run's small JSON result is stored under
-a key string that must name everything the result depends on (the caller includes a fingerprint
-of the code). Two stores:
+Used by ``reproduce seed001-*``, ``sweep-defaults`` and ``bench quality``: each run's small JSON
+result is stored under a key string that must name everything the result depends on (the caller
+includes a version or fingerprint of the code). Two stores:
 
-- a directory (``bench quality``, quick runs): one file per run, named by a hash of the key;
-- a ``.jsonl`` file (the seed-001 reproductions): one line per run. It is committed, so a
-  computation of many hours accumulates across sessions and machines; worker processes append
-  whole lines with ``O_APPEND``, and a reader re-reads the file when it has grown.
+- a directory: one file per run, named by a hash of the key;
+- a ``.jsonl`` file (the seed-001 reproductions, the sweep, the quality race; quick runs keep
+  theirs under ``out/``): one line per run. It is committed, so a computation of many hours
+  accumulates across sessions and machines; worker processes append whole lines with
+  ``O_APPEND``, and a reader re-reads the file when it has grown.
 
 Deleting the directory or the file forces every run again.
 """
