@@ -194,6 +194,18 @@ class BanditBoost(Learner):
             family = weak_families.get(self.params.weak)
             self.weak_ = family(n, self.n_labels, self.n_features, self.rng_)
 
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`Learner.set_state`; a dense Perceptron state over ``2**16`` or more features with
+        ``store="auto"`` (a checkpoint from before the lazy store existed, when such a model kept
+        its weights dense) is loaded into the dense store it came from, not refused: an upgrade
+        keeps the model. Every replica loads the same checkpoint, so all of them hold it dense; a
+        reset builds it lazy again."""
+        if self.store == "lazy" and self.params.store == "auto" and "weak_.V_" in state:
+            self.store = "dense"
+            family = weak_families.get(self.params.weak)
+            self.weak_ = family(self.params.n_learners, self.n_labels, self.n_features, self.rng_)
+        super().set_state(state)
+
     @classmethod
     def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
         """:meth:`Learner.state_nbytes`; with the lazy store, computed here: ``alpha_``, the rng, the

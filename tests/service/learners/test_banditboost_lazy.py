@@ -412,3 +412,31 @@ def test_the_contract_holds_with_the_lazy_store(
 
     monkeypatch.setattr(test_contract, "make_learner", lazy)
     check("banditboost")
+
+
+def test_a_dense_checkpoint_of_a_hashed_model_from_before_the_lazy_store_still_loads() -> None:
+    """Before the lazy store, a BanditBoost over 2**16+ features (small N) kept dense Perceptrons.
+    Its checkpoint, under the default store="auto" that now means lazy, loads into the dense store
+    and the model goes on exactly as the dense one (an upgrade keeps the model)."""
+    d, k = LAZY_MIN_FEATURES, 3
+    old = make_learner("banditboost", d, k, {"n_learners": 2, "store": "dense"}, seed=4)
+    rng = np.random.default_rng(5)
+    stream = [(sparse_input(rng, d, 8), int(rng.integers(k))) for _ in range(60)]
+    ids = DecisionIds.for_seed(6)
+
+    def step(model: Learner, x: SparseVector, y: int, did: str) -> None:
+        dec = model.decide(x, decision_rng(did))
+        model.learn(x, dec, dec.label == y)
+
+    for x, y in stream[:30]:
+        step(old, x, y, ids.new())
+    config = old.config()
+    config["params"] = {"n_learners": 2}  # the spec as stored before: no store, so "auto"
+    assert make_learner("banditboost", d, k, config["params"]).store == "lazy"
+    loaded = learner_from_state(config, decode(encode_sparse(old.state())))
+    assert loaded.store == "dense" and isinstance(loaded.weak_, PerceptronFamily)
+    for x, y in stream[30:]:
+        did = ids.new()
+        step(old, x, y, did)
+        step(loaded, x, y, did)
+    assert checksum(loaded.state()) == checksum(old.state())
