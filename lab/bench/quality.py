@@ -65,34 +65,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Duplication factors of seed 001's protocol (``pi224/banditboosting:run.py``, ALGORITHMS.md §2.10).
 DUPLICATE: dict[str, int] = {"balance": 10, "car": 6, "nursery": 4, "mice": 8, "isolet": 15}
 
-#: The settings this benchmark used before issue 24, with where each came from. The race no longer
-#: reads them (every learner runs at its defaults); kept because ``lab/bench/scaling.py`` still
-#: takes its per-learner settings from here.
-SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
-    "banditron": ({"gamma": 0.05}, "γ=0.05: seed 002's Reuters run and ALGORITHMS.md §5 default"),
-    "cova": ({"base": "pa1", "C": 1.0}, "PA-I, C=1: seed 004 ('usually best', 'C equal 1')"),
-    "banditboost": (
-        {"weak": "perceptron", "n_learners": 100, "delta": 0.01},
-        "N=100, γ=0.1 (seed 000); δ=0.01: best δ of the seed000-table2 reproduction on car, dna, "
-        "nursery, connect4, i.e. chosen on those same data sets (tuning on the evaluation data there)",
-    ),
-    "adabandit": (
-        {"n_learners": 10, "rho": 0.005},
-        "the seed001-table1 sweep's choice on one-hot car (N x rho grid, two sweep shuffles), "
-        "before the table moved to ordinal car",
-    ),
-    "banditbbm": (
-        {"n_learners": 20, "rho": 0.03},
-        "the seed001-table1 sweep's choice on one-hot car (N x rho grid, two sweep shuffles), "
-        "before the table moved to ordinal car",
-    ),
-    "binbandit": (
-        {"n_learners": 20, "delta": 0.04 / 3},
-        "the seed001-table1 sweep's choice on one-hot car, before the table moved to ordinal car: "
-        "N=20 trees per class, delta = rho k/(k-1) at rho=0.01",
-    ),
-}
-
 
 @dataclass(frozen=True)
 class Plan:

@@ -207,15 +207,13 @@ def bandit_learners() -> list[str]:
 
 def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> list[Point]:
     """Measure every bandit learner along the d axis and the K axis of ``grid``."""
-    from lab.bench.quality import SETTINGS
-
     points = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in bandit_learners():
-            params = SETTINGS.get(name, ({}, ""))[0]
+            params: dict[str, object] = {}  # its defaults: what a user who names it gets
             axis = [(d, grid.base_k) for d in grid.d] + [(grid.base_d, k) for k in grid.k]
             n_default = learners.get(name).Params.model_fields.get("n_learners")
-            n = params.get("n_learners", n_default.default if n_default else 1)
+            n = n_default.default if n_default else 1
             for d, k in dict.fromkeys(axis):
                 if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
                     points.append(measure(name, params, d, k, grid, Path(tmp)))
@@ -329,7 +327,7 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             "event) and as a dense 2^b vector by the others (the hashing itself is not timed here, see "
             f"`bench sparse`); every row draws {grid.nnz} keys of the same {VOCAB:,} at every b, only their "
             "buckets change. N is a booster's number of "
-            "weak learners; the other axes use each learner's setting of the quality part.",
+            "weak learners; every learner runs at its defaults.",
             *tables,
             "### Checkpoints at the largest sizes\n\nEncode + write to a local file, absolute ms "
             "(median of 5).\n\n" + report.table(["learner", "d", "K", "N", "bytes", "ms"], ckpt),
