@@ -151,3 +151,9 @@ async def test_a_new_replica_loads_the_sparse_checkpoint_or_an_old_one_and_the_t
     await store.put_checkpoint("h", Checkpoint(25, encode(m1.learner.state())))
     m3 = (await start(store, **settings)).models["h"]
     assert (m3.checkpoint_position, m3.position) == (25, 25) and m3.checksum() == m1.checksum()
+    # Hashed: the weights column-major (Learner.use_sparse_layout) when created, loaded from a
+    # checkpoint (in a thread) or made by a new ModelRuntime; the checksums above are the same as ever.
+    for m in (m1, m2, m3):
+        assert m.learner.W_.flags.f_contiguous and not m.learner.W_.flags.c_contiguous
+    replica = ModelRuntime("h", SPEC, m1.incarnation, max_named=1000)
+    assert replica.learner.W_.flags.f_contiguous
