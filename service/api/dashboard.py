@@ -122,6 +122,11 @@ class MemoryStats(BaseModel):
     state_bytes: int = Field(description="Bytes of learned state held now.")
     budget_bytes: int = Field(description="Bytes counted against the process's budget for this model.")
     max_model_bytes: int = Field(description="The per-model budget (CLICKBOOST_MAX_MODEL_BYTES).")
+    dropped: int = Field(
+        description="(Update, feature) pairs the learner's bounded memory turned away so far: "
+        "BanditBoost's lazy store for hashed input counts the features it could not keep once full "
+        "(raise its max_store_bytes); 0 for the other learners."
+    )
 
 
 class ModelStats(BaseModel):
@@ -246,6 +251,7 @@ async def model_stats(
             state_bytes=m.learner.nbytes(),
             budget_bytes=m.budget_bytes,
             max_model_bytes=runtime.settings.max_model_bytes,
+            dropped=m.learner.dropped(),
         ),
         failure=m.failure,
         evaluations=[Evaluation(**j.as_dict()) for j in jobs[:EVALUATIONS_SHOWN]],

@@ -194,6 +194,10 @@ class BanditBoost(Learner):
             family = weak_families.get(self.params.weak)
             self.weak_ = family(n, self.n_labels, self.n_features, self.rng_)
 
+    def dropped(self) -> int:
+        """Features the lazy store, once full, did not keep (``weak_.dropped_``); 0 when dense."""
+        return int(getattr(self.weak_, "dropped_", 0))
+
     def set_state(self, state: Mapping[str, Any]) -> None:
         """:meth:`Learner.set_state`; a dense Perceptron state over ``2**16`` or more features with
         ``store="auto"`` (a checkpoint from before the lazy store existed, when such a model kept

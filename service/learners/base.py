@@ -340,6 +340,12 @@ class Learner(Stateful, abc.ABC):
         per event); otherwise the runtime hands them ``x.dense()``."""
         return False
 
+    def dropped(self) -> int:
+        """How many (update, feature) pairs the learner's bounded memory turned away so far: 0 for
+        the learners whose state does not fill up (BanditBoost's lazy store counts the features
+        it could not keep). Shown in ``GET /models/{name}/stats`` so an operator sees a full store."""
+        return 0
+
     def use_sparse_layout(self) -> None:
         """Arrange the learned arrays for sparse input (called once a model is known to be hashed).
 

@@ -46,6 +46,30 @@ FIELDS = ["version", "decisions", "clicks", "no_clicks", "expired", "pending"]
 # -- in-process ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.anyio
+async def test_stats_show_the_features_a_full_lazy_store_turned_away() -> None:
+    """A hashed BanditBoost whose lazy store holds 5 feature rows: once they are taken, the
+    features it cannot keep are counted in the stats (an operator sees the store is full)."""
+    rows, n_labels, n_learners = 5, 3, 2
+    spec = {
+        "learner": "banditboost",
+        "hashing_bits": 16,
+        "n_labels": n_labels,
+        "params": {"n_learners": n_learners, "max_store_bytes": 4 * 2**16 + 8 * n_labels * n_learners * rows},
+    }
+    app = make_app()
+    async with app_client(app) as client:
+        assert (await client.put("/models/boost", json=spec)).status_code == 201, "the bound fits 5 rows"
+        dropped = []
+        for i in range(20):
+            features = {f"f{j}": f"v{i}" for j in range(4)}  # 4 features never seen before
+            d = (await client.post("/predict", json={"model": "boost", "features": features})).json()
+            fb = {"decision_id": d["decision_id"], "click": False}
+            assert (await client.post("/feedback?wait=true", json=fb)).status_code == 200
+            dropped.append((await client.get("/models/boost/stats")).json()["memory"]["dropped"])
+    assert dropped[0] == 0 and dropped[-1] > 0 and dropped == sorted(dropped)
+
+
 async def traffic(
     client: httpx.AsyncClient, model: str, n: int, headers: dict[str, str] | None = None
 ) -> list[Any]:
@@ -80,7 +104,7 @@ async def test_stats_equal_the_model_and_the_history_adds_up() -> None:
         info["config"],
     )
     assert s["counts"]["decisions"] == 31 and s["counts"]["pending"] == 1
-    assert s["memory"]["state_bytes"] == info["state_bytes"]
+    assert s["memory"]["state_bytes"] == info["state_bytes"] and s["memory"]["dropped"] == 0
     assert s["replica"] == app.state.runtime.replica_id and s["failure"] is None and s["evaluations"] == []
     assert s["apply"] == {"log_position": 30, "lag_events": 0, "lag_seconds": s["apply"]["lag_seconds"]}
     # five consecutive minutes, the current one last, adding up to the all-time counts
