@@ -41,15 +41,15 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # The server alone: without lab/ the package finder installs service/ only.
 COPY README.md setup.py ./
 COPY service ./service
-# gcc builds the hashed featuriser's C loop (service/_features.c) and leaves in the same layer; the
-# import check fails the build if the loop is missing (the server would run the slower Python path).
+# gcc builds the C extensions (service/_features.c, service/_decisions.c) and leaves in the same layer;
+# the import check fails the build if one is missing (the server would run the slower Python path).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-cache-dir --no-deps . \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
-    && python -c "import service._features; from service.learners import learners; learners.names()"
+    && python -c "import service._features, service._decisions; from service.learners import learners; learners.names()"
 # ^ imports every learner, which compiles their numba loops into the package's cache at build time:
 #   a container starts without compiling (numba recompiles, into the user's cache, only on a CPU
 #   of another kind).

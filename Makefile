@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml clients/pyproject.toml
+$(STAMP): pyproject.toml clients/pyproject.toml setup.py service/_features.c service/_decisions.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ./clients -e '.[dev,lab,bench]'

@@ -3,6 +3,11 @@
 Sampling randomness in ``decide`` comes from a generator seeded by the decision id (DESIGN.md), so a
 decision can be re-derived from its id and the offline simulator reproduces the HTTP service exactly
 when both draw ids from the same :class:`DecisionIds`.
+
+Both have two implementations computing the same bits: in Python (:class:`PyDecisionIds`,
+:class:`PyDecisionRng`, :func:`py_decision_rng`) and, where the C extension ``service._decisions``
+was built (service/_decisions.c), in C, about 2 us less per decision; the names without ``Py`` are
+the C ones when present.
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ import numpy as np
 
 from service.kernels import pcg64_doubles
 
+try:  # service/_decisions.c, built by `pip install` where a C compiler is at hand
+    from service import _decisions as _compiled
+except ImportError:  # pragma: no cover - the Python classes below compute the same bits
+    _compiled = None  # type: ignore[assignment]
 
-class DecisionIds:
+
+class PyDecisionIds:
     """Generator of opaque, URL-safe decision ids with 128 bits.
 
     Parameters
@@ -35,7 +45,7 @@ class DecisionIds:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_seed(cls, seed: int) -> DecisionIds:
+    def for_seed(cls, seed: int) -> PyDecisionIds:
         """Deterministic ids for simulation seed ``seed`` (shared by simulator and replay tests)."""
         return cls(f"clickboost-sim-{seed}".encode())
 
@@ -57,7 +67,7 @@ _M64 = (1 << 64) - 1
 _M128 = (1 << 128) - 1
 
 
-class DecisionRng:
+class PyDecisionRng:
     """The generator of one decision: numpy's PCG64 at the state ``blake2b(decision_id)`` sets.
 
     The draws decisions take are computed here, bit for bit what numpy's PCG64 gives, without
@@ -128,24 +138,84 @@ class DecisionRng:
     def generator(self) -> np.random.Generator:
         """A numpy generator at this one's state (used from then on for every draw)."""
         if self._gen is None:
-            gen = np.random.Generator(np.random.PCG64(0))
-            gen.bit_generator.state = {
-                "bit_generator": "PCG64",
-                "state": {"state": self._state, "inc": self._inc},
-                "has_uint32": int(self._u32 is not None),
-                "uinteger": self._u32 or 0,
-            }
-            self._gen = gen
+            self._gen = _numpy_generator(self._state, self._inc, self._u32)
         return self._gen
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.generator(), name)
 
 
-def decision_rng(decision_id: str) -> np.random.Generator:
+def py_decision_rng(decision_id: str) -> np.random.Generator:
     """The generator ``decide`` uses for the decision ``decision_id``: PCG64 whose state and
-    increment are the two halves of ``blake2b(decision_id)`` (see :class:`DecisionRng`)."""
+    increment are the two halves of ``blake2b(decision_id)`` (see :class:`PyDecisionRng`)."""
     h = hashlib.blake2b(decision_id.encode(), digest_size=32).digest()
     state = int.from_bytes(h[:16], "little")
     inc = int.from_bytes(h[16:], "little") | 1
-    return DecisionRng(state, inc)  # type: ignore[return-value]
+    return PyDecisionRng(state, inc)  # type: ignore[return-value]
+
+
+def _numpy_generator(state: int, inc: int, u32: int | None) -> np.random.Generator:
+    """numpy's Generator on a PCG64 at ``(state, inc)``, holding the 32-bit half ``u32`` if any."""
+    gen = np.random.Generator(np.random.PCG64(0))
+    gen.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": state, "inc": inc},
+        "has_uint32": int(u32 is not None),
+        "uinteger": u32 or 0,
+    }
+    return gen
+
+
+if _compiled is None:  # pragma: no cover - where service/_decisions.c was not built
+    DecisionIds = PyDecisionIds
+    DecisionRng = PyDecisionRng
+    decision_rng = py_decision_rng
+else:
+
+    class DecisionIds(_compiled.Ids):  # type: ignore[no-redef]
+        """:class:`PyDecisionIds` in C: ``DecisionIds(secret=None)``, ``new()`` (22 characters).
+
+        Without a secret the 16 bytes of an id come from the OS's CSPRNG (``getrandom``, read 4 KiB
+        at a time; a fork empties the buffer), with one the keyed blake2b of a counter.
+        """
+
+        __slots__ = ()
+
+        @classmethod
+        def for_seed(cls, seed: int) -> DecisionIds:
+            """Deterministic ids for simulation seed ``seed`` (shared by simulator and replay tests)."""
+            return cls(f"clickboost-sim-{seed}".encode())
+
+    class DecisionRng(_compiled.Pcg64):  # type: ignore[no-redef]
+        """:class:`PyDecisionRng` in C: ``random()`` and ``integers(high)`` there, the rest here.
+
+        Calls the C methods do not take come to ``_random`` and ``_integers``; as in the Python
+        class, anything numpy-specific moves the generator to a real ``numpy.random.Generator`` at
+        the current state (``_gen``), which then draws everything.
+        """
+
+        __slots__ = ()
+
+        def _random(self, size: int | tuple[int, ...] | None = None, *args: object, **kwargs: object) -> Any:
+            if self._gen is not None or args or kwargs:
+                return self.generator().random(size, *args, **kwargs)  # type: ignore[arg-type]
+            if size is None:
+                return self.random()
+            out = np.empty((size,) if isinstance(size, int | np.integer) else tuple(size))
+            self._fill(out.reshape(-1))  # a view: C order, numpy's order of draws
+            return out
+
+        def _integers(self, low: int, *args: object, **kwargs: object) -> Any:
+            return self.generator().integers(low, *args, **kwargs)  # type: ignore[arg-type]
+
+        def generator(self) -> np.random.Generator:
+            """A numpy generator at this one's state (used from then on for every draw)."""
+            if self._gen is None:
+                self._gen = _numpy_generator(*self._get_state())
+            return self._gen
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.generator(), name)
+
+    _compiled.set_rng_class(DecisionRng)
+    decision_rng = _compiled.decision_rng  # type: ignore[assignment]

@@ -310,6 +310,21 @@ def render(rows: list[Row], config: Config, command: str) -> str:
     versions = [f"numba {numba.__version__}"] + ([f"vowpalwabbit {vw_version()}"] if have_vw() else [])
     stamp = report.machine(versions)
     summary = f"Targets met in this run: {sum(checks)} of {len(checks)}." if checks else "No VW, no targets."
+    # The error target read for the service (what a user who picks a learner gets): its best
+    # bandit learner on the stream; the per-learner verdicts above stay as they are.
+    best = []
+    for bits in config.bits:
+        ours = [r for r in rows if r.bits == bits and r.system in TARGETED]
+        vw = [r.error for r in rows if r.bits == bits and r.system in VW_SYSTEMS]
+        if ours and vw:
+            top = min(ours, key=lambda r: r.error)
+            verdict = "meets" if top.error <= min(vw) + ERROR_SLACK else "**misses**"
+            best.append(f"b={bits}: {top.system} {top.error:.3f} vs {min(vw):.3f} {verdict}")
+    if best:
+        summary += (
+            " Online error of the service's best bandit learner against VW's best explorer (+ "
+            f"{ERROR_SLACK * 100:g} point): " + "; ".join(best) + "."
+        )
     return "\n\n".join(
         [
             f"## Hashed sparse features\n\n`{command}`. {stamp}",

@@ -17,9 +17,15 @@ import shutil
 import numpy as np
 import pytest
 
-from service import features, kernels
+from service import features, kernels, sampling
 from service.features import FeatureError, Featuriser, bucket
 from service.sampling import DecisionIds, DecisionRng, decision_rng
+
+#: (ids, generator of an id, its class) of each implementation: C where built, Python always
+IMPLEMENTATIONS = {
+    "c": (DecisionIds, decision_rng, DecisionRng),
+    "python": (sampling.PyDecisionIds, sampling.py_decision_rng, sampling.PyDecisionRng),
+}
 
 
 def numpy_rng(decision_id: str) -> np.random.Generator:
@@ -49,13 +55,17 @@ CALLS = [
 ]
 
 
-def test_decision_rng_draws_what_numpy_draws() -> None:
-    ids = DecisionIds.for_seed(5)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_decision_rng_draws_what_numpy_draws(impl: str) -> None:
+    if impl == "c" and sampling._compiled is None:
+        pytest.skip("service/_decisions.c was not built (no C compiler): the Python classes serve")
+    ids_class, rng_of, rng_class = IMPLEMENTATIONS[impl]
+    ids = ids_class.for_seed(5)
     pick = np.random.default_rng(0)
     for _ in range(2000):
         did = ids.new()
-        ours, ref = decision_rng(did), numpy_rng(did)
-        assert isinstance(ours, DecisionRng)
+        ours, ref = rng_of(did), numpy_rng(did)
+        assert isinstance(ours, rng_class)
         # a random sequence of calls: runs of the Python random() then anything numpy does
         for i in pick.integers(len(CALLS), size=int(pick.integers(1, 6))):
             if pick.random() < 0.5:
