@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.learners.base import Decision, learners, randargmax, rho_mix, sample
-from service.learners.bbm_kernels import bbm_cost_vectors
+from service.learners.bbm_kernels import CostMemo, bbm_cost_vectors
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
     Ties,
@@ -54,15 +54,22 @@ class BanditBBMParams(BanditTreeBoosterParams):
 
 
 def bbm_costs(
-    weak: np.ndarray, k: int, gamma: float, ties: Ties, truth: np.ndarray, rng: np.random.Generator | None
+    weak: np.ndarray,
+    k: int,
+    gamma: float,
+    ties: Ties,
+    truth: np.ndarray,
+    rng: np.random.Generator | None,
+    memo: CostMemo | None = None,
 ) -> np.ndarray:
     """Cost vectors ``Gamma^i truth`` of all learners, eq. (9) with ``Gamma^i`` at ``s^{i-1}``.
 
     ``truth`` is ``iota_hat`` (bandit, eq. (5)) or ``e_y`` (full information); ``N - i`` learners
-    remain after learner ``i`` (1-based) votes.
+    remain after learner ``i`` (1-based) votes. ``memo`` caches the exact potential's rows per vote
+    state (:class:`~service.learners.bbm_kernels.CostMemo`; the result is the same without it).
     """
     if rng is None:  # exact: compiled (bbm_kernels), the same numbers to ~1e-15
-        return bbm_cost_vectors(weak, k, gamma, ties == "pessimistic", truth)
+        return bbm_cost_vectors(weak, k, gamma, ties == "pessimistic", truth, memo)
     n = weak.size
     s = np.zeros(k, dtype=np.int64)
     out = np.empty((n, k))
@@ -99,6 +106,15 @@ class BanditBBM(TreeBooster):
     Params = BanditBBMParams
     params: BanditBBMParams
 
+    def _memo(self, n_learners: int) -> CostMemo:
+        """The exact potential's cache, made on first use (a cache, not state: its name does not end
+        with ``_``, so it is neither saved nor compared)."""
+        key = (self.n_labels, max(n_learners, 1), self.params.gamma, self.params.ties == "pessimistic")
+        memo = getattr(self, "_cost_memo", None)
+        if memo is None or memo.config != key:
+            memo = self._cost_memo = CostMemo(*key)
+        return memo
+
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
         dist, where = self._weak_distribution(x)
         weak = rand_rows_argmax(dist, rng)
@@ -111,7 +127,9 @@ class BanditBBM(TreeBooster):
         p = self.params
         ell = loss_estimate(decision.probs, decision.label, int(decision.memo["greedy"]), reward)
         mc = self.rng_ if p.potential == "mc" else None
-        C = bbm_costs(np.asarray(decision.memo["weak"]), self.n_labels, p.gamma, p.ties, 1.0 - ell, mc)
+        weak = np.asarray(decision.memo["weak"])
+        memo = None if mc is not None else self._memo(weak.size)
+        C = bbm_costs(weak, self.n_labels, p.gamma, p.ties, 1.0 - ell, mc, memo)
         if reward or p.unclicked_label == "argmin":
             self._train_trees(x, C, decision.label if reward else None, decision.memo)
             return

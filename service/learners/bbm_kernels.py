@@ -47,7 +47,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-__all__ = ["TABLE_BYTES", "bbm_cost_vectors", "bbm_gamma_matrix"]
+__all__ = ["MEMO_BYTES", "TABLE_BYTES", "CostMemo", "bbm_cost_vectors", "bbm_gamma_matrix"]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -530,8 +530,48 @@ def _workspace(k: int, top: int, tabulated: bool) -> tuple[np.ndarray, np.ndarra
     return ws, pwbuf, iw, fw
 
 
+@njit("int64(int64, int64[::1], int64[::1], int64, int64[:, ::1])", **_OPTS)
+def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndarray) -> int:
+    """The row of the memo (:class:`CostMemo`) that holds the state ``(n, groups)``: found, or newly
+    claimed (the table is emptied first when it is half full); -1 without a memo.
+
+    A key row is ``n, D, vals[:D], mult[:D]`` (``n = -1``: free). Open addressing, linear probing.
+    """
+    cap = keys.shape[0] - 1  # the last row counts the rows in use
+    if cap <= 0:
+        return -1
+    h = n * 1000003 + D
+    for g in range(D):
+        h = (h * 31 + vals[g]) * 31 + mult[g]
+    first = (h & 0x7FFFFFFFFFFFFFFF) % cap
+    slot = first
+    while keys[slot, 0] >= 0:
+        same = keys[slot, 0] == n and keys[slot, 1] == D
+        g = 0
+        while same and g < D:
+            same = keys[slot, 2 + g] == vals[g] and keys[slot, 2 + D + g] == mult[g]
+            g += 1
+        if same:
+            return slot
+        slot = (slot + 1) % cap
+    if 2 * (keys[cap, 0] + 1) > cap:  # half full: start afresh (states of long runs keep changing)
+        for row in range(cap):
+            keys[row, 0] = -1
+        keys[cap, 0] = 0
+        slot = first
+    keys[cap, 0] += 1
+    keys[slot, 0] = n
+    keys[slot, 1] = D
+    for g in range(D):
+        keys[slot, 2 + g] = vals[g]
+        keys[slot, 2 + D + g] = mult[g]
+    keys[slot, 2 + 2 * D :] = 0  # no group of this state computed yet (the flags follow the key)
+    return slot
+
+
 @njit(
-    f"float64[:, ::1](int64[::1], int64, float64, boolean, {_V}, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M})",
+    f"float64[:, ::1](int64[::1], int64, float64, boolean, {_V}, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
+    f"int64[:, ::1], {_M}, {_T})",
     **_OPTS,
 )
 def _cost_vectors(
@@ -547,8 +587,16 @@ def _cost_vectors(
     lgf: np.ndarray,
     glx: np.ndarray,
     glw: np.ndarray,
+    keys: np.ndarray,
+    mdiag: np.ndarray,
+    moff: np.ndarray,
 ) -> np.ndarray:
-    """All learners' cost vectors ``Gamma^i truth`` (eq. (9) at ``s^{i-1}``, ``n = N - 1 - i``)."""
+    """All learners' cost vectors ``Gamma^i truth`` (eq. (9) at ``s^{i-1}``, ``n = N - 1 - i``).
+
+    With a memo (``keys, mdiag, moff`` of :class:`CostMemo`, else empty), the ``diag`` and ``off``
+    rows of a truth group are computed once per state and reused: :func:`_state_gamma` computes each
+    truth group on its own, so a reused row is bit for bit the row it would compute again.
+    """
     n_learners = weak.size
     top = expo.shape[1] - 2
     ws, pwbuf, iw, fw = _workspace(k, top, tab.shape[0] > 0)
@@ -562,16 +610,47 @@ def _cost_vectors(
     off = np.empty((k, k))
     out = np.empty((n_learners, k))
     for i in range(n_learners):
+        n = n_learners - 1 - i
         D = _groups(s, grp, vals, mult)
         for g in range(D):
             want[g] = 0
         for r in range(k):
             if truth[r] != 0.0:  # a zero weight needs no column of Gamma
                 want[grp[r]] = 1
-        _state_gamma(
-            n_learners - 1 - i, k, gamma, pessimistic, vals, mult, D, want, tab, tab2, expo, fs, lgf,
-            glx, glw, diag, off, ws, pwbuf, iw, fw,
-        )  # fmt: skip
+        slot = _memo_slot(n, vals, mult, D, keys)
+        if slot >= 0:  # compute only the wanted groups the memo lacks (flags after the key)
+            missing = 0
+            for g in range(D):
+                if want[g] and keys[slot, 2 + 2 * D + g] == 0:
+                    missing += 1
+                else:
+                    want[g] = 0
+            if missing:
+                _state_gamma(
+                    n, k, gamma, pessimistic, vals, mult, D, want, tab, tab2, expo, fs, lgf, glx, glw,
+                    diag, off, ws, pwbuf, iw, fw,
+                )  # fmt: skip
+                for a in range(D):
+                    if want[a]:
+                        keys[slot, 2 + 2 * D + a] = 1
+                        mdiag[slot, a] = diag[a]
+                        for b in range(D):
+                            moff[slot, a, b] = off[a, b]
+            for g in range(D):
+                want[g] = 0
+            for r in range(k):
+                if truth[r] != 0.0:
+                    want[grp[r]] = 1
+            for a in range(D):
+                if want[a]:
+                    diag[a] = mdiag[slot, a]
+                    for b in range(D):
+                        off[a, b] = moff[slot, a, b]
+        else:
+            _state_gamma(
+                n, k, gamma, pessimistic, vals, mult, D, want, tab, tab2, expo, fs, lgf, glx, glw,
+                diag, off, ws, pwbuf, iw, fw,
+            )  # fmt: skip
         # Gamma^i truth by truth groups, the same operations for labels with the same count and
         # weight: costs equal in exact arithmetic are equal in floating point (ties stay ties)
         for g in range(D):
@@ -652,8 +731,48 @@ def _gamma_matrix(
     return G
 
 
+class CostMemo:
+    """Rows of ``Gamma`` already computed by :func:`bbm_cost_vectors`, per vote state (issue 20).
+
+    A booster meets the same few states again and again (the vote counts of its first learners), and
+    each costs the exact potential's sums: the memo keeps, per state ``(n, counts)``, the ``diag`` and
+    ``off`` rows of each truth group computed so far. Reused rows are bit for bit the recomputed ones,
+    so the memo changes no result; it is a cache, not learned state. It belongs to one booster (one
+    ``k``, ``N``, ``gamma`` and tie rule) and is not shared between threads.
+
+    Parameters
+    ----------
+    k, n_learners : int
+        Labels and learners.
+    gamma : float
+    pessimistic : bool
+        The booster's edge and tie rule (checked at each use).
+    rows : int, default 4096
+        States kept, at most half of ``2 rows`` slots; the table is emptied when it is full. Fewer
+        when the slots would exceed :data:`MEMO_BYTES`.
+    """
+
+    def __init__(self, k: int, n_learners: int, gamma: float, pessimistic: bool, rows: int = 4096) -> None:
+        self.config = (int(k), int(n_learners), float(gamma), bool(pessimistic))
+        slots = max(min(2 * rows, MEMO_BYTES // (8 * (3 * k + 2 + k * k))), 0)
+        self.keys = np.full((slots + 1, 2 + 3 * k), -1, dtype=np.int64)
+        self.keys[slots, 0] = 0  # rows in use
+        self.diag = np.zeros((slots, k))
+        self.off = np.zeros((slots, k, k))
+
+
+#: Bound of a :class:`CostMemo`'s tables, in bytes.
+MEMO_BYTES = 16 << 20
+_NO_MEMO = (np.zeros((1, 2), dtype=np.int64), np.zeros((0, 0)), np.zeros((0, 0, 0)))
+
+
 def bbm_cost_vectors(
-    weak: np.ndarray, k: int, gamma: float, pessimistic: bool, truth: np.ndarray
+    weak: np.ndarray,
+    k: int,
+    gamma: float,
+    pessimistic: bool,
+    truth: np.ndarray,
+    memo: CostMemo | None = None,
 ) -> np.ndarray:
     """Cost vectors ``Gamma^i truth`` of all N learners, exactly (Zhang et al. 2019, eqs. (8)-(9)).
 
@@ -677,6 +796,9 @@ def bbm_cost_vectors(
     truth : ndarray of shape (k,)
         ``iota_hat`` (bandit, eq. (5)) or ``e_y`` (full information). Columns of ``Gamma`` with a
         zero weight are not computed.
+    memo : CostMemo, optional
+        Rows of ``Gamma`` computed before for the same ``k``, N, ``gamma`` and tie rule; read and
+        extended. The result is the same with or without it.
 
     Returns
     -------
@@ -690,9 +812,14 @@ def bbm_cost_vectors(
     """
     weak = np.ascontiguousarray(weak, dtype=np.int64)
     truth = np.ascontiguousarray(truth, dtype=np.float64)
-    return _cost_vectors(
-        weak, int(k), float(gamma), bool(pessimistic), truth, *_tables(int(k), max(weak.size, 1))
-    )
+    top = max(weak.size, 1)
+    _memo = _NO_MEMO
+    if memo is not None:
+        if memo.config != (int(k), top, float(gamma), bool(pessimistic)):
+            raise ValueError(f"memo of {memo.config} used for {(k, top, gamma, pessimistic)}")
+        _memo = (memo.keys, memo.diag, memo.off)
+    tables = _tables(int(k), top)
+    return _cost_vectors(weak, int(k), float(gamma), bool(pessimistic), truth, *tables, *_memo)
 
 
 def bbm_gamma_matrix(

@@ -181,3 +181,27 @@ def test_no_learners_and_last_learner() -> None:
     assert bk.bbm_gamma_matrix(0, np.array([2, 1, 1]), 0.1, True, 5)[1, 0] == 1.0
     with pytest.raises(ValueError, match="n_learners"):
         bk.bbm_gamma_matrix(5, np.zeros(3), 0.1, True, 5)
+
+
+@pytest.mark.parametrize("pessimistic", [False, True])
+@pytest.mark.parametrize("rows", [4096, 3])
+def test_cost_memo_is_bit_identical(pessimistic: bool, rows: int) -> None:
+    """A :class:`~service.learners.bbm_kernels.CostMemo` changes no bit of the cost vectors: states
+    seen again, truths with zeros (rows of only some groups computed), and a table emptied when full
+    (``rows=3``)."""
+    k, n, gamma = 5, 9, 0.2
+    rng = np.random.default_rng(3)
+    memo = bk.CostMemo(k, n, gamma, pessimistic, rows=rows)
+    for _ in range(300):
+        weak = rng.integers(0, 2 if rng.random() < 0.5 else k, n)  # few states, then many
+        truth = rng.uniform(-3.0, 3.0, k) * (rng.random(k) < 0.6)
+        want = bk.bbm_cost_vectors(weak, k, gamma, pessimistic, truth)
+        got = bk.bbm_cost_vectors(weak, k, gamma, pessimistic, truth, memo)
+        assert np.array_equal(got, want)
+    assert 0 < memo.keys[-1, 0] <= memo.keys.shape[0] - 1
+
+
+def test_cost_memo_checks_its_configuration() -> None:
+    memo = bk.CostMemo(4, 6, 0.2, False)
+    with pytest.raises(ValueError, match="memo of"):
+        bk.bbm_cost_vectors(np.zeros(6, dtype=np.int64), 4, 0.1, False, np.ones(4), memo)
