@@ -138,7 +138,10 @@ def _before(budget: float, scale: float) -> dict | None:
                 "import runpy, sys; sys.argv = ['boosters', '--measure', sys.argv[1], sys.argv[2]]; "
                 f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')"
             )
-            env = {**os.environ, "PYTHONPATH": str(tree)}
+            from lab.sim.datasets import datasets_dir
+
+            # the worktree is not next to ../shared: it reads this checkout's data sets
+            env = {**os.environ, "PYTHONPATH": str(tree), "DATASETS_DIR": str(datasets_dir().resolve())}
             done = subprocess.run(
                 [sys.executable, "-c", code, str(budget), str(scale)],
                 env=env,
