@@ -1,6 +1,6 @@
-"""``clickboost sweep-defaults [LEARNER ...]``: the boosters' default hyperparameters, by a sweep.
+"""``clickboost sweep-defaults [LEARNER ...]``: the boosters' and C-OVA's default hyperparameters.
 
-Every setting of each booster's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
+Every setting of each learner's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. The runs
 are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable); the table goes to the
 ``sweep-defaults`` section of docs/BENCHMARKS.md (``$BENCH_DIR`` overrides).
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     results = {name: sweep(name, STORE, progress) for name in chosen}
     defaults = {name: learners.get(name).Params().model_dump() for name in chosen}
     head = (
-        "## Default hyperparameters of the boosters (sweep)\n\n"
+        "## Default hyperparameters of the boosters and C-OVA (sweep)\n\n"
         f"`python -m service sweep-defaults`. {report.machine()} Every setting on "
         f"{', '.join(TUNING)} ({len(SEEDS)} shuffles each, streams cut at {ROUNDS:,} rounds), ranked "
         "by the mean online error (sampled label wrong) over data sets and shuffles; the defaults are "
@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep-defaults",
-        help="sweep the boosters' hyperparameters on car, dna and nursery (the defaults' source)",
+        help="sweep the boosters' and C-OVA's hyperparameters on car, dna and nursery (the defaults' source)",
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("learner", nargs="*", help=f"boosters to sweep: {', '.join(GRIDS)} (default: all)")
+    p.add_argument("learner", nargs="*", help=f"learners to sweep: {', '.join(GRIDS)} (default: all)")
     p.set_defaults(func=run)

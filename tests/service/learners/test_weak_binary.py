@@ -190,8 +190,10 @@ def test_interface_defaults_dense_input_and_votes_from_scores() -> None:
 # -- C-OVA with weak-learner bases (seed 000 Table 2) and its PA path --
 
 
-def cova_textbook(base: str, X: np.ndarray, y: np.ndarray, K: int, seed: int) -> tuple[int, np.ndarray]:
-    """Seed 004 Algorithm 1 with PA-I (C = 1) or Perceptron steps written out: mistakes, final weights."""
+def cova_textbook(
+    base: str, X: np.ndarray, y: np.ndarray, K: int, seed: int, C: float
+) -> tuple[int, np.ndarray]:
+    """Seed 004 Algorithm 1 with PA-I (cap C) or Perceptron steps written out: mistakes, final weights."""
     W = np.zeros((K, X.shape[1]))
     ids = DecisionIds.for_seed(seed)
     mistakes = 0
@@ -203,20 +205,20 @@ def cova_textbook(base: str, X: np.ndarray, y: np.ndarray, K: int, seed: int) ->
         for s, lab in labels:
             margin = lab * float(W[s] @ x)
             if base == "pa1":
-                W[s] += min(1.0, max(0.0, 1 - margin) / sq) * lab * x
+                W[s] += min(C, max(0.0, 1 - margin) / sq) * lab * x
             elif margin <= 0:
                 W[s] += lab * x
     return mistakes, W
 
 
-@pytest.mark.parametrize("base", ["pa1", "perceptron"])
-def test_cova_linear_bases_match_textbook(base: str) -> None:
+@pytest.mark.parametrize(("base", "C"), [("pa1", 1.0), ("pa1", 0.1), ("perceptron", 1.0)])
+def test_cova_linear_bases_match_textbook(base: str, C: float) -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0.5)
-    m = make_learner("cova", 4, 3, {"base": base})
+    m = make_learner("cova", 4, 3, {"base": base, "C": C})
     correct = run_stream(m, X, y, DecisionIds.for_seed(4))
-    mistakes, W = cova_textbook(base, X, y, 3, 4)
+    mistakes, W = cova_textbook(base, X, y, 3, 4, C)
     assert int((~correct).sum()) == mistakes
     np.testing.assert_allclose(m.W_, W, atol=1e-12)
 
