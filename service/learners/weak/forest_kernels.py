@@ -66,7 +66,7 @@ _TABLES = f"{_I2}, {_F2}, {_I3}, {_I2}"  # feature, threshold, child, slot
 _ENTRIES = f"{_I2}, {_I1}, int32[:], {_F2}"  # segment, key, count, moments
 
 
-@njit(f"float64({_F1}, {_I1}, {_F1}, int64)", **_OPTS)
+@njit(inline="always", **_OPTS)  # inlined into its caller: a call per node costs more than the read
 def _value(x: np.ndarray, idx: np.ndarray, val: np.ndarray, f: int) -> float:
     """``x[f]`` of a dense row (``x`` non-empty) or of the sparse vector ``(idx, val)`` (binary search)."""
     if x.size:
@@ -81,7 +81,7 @@ def _value(x: np.ndarray, idx: np.ndarray, val: np.ndarray, f: int) -> float:
     return val[lo] if lo < idx.size and idx[lo] == f else 0.0
 
 
-@njit(f"int64({_I2}, {_F2}, {_I3}, int64, {_F1}, {_I1}, {_F1})", **_OPTS)
+@njit(inline="always", **_OPTS)  # inlined into its callers: one call per tree cost ~60 ns
 def _leaf(
     feature: np.ndarray,
     threshold: np.ndarray,
@@ -94,13 +94,31 @@ def _leaf(
     """The leaf node of tree ``i`` that ``x`` reaches (``x[f] <= threshold`` goes left)."""
     node = 0
     f = feature[i, 0]
+    if x.size:  # dense: read x directly (a call of _value per node made routing ~7x slower)
+        while f >= 0:
+            node = child[i, node, 1 if x[f] > threshold[i, node] else 0]
+            f = feature[i, node]
+        return node
     while f >= 0:
         node = child[i, node, 1 if _value(x, idx, val, f) > threshold[i, node] else 0]
         f = feature[i, node]
     return node
 
 
-@njit(f"Tuple((float64[:, ::1], int64[::1]))({_TABLES}, {_F2}, {_F1}, {_I1}, {_F1})", **_OPTS)
+# Two layouts: the forest's own arrays are C-contiguous, and a call on C-contiguous tables measured
+# 4.5 us against 5.3 us on any-layout ones (20 trees on car, from Python); the any-layout version
+# serves any other caller. The same comparisons either way.
+_C_TABLES = "int64[:, ::1], float64[:, ::1], int64[:, :, ::1], int64[:, ::1]"
+_DIST = "Tuple((float64[:, ::1], int64[::1]))"
+
+
+@njit(
+    [
+        f"{_DIST}({_C_TABLES}, float64[:, ::1], float64[::1], int64[::1], float64[::1])",
+        f"{_DIST}({_TABLES}, {_F2}, {_F1}, {_I1}, {_F1})",
+    ],
+    **_OPTS,
+)
 def forest_distribution(
     feature: np.ndarray,
     threshold: np.ndarray,
