@@ -186,12 +186,11 @@ def version(kind: str, learner: str) -> str:
 
     Our learners and the references: the pinned results version of the sweep (:data:`lab.sweep.VERSION`,
     seed 001's ``RESULTS_VERSION`` plus BanditBoost's), which ``tests/lab/test_results_pinned.py``
-    holds to the arithmetic, so an edit that moves no number keeps the runs. A learner without
-    one gets a fingerprint of its own sources only (:func:`learner_files`), not of every learner
-    as before: hours of runs of every system must not be thrown away by an edit of another
-    learner. Any edit of those sources (comments included) still discards its runs; they are the
-    cheap linear learners (and AdaBoost.MH), so that costs little. VW: its version and
-    :data:`VW_DRIVER`.
+    holds to the arithmetic, so an edit that moves no number keeps the runs (every learner has
+    one since the linear learners and AdaBoost.MH were pinned too: an edit of the weak learners'
+    package had thrown away C-OVA's runs). A learner without one gets a fingerprint of its own
+    sources only (:func:`learner_files`), not of every learner's: any edit of those sources
+    (comments included) discards its runs. VW: its version and :data:`VW_DRIVER`.
     """
     if kind == "vw":
         return f"vowpalwabbit {vw_version()} {VW_DRIVER}"

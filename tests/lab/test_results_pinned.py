@@ -1,4 +1,4 @@
-"""The run store's pinned results versions (lab.repro.seed001.RESULTS_VERSION, lab.sweep.VERSION) still hold.
+"""The run stores' pinned results versions (lab.repro.seed001.RESULTS_VERSION, lab.sweep.VERSION) still hold.
 
 Each stored run of the seed-001 table is keyed by its learner's results version. A short run per
 learner and setting must give exactly the correctness vector and final state recorded here (sha256
@@ -39,6 +39,10 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     # BanditBoost's cached sweep runs (lab.sweep.VERSION): both weak-learner families
     out.append(("banditboost", "car", {"weak": "perceptron", "n_learners": 20, "delta": 0.05}))
     out.append(("banditboost", "nursery", {"weak": "naive_bayes", "n_learners": 5, "delta": 0.05}))
+    # the pinned linear learners and AdaBoost.MH of bench quality (lab.sweep.VERSION), at defaults
+    for learner in ("banditron", "cova", "perceptron", "adaboost-mh"):
+        out.append((learner, "nursery", {}))
+    out.append(("cova", "car", {"base": "pa2", "C": 1.0}))
     return out
 
 
@@ -65,6 +69,11 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("online-mbbm", "balance"): ("ab322aeeb66e86f1", "336563b7589a3869"),
     ("banditboost", "car"): ("aae38f7517398c68", "cac0672acb7fd2fc"),
     ("banditboost", "nursery"): ("e6c2c79efe69ad7d", "a1e6ce35128c52ce"),
+    ("banditron", "nursery"): ("b7c1041542c6f91b", "c587c116d148c99f"),
+    ("cova", "nursery"): ("330f47dfa681bb32", "37a8b0c0f860a389"),
+    ("perceptron", "nursery"): ("0870230974c70ee9", "63711a2b1a1f07a7"),
+    ("adaboost-mh", "nursery"): ("09e2a5e40e01b28a", "cc8fdb7cc93cd936"),
+    ("cova", "car"): ("027231cff3a24b53", "fed1ed3608829fd9"),
 }
 
 
@@ -74,6 +83,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
 def test_results_unchanged(learner: str, dataset: str, params: dict[str, Any]) -> None:
     assert fingerprint(learner, dataset, params) == EXPECTED[(learner, dataset)], (
         f"{learner} on {dataset}: its arithmetic changed, so its stored runs no longer describe it; "
-        "change RESULTS_VERSION in lab/repro/seed001.py (banditboost: VERSION in lab/sweep.py) and "
+        "change RESULTS_VERSION in lab/repro/seed001.py (banditboost, the linear learners and "
+        "adaboost-mh: VERSION in lab/sweep.py) and "
         "record the new values here"
     )

@@ -137,11 +137,14 @@ def test_the_key_changes_with_the_learners_version_only(monkeypatch: pytest.Monk
     assert {n: k for n, k in after.items() if n != "adabandit"} == {
         n: k for n, k in before.items() if n != "adabandit"
     }
-    # a learner without a pinned version: a fingerprint of its own sources, not of every learner's
+    # a learner without a pinned version (every learner has one now: unpin cova): a fingerprint of
+    # its own sources, not of every learner's
+    assert json.loads(before["cova"])[-1] == sweep.VERSION["cova"]
+    monkeypatch.delitem(sweep.VERSION, "cova")
     files = {p.name for p in quality.learner_files("cova")}
     assert {"cova.py", "base.py", "kernels.py", "sampling.py", "stream.py"} <= files
     assert not files & {"adabandit.py", "banditron.py", "banditboost.py", "binbandit.py"}
-    assert json.loads(before["cova"])[-1] == quality.module_fingerprint("cova")
+    assert json.loads(keys()["cova"])[-1] == quality.module_fingerprint("cova")
     monkeypatch.setattr(quality, "module_fingerprint", lambda learner: f"edited {learner}")
     assert json.loads(keys()["cova"])[-1] == "edited cova"
     # the setting is in the key: another default is another run
