@@ -83,6 +83,23 @@ def banditron_update(
             W[label, idx[j]] += val[j] / p
 
 
+@njit(**_OPTS)  # compiled into its callers
+def _draw(p: np.ndarray, u: float) -> int:
+    """:func:`service.learners.base.sample_list`'s label: the CDF summed left to right, the first
+    value above ``u`` times the total, capped at K - 1."""
+    k = p.size
+    c = np.empty(k)
+    acc = 0.0
+    for i in range(k):
+        acc = p[i] if i == 0 else acc + p[i]
+        c[i] = acc
+    target = u * c[k - 1]
+    for i in range(k):
+        if c[i] > target:
+            return i
+    return k - 1
+
+
 @njit("Tuple((int64, float64[::1]))(int64, int64, float64, float64)", **_OPTS)
 def gamma_mix_sample(greedy: int, k_labels: int, gamma: float, u: float) -> tuple[int, np.ndarray]:
     """Banditron's exploration (seed 002): ``p = gamma / K`` everywhere plus ``1 - gamma`` on
@@ -91,18 +108,17 @@ def gamma_mix_sample(greedy: int, k_labels: int, gamma: float, u: float) -> tupl
     ``u`` times the total, capped at K - 1): the same label and probabilities, bit for bit."""
     p = np.full(k_labels, gamma / k_labels)
     p[greedy] += 1.0 - gamma
-    c = np.empty(k_labels)
-    acc = 0.0
-    for i in range(k_labels):
-        acc = p[i] if i == 0 else acc + p[i]
-        c[i] = acc
-    target = u * c[k_labels - 1]
-    label = k_labels - 1
-    for i in range(k_labels):
-        if c[i] > target:
-            label = i
-            break
-    return label, p
+    return _draw(p, u), p
+
+
+@njit("Tuple((int64, float64[::1]))(int64, int64, float64, float64)", **_OPTS)
+def rho_mix_sample(greedy: int, k_labels: int, rho: float, u: float) -> tuple[int, np.ndarray]:
+    """The tree boosters' exploration (Zhang, Jung, Tewari 2019, eq. (2)): ``p = rho / (K - 1)``
+    everywhere and ``1 - rho`` on ``greedy``, and the label the uniform draw ``u`` picks from it, as
+    :func:`service.learners.base.rho_mix` then ``sample_list``: the same floats and label, bit for bit."""
+    p = np.full(k_labels, rho / (k_labels - 1))
+    p[greedy] = 1.0 - rho
+    return _draw(p, u), p
 
 
 @njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64)", **_OPTS)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from service.learners.base import Decision, learners, rho_mix, sample
+from service.kernels import rho_mix_sample
+from service.learners.base import Decision, learners, sample
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
     TreeBooster,
@@ -92,7 +93,7 @@ class AdaBandit(TreeBooster):
         v = np.exp(self.log_v_)
         expert = sample(v / v.sum(), rng)
         greedy = int(experts[expert])
-        p = rho_mix(self.n_labels, greedy, self.params.rho)
+        label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
         memo = {
             "greedy": greedy,
             "weak": weak,
@@ -102,7 +103,7 @@ class AdaBandit(TreeBooster):
             "expert": expert,
             **where,
         }
-        return Decision(p, sample(p, rng), memo)
+        return Decision(p, label, memo)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1

@@ -7,7 +7,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from service.learners.base import Decision, learners, randargmax, rho_mix, sample
+from service.kernels import rho_mix_sample
+from service.learners.base import Decision, learners, randargmax
 from service.learners.bbm_kernels import CostMemo, bbm_cost_vectors
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
@@ -119,8 +120,8 @@ class BanditBBM(TreeBooster):
         dist, where = self._weak_distribution(x)
         weak = rand_rows_argmax(dist, rng)
         greedy = randargmax(np.bincount(weak, minlength=self.n_labels), rng)
-        p = rho_mix(self.n_labels, greedy, self.params.rho)
-        return Decision(p, sample(p, rng), {"greedy": greedy, "weak": weak, **where})
+        label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
+        return Decision(p, label, {"greedy": greedy, "weak": weak, **where})
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1

@@ -24,7 +24,7 @@ from service.learners.base import (
     randargmax,
 )
 from service.learners.weak import BinaryFamily, weak_families
-from service.learners.weak.family_kernels import perceptron_update_dense
+from service.learners.weak.family_kernels import perceptron_update_dense, perceptron_votes_greedy_dense
 from service.learners.weak.perceptron import LazyPerceptronFamily, PerceptronFamily
 
 #: ``store="auto"`` keeps the Perceptron weights lazily from this many features on (hashed input).
@@ -236,7 +236,16 @@ class BanditBoost(Learner):
         return self.weak_.accepts_sparse
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
-        h, f = self.weak_.votes(x, self.alpha_)  # (N, K) and (K,)
+        weak = self.weak_
+        if type(weak) is PerceptronFamily and type(x) is np.ndarray:
+            # the default on dense input: votes and their unique maximiser in one compiled call
+            hk, f = np.empty(weak.scale_.shape), np.empty(self.n_labels)  # hk: (K, N)
+            greedy = perceptron_votes_greedy_dense(weak.V_, weak.scale_, self.alpha_, x, hk, f)
+            if greedy < 0:  # a tie: drawn as randargmax draws
+                greedy = randargmax(f, rng)
+            label, p = gamma_mix_sample(greedy, self.n_labels, self.params.delta, rng.random())
+            return Decision(p, label, {"greedy": greedy, "h": hk[label].copy(), "f": float(f[label])})
+        h, f = weak.votes(x, self.alpha_)  # (N, K) and (K,)
         greedy = randargmax(f, rng)
         # gamma_mix + sample in one compiled call (the same floats and label, bit for bit)
         label, p = gamma_mix_sample(greedy, self.n_labels, self.params.delta, rng.random())

@@ -60,14 +60,19 @@ def loss_estimate(probs: np.ndarray, label: int, greedy: int, reward: bool) -> n
     reward : bool
         The click bit ``1[ytilde = y]``.
     """
-    ell = np.zeros(probs.size)
+    # Python floats, then one array: the same IEEE operations as on a numpy vector (0 + 1/p is 1/p
+    # exactly), a few microseconds less per round
+    k = len(probs)
     if reward:
-        ell += 1.0 / probs[label]
-        ell[label] -= 1.0 / probs[label]
-        ell[greedy] -= 1.0 / probs[label]  # label == greedy: -1/p here, cancelled below
+        q = 1.0 / float(probs[label])
+        ell = [q] * k
+        ell[label] -= q
+        ell[greedy] -= q  # label == greedy: -1/p here, cancelled below
+    else:
+        ell = [0.0] * k
     if label == greedy:
-        ell[greedy] += 1.0 / probs[greedy]
-    return ell
+        ell[greedy] += 1.0 / float(probs[greedy])
+    return np.array(ell)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,5 +410,7 @@ class TreeBooster(Learner):
         p = self.params
         found, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
         labels = found if labels is None else labels
-        same = np.array_equal(np.asarray(memo["tree_nodes"]), self.trees_.n_nodes_)
+        # np.array_equal for these int64 vectors, without its checks (a sizeable share of a round)
+        known, now = np.asarray(memo["tree_nodes"], dtype=np.int64), self.trees_.n_nodes_
+        same = known.shape == now.shape and known.tobytes() == now.tobytes()
         self.trees_.update(x, labels, weights, np.asarray(memo["leaves"]) if same else None)

@@ -6,7 +6,7 @@ import numpy as np
 
 from lab.sim.datasets import load_dataset
 from lab.sim.stream import run_stream
-from service.kernels import gamma_mix_sample
+from service.kernels import gamma_mix_sample, rho_mix_sample
 from service.learners.base import gamma_mix, make_learner, randargmax, randargmin, rho_mix, sample
 from service.learners.cova import pa_step
 from service.sampling import DecisionIds
@@ -54,6 +54,15 @@ def test_helpers_equal_numpy_forms() -> None:
         expected = np.full(k, gamma / (k - 1))
         expected[greedy] = 1.0 - gamma
         assert rho_mix(k, greedy, gamma).tobytes() == expected.tobytes()
+        # the tree boosters' compiled draw: the same label and distribution as rho_mix + sample
+        label, probs = rho_mix_sample(greedy, k, gamma, u)
+        assert probs.tobytes() == expected.tobytes()
+        r = np.random.default_rng(trial)
+        u2 = float(np.random.default_rng(trial).random())
+        assert (label, rho_mix_sample(greedy, k, gamma, u2)[0]) == (
+            min(int(np.searchsorted(np.cumsum(expected), u * np.cumsum(expected)[-1], side="right")), k - 1),
+            sample(rho_mix(k, greedy, gamma), r),
+        )
 
 
 def textbook_cova_learn(self, x: np.ndarray, decision, reward: bool) -> None:

@@ -150,6 +150,7 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
         "merge_buckets": (idx, val),
         "sort_distinct": (np.array([9, 1, 5]),),
         "gamma_mix_sample": (1, 3, 0.1, 0.5),
+        "rho_mix_sample": (1, 3, 0.1, 0.5),
         "pcg64_doubles": (np.array([1, 2, 3, 5], dtype=np.uint64), np.zeros(4)),
     }[name]
     kernel(*args)

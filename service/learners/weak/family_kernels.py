@@ -42,6 +42,7 @@ __all__ = [
     "perceptron_update_dense",
     "perceptron_votes",
     "perceptron_votes_dense",
+    "perceptron_votes_greedy_dense",
 ]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
@@ -190,6 +191,28 @@ def perceptron_votes_dense(
     idx, val = _nonzeros(x)
     _perceptron_scores(V, scale, idx, val, h)
     _votes(alpha, h, f)
+
+
+@njit(f"int64({_PV}, {_VAL}, {_OUT})", **_OPTS)
+def perceptron_votes_greedy_dense(
+    V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, h: np.ndarray, f: np.ndarray
+) -> int:
+    """:func:`perceptron_votes_dense`, then the maximiser of the votes ``f`` when it is unique, else
+    -1 (a tie, or a NaN): the caller then draws among the ties as ``randargmax`` does, so the
+    draws from the decision's generator are the same (BanditBoost's decide, one call less)."""
+    idx, val = _nonzeros(x)
+    _perceptron_scores(V, scale, idx, val, h)
+    _votes(alpha, h, f)
+    best, ties = 0, 1
+    for k in range(1, f.size):
+        if f[k] > f[best]:
+            best, ties = k, 1
+        elif f[k] == f[best]:
+            ties += 1
+    for k in range(f.size):
+        if math.isnan(f[k]):
+            return -1
+    return best if ties == 1 else -1
 
 
 @njit(**_OPTS)

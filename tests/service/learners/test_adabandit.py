@@ -39,6 +39,23 @@ def test_estimator_4_is_unbiased_by_enumeration() -> None:
         np.testing.assert_allclose(mean, 1.0 - np.eye(k)[y], atol=1e-12)
 
 
+def test_estimator_4_is_the_numpy_textbook_bit_for_bit() -> None:
+    """loss_estimate works on Python floats; the vector form of eq. (4) gives the same bits."""
+    for rng, k, _, _, greedy in cases(300, 7):
+        p = rng.dirichlet(np.ones(k))
+        for lab in range(k):
+            for reward in (False, True):
+                ref = np.zeros(k)
+                if reward:
+                    ref += 1.0 / p[lab]
+                    ref[lab] -= 1.0 / p[lab]
+                    ref[greedy] -= 1.0 / p[lab]
+                if lab == greedy:
+                    ref[greedy] += 1.0 / p[greedy]
+                got = loss_estimate(p, lab, greedy, reward)
+                assert got.dtype == np.float64 and got.tobytes() == ref.tobytes()
+
+
 def test_estimator_4_cases_and_bound() -> None:
     for _, k, rho, y, greedy in cases(200, 1):
         p = rho_mix(k, greedy, rho)

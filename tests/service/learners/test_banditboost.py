@@ -10,6 +10,7 @@ import pytest
 from lab.repro import reproductions
 from lab.repro.seed000 import render
 from lab.sim.stream import run_stream
+from service.features import SparseVector
 from service.learners import ParamError, make_learner
 from service.learners.banditboost import hinge_subgradient, osboost_weights
 from service.learners.base import Learner, gamma_mix
@@ -171,3 +172,29 @@ def test_reproduce_quick_writes_to_the_given_path(tmp_path: Path) -> None:
     assert "Quick mode" in md and "Tuning on the evaluation stream" in md
     assert render(tmp_path) == md  # the section is a function of the CSV the run wrote
     assert (docs.read_bytes() if docs.exists() else None) == before
+
+
+def test_the_dense_fast_path_decides_and_learns_as_the_generic_path() -> None:
+    """BanditBoost's dense Perceptron path (votes, argmax and the update fused in compiled calls)
+    makes the decisions and states of the generic path (here: the same rows as SparseVectors),
+    ties included (a zero row ties every label and draws the greedy label from the generator)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 6)) * (rng.random((400, 6)) < 0.6)
+    X[::7] = 0.0  # all-zero rows: every vote is 0, a tie
+    y = rng.integers(0, 4, 400)
+    dense, generic = (make_learner("banditboost", 6, 4, {"n_learners": 7}, seed=1) for _ in range(2))
+    ids = DecisionIds.for_seed(2)
+    ties = 0
+    for x, label in zip(X, y, strict=True):
+        sx = SparseVector(np.flatnonzero(x).astype(np.int64), x[x != 0.0], x.size)
+        did = ids.new()
+        a, b = dense.decide(x, decision_rng(did)), generic.decide(sx, decision_rng(did))
+        assert (a.label, a.probs.tobytes(), a.memo["greedy"], a.memo["f"]) == (
+            b.label, b.probs.tobytes(), b.memo["greedy"], b.memo["f"]
+        )  # fmt: skip
+        assert a.memo["h"].tobytes() == b.memo["h"].tobytes()
+        ties += not x.any()
+        dense.learn(x, a, a.label == label)
+        generic.learn(sx, b, b.label == label)
+    assert ties > 50
+    assert checksum(dense.state()) == checksum(generic.state())
