@@ -6,16 +6,15 @@ import numpy as np
 from pydantic import Field
 
 from service.kernels import rho_mix_sample
-from service.learners.base import Decision, learners, sample
-from service.learners.booster_costs import (
-    BanditTreeBoosterParams,
-    TreeBooster,
-    hedge_update,
-    logistic_alpha_grad,
-    logistic_cost_matrices,
-    loss_estimate,
+from service.learners.base import Decision, learners
+from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, loss_estimate
+from service.learners.booster_kernels import (
+    adabandit_logistic_args,
+    adabandit_logistic_parts,
+    adabandit_step,
+    adabandit_votes,
+    hedge_draw,
 )
-from service.learners.booster_kernels import adabandit_votes
 
 
 class AdaBanditParams(BanditTreeBoosterParams):
@@ -90,8 +89,7 @@ class AdaBandit(TreeBooster):
         dist, where = self._weak_distribution(x)
         # a random argmax per tree, then per expert: the draws of two rand_rows_argmax calls at once
         weak, votes, experts = adabandit_votes(dist, self.alpha_, rng.random(2 * dist.size))
-        v = np.exp(self.log_v_)
-        expert = sample(v / v.sum(), rng)
+        expert = hedge_draw(np.exp(self.log_v_), rng.random())  # sample(v / v.sum(), rng), compiled
         greedy = int(experts[expert])
         label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
         memo = {
@@ -108,14 +106,18 @@ class AdaBandit(TreeBooster):
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         m = decision.memo
-        weak, alpha, votes = np.asarray(m["weak"]), np.asarray(m["alpha"]), np.asarray(m["votes"])
+        weak = np.asarray(m["weak"], dtype=np.int64)
+        votes = np.asarray(m["votes"], dtype=np.float64)
+        k = self.n_labels
         ell = loss_estimate(decision.probs, decision.label, int(m["greedy"]), reward)
         iota = 1.0 - ell
-        prev = np.vstack([np.zeros((1, self.n_labels)), votes[:-1]])  # s^{i-1}
-        self._train_trees(
-            x, logistic_cost_matrices(prev) @ iota, decision.label if reward else None, decision.memo
-        )
-        eta = self.params.lr_scale * self.params.rho / (self.n_labels**2 * np.sqrt(self.t_))
-        grad = logistic_alpha_grad(prev, weak, alpha, iota)
-        self.alpha_ = np.clip(self.alpha_ - eta * grad, -2.0, 2.0)
-        self.log_v_ = hedge_update(self.log_v_, ell[np.asarray(m["experts"])])
+        # logistic_cost_matrices and logistic_alpha_grad at s^{i-1}, compiled around one numpy tanh
+        # and numpy's two products, so the bits are theirs (booster_kernels says why)
+        t = np.tanh(adabandit_logistic_args(votes, weak, np.asarray(m["alpha"], dtype=np.float64)))
+        G, off, onsum = adabandit_logistic_parts(t, weak, k)
+        self._train_trees(x, G @ iota, decision.label if reward else None, m)
+        eta = self.params.lr_scale * self.params.rho / (k**2 * np.sqrt(self.t_))
+        adabandit_step(
+            self.alpha_, self.log_v_, off @ iota, onsum, iota, weak, float(eta), ell,
+            np.asarray(m["experts"], dtype=np.int64),
+        )  # fmt: skip

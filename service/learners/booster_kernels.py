@@ -1,9 +1,10 @@
 """Compiled glue of the tree boosters' decisions (issue 20): the votes of AdaBandit and BanditBBM.
 
-A booster's decision is a handful of tiny array steps (a random argmax per tree, cumulative votes,
+A booster's round is a handful of tiny array steps (a random argmax per tree, cumulative votes,
 a random argmax per expert); as numpy calls they cost a few microseconds each, more than the
-arithmetic. These loops do them in one call each, with the arithmetic numpy did: comparisons, and
-the sequential sums of ``np.cumsum``, so every decision is bit for bit what it was (the stored
+arithmetic. These loops do them in one call each, with the arithmetic numpy did: comparisons, the
+sequential sums of ``np.cumsum`` and the orders of numpy's reductions, so every round is bit for bit
+what it was (the stored
 reproduction runs stay valid, ``tests/lab/test_results_pinned.py``). Same conventions as
 :mod:`service.kernels`: explicit signatures (compiled at import, from the on-disk cache), no
 ``fastmath``.
@@ -14,7 +15,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["adabandit_votes", "cost_examples", "rows_argmax"]
+__all__ = [
+    "adabandit_logistic_args",
+    "adabandit_logistic_parts",
+    "adabandit_step",
+    "adabandit_votes",
+    "cost_examples",
+    "hedge_draw",
+    "pairwise_sum",
+    "rows_argmax",
+]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -69,29 +79,94 @@ def adabandit_votes(
     return weak, votes, experts
 
 
-@njit("float64(float64[:, :], int64, float64)", **_OPTS)
-def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
-    """``(A[i] - shift).sum()`` in numpy's order (``pairwise_sum``: sequential below 8 terms, else
-    eight running sums combined as a tree, then the remainder), so the result is numpy's bit for bit."""
-    n = A.shape[1]
+@njit(**_OPTS)
+def _pairwise_block(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's ``pairwise_sum`` of ``a[lo:lo + n]`` for ``n <= 128``: sequential below 8 terms, else
+    eight running sums combined as a tree, then the remainder."""
     if n < 8:
         res = 0.0
-        for c in range(n):
-            res += A[i, c] - shift
+        for c in range(lo, lo + n):
+            res += a[c]
         return res
     r = np.empty(8)
     for j in range(8):
-        r[j] = A[i, j] - shift
+        r[j] = a[lo + j]
     c = 8
     while c < n - n % 8:
         for j in range(8):
-            r[j] += A[i, c + j] - shift
+            r[j] += a[lo + c + j]
         c += 8
     res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
     while c < n:
-        res += A[i, c] - shift
+        res += a[lo + c]
         c += 1
     return res
+
+
+@njit(**_OPTS)
+def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """``a[lo:lo + n].sum()`` in numpy's order, so the result is numpy's bit for bit: blocks of up to
+    128 as :func:`_pairwise_block`, longer runs split in two at a multiple of 8 and the halves'
+    sums added. The recursion runs on an explicit stack (numba's cache cannot hold a recursive
+    function compiled into other functions)."""
+    if n <= 128:
+        return _pairwise_block(a, lo, n)
+    los, ns, combine = np.empty(192, np.int64), np.empty(192, np.int64), np.zeros(192, np.bool_)
+    vals = np.empty(96)
+    top, nv = 0, 0
+    los[0], ns[0] = lo, n
+    top = 1
+    while top > 0:
+        top -= 1
+        start, m = los[top], ns[top]
+        if combine[top]:
+            combine[top] = False
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+        elif m <= 128:
+            vals[nv] = _pairwise_block(a, start, m)
+            nv += 1
+        else:
+            half = m // 2
+            half -= half % 8
+            combine[top] = True  # after both halves: left + right
+            los[top + 1], ns[top + 1] = start + half, m - half
+            los[top + 2], ns[top + 2] = start, half
+            top += 3
+    return vals[0]
+
+
+@njit("float64(float64[:, :], int64, float64)", **_OPTS)
+def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
+    """``(A[i] - shift).sum()`` in numpy's order (:func:`_pairwise_sum`)."""
+    row = np.empty(A.shape[1])
+    for c in range(row.size):
+        row[c] = A[i, c] - shift
+    return _pairwise_sum(row, 0, row.size)
+
+
+@njit("float64(float64[::1])", **_OPTS)
+def pairwise_sum(a: np.ndarray) -> float:
+    """``a.sum()`` of a contiguous vector, numpy's bits (:func:`_pairwise_sum`; for the tests)."""
+    return _pairwise_sum(a, 0, a.size)
+
+
+@njit("int64(float64[::1], float64)", **_OPTS)
+def hedge_draw(v: np.ndarray, u: float) -> int:
+    """An expert drawn with probability ``v / v.sum()`` by the uniform draw ``u``: ``sample(v /
+    v.sum(), rng)`` of :mod:`service.learners.base` (CDF summed left to right, the first value
+    above ``u`` times the total, capped at N - 1), its floats bit for bit."""
+    total = _pairwise_sum(v, 0, v.size)
+    acc = 0.0
+    for i in range(v.size):
+        acc = v[i] / total if i == 0 else acc + v[i] / total
+    target = u * acc
+    acc = 0.0
+    for i in range(v.size):
+        acc = v[i] / total if i == 0 else acc + v[i] / total
+        if acc > target:
+            return i
+    return v.size - 1
 
 
 @njit("Tuple((int64[::1], float64[::1]))(float64[:, :], float64, float64[:], int64, boolean)", **_OPTS)
@@ -120,3 +195,106 @@ def cost_examples(
             w /= k - 1
         weights[i] = max(w, 1e-10)
     return labels, weights
+
+
+# -- AdaBandit's learning step (seed 001, eqs. (10), (11); booster_costs.logistic_*) ----------------
+# numpy's SIMD tanh and the BLAS products ``@`` stay numpy calls between these kernels: a compiled
+# tanh (libm) or dot product (another summation order, no FMA) would move the last bits of every
+# round, and with them the stored runs. One tanh call and two products replace ~40 small numpy calls.
+
+
+@njit("float64[::1](float64[:, :], int64[:], float64[:])", **_OPTS)
+def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The arguments ``z / 2`` of the sigmoids of AdaBandit's round, for one ``np.tanh`` call.
+
+    With ``S[i] = s^{i-1}`` (``S[0] = 0``, ``S[i] = votes[i-1]``) and ``sj[i] = S[i, weak[i]] +
+    alpha[i]``, per learner ``i``: ``(S[i, a] - S[i, b]) / 2`` for ``a < b`` (the cost matrices
+    (10)), then ``(sj[i] - S[i, a]) / 2`` for every ``a`` (the derivative (11)), each as ``0.5 * (a -
+    b)``, numpy's order. The other half of the arguments are these negated, exactly, and tanh is
+    odd (bit for bit: ``tests/service/learners/test_booster_kernels.py``), so they are not computed.
+    """
+    n, k = votes.shape
+    per = k * (k - 1) // 2 + k
+    z = np.empty(n * per)
+    for i in range(n):
+        j = i * per
+        for a in range(k):
+            sa = votes[i - 1, a] if i > 0 else 0.0
+            for b in range(a + 1, k):
+                sb = votes[i - 1, b] if i > 0 else 0.0
+                z[j] = 0.5 * (sa - sb)
+                j += 1
+        sj = (votes[i - 1, weak[i]] if i > 0 else 0.0) + alpha[i]
+        for a in range(k):
+            z[j] = 0.5 * (sj - (votes[i - 1, a] if i > 0 else 0.0))
+            j += 1
+    return z
+
+
+@njit("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)", **_OPTS)
+def adabandit_logistic_parts(
+    t: np.ndarray, weak: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From ``t = tanh(`` :func:`adabandit_logistic_args` ``)``: the cost matrices ``G`` (N, K, K) of
+    ``logistic_cost_matrices``, and the two parts of ``logistic_alpha_grad`` before its product:
+    ``off`` (N, K) and ``on.sum(axis=1)`` (N), each sigmoid as ``0.5 * (1 + tanh(z / 2))``, with
+    ``tanh(-z / 2) = -tanh(z / 2)``.
+
+    ``G``'s diagonal is minus its column sums taken in row order (numpy's reduction over a
+    non-contiguous axis); ``on``'s row sums in numpy's pairwise order (:func:`_pairwise_row_sum`).
+    """
+    n = weak.size
+    per = k * (k - 1) // 2 + k
+    G = np.empty((n, k, k))
+    off = np.empty((n, k))
+    on = np.empty((n, k))
+    onsum = np.empty(n)
+    for i in range(n):
+        j = i * per
+        for a in range(k):
+            G[i, a, a] = 0.0
+            for b in range(a + 1, k):
+                G[i, a, b] = 0.5 * (1.0 + t[j])
+                G[i, b, a] = 0.5 * (1.0 + -t[j])
+                j += 1
+        for a in range(k):
+            off[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + t[j])
+            on[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + -t[j])
+            j += 1
+        for b in range(k):
+            s = G[i, 0, b]
+            for a in range(1, k):
+                s += G[i, a, b]
+            G[i, b, b] = -s
+        onsum[i] = _pairwise_row_sum(on, i, 0.0)
+    return G, off, onsum
+
+
+@njit(
+    "void(float64[::1], float64[::1], float64[::1], float64[::1], float64[:], int64[:], float64, "
+    "float64[:], int64[:])",
+    **_OPTS,
+)
+def adabandit_step(
+    alpha: np.ndarray,
+    log_v: np.ndarray,
+    off_iota: np.ndarray,
+    onsum: np.ndarray,
+    iota: np.ndarray,
+    weak: np.ndarray,
+    eta: float,
+    ell: np.ndarray,
+    experts: np.ndarray,
+) -> None:
+    """In place: the projected SGD step (11) on ``alpha`` with the gradient ``off @ iota - onsum *
+    iota[weak]`` (``logistic_alpha_grad``), clipped to [-2, 2] as ``np.clip``; then Hedge with rate 1
+    on ``ell[experts]`` (``hedge_update``: ``log_v - loss``, shifted so its maximum is 0)."""
+    for i in range(alpha.size):
+        grad = off_iota[i] - onsum[i] * iota[weak[i]]
+        alpha[i] = min(max(alpha[i] - eta * grad, -2.0), 2.0)
+    top = -np.inf
+    for i in range(log_v.size):
+        log_v[i] = log_v[i] - 1.0 * ell[experts[i]]
+        top = max(top, log_v[i])
+    for i in range(log_v.size):
+        log_v[i] -= top

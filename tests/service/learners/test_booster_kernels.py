@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from service.learners import booster_kernels as bk
+from service.learners.base import sample
+from service.learners.booster_costs import hedge_update, logistic_alpha_grad, logistic_cost_matrices
 
 
 def textbook_rows_argmax(V: np.ndarray, U: np.ndarray) -> np.ndarray:
@@ -65,6 +67,79 @@ def test_kernels_equal_the_numpy_steps(k: int) -> None:
         assert weights.tobytes() == ref_weights.tobytes()
 
 
+def adabandit_learn_numpy(
+    votes: np.ndarray, weak: np.ndarray, alpha_memo: np.ndarray, iota: np.ndarray, eta: float,
+    alpha: np.ndarray, log_v: np.ndarray, ell: np.ndarray, experts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """AdaBandit's learning arithmetic as numpy steps (the code the kernels replaced)."""
+    prev = np.vstack([np.zeros((1, votes.shape[1])), votes[:-1]])
+    costs = logistic_cost_matrices(prev) @ iota
+    grad = logistic_alpha_grad(prev, weak, alpha_memo, iota)
+    return costs, np.clip(alpha - eta * grad, -2.0, 2.0), hedge_update(log_v, ell[experts])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 7, 8, 9, 10, 17, 26])
+def test_adabandit_learning_kernels_equal_the_numpy_steps(k: int) -> None:
+    rng = np.random.default_rng(100 + k)
+    for _ in range(200):
+        n = int(rng.choice([1, 2, 5, 20, 33]))
+        V = matrices(rng, n, k)
+        U = rng.random(2 * n * k)
+        alpha_memo = rng.standard_normal(n) * rng.choice([0.0, 1e-9, 1.0, 30.0])
+        weak, votes, experts = bk.adabandit_votes(V, alpha_memo, U)
+        ell = np.where(rng.random(k) < 0.5, 0.0, rng.standard_normal(k) * rng.choice([1.0, 1e3]))
+        iota = 1.0 - ell
+        eta = float(rng.random())
+        alpha, log_v = rng.uniform(-2, 2, n), -rng.exponential(1.0, n)
+        costs, ref_alpha, ref_log_v = adabandit_learn_numpy(
+            votes, weak, alpha_memo, iota, eta, alpha, log_v, ell, experts
+        )
+        t = np.tanh(bk.adabandit_logistic_args(votes, weak, alpha_memo))
+        G, off, onsum = bk.adabandit_logistic_parts(t, weak, k)
+        prev = np.vstack([np.zeros((1, k)), votes[:-1]])
+        assert G.tobytes() == logistic_cost_matrices(prev).tobytes()
+        assert (G @ iota).tobytes() == costs.tobytes()
+        bk.adabandit_step(alpha, log_v, off @ iota, onsum, iota, weak, eta, ell, experts)
+        assert alpha.tobytes() == ref_alpha.tobytes()
+        assert log_v.tobytes() == ref_log_v.tobytes()
+
+
+def test_tanh_is_odd_bit_for_bit() -> None:
+    """adabandit_logistic_args computes half the arguments and negates their tanh: exact only if
+    numpy's tanh (its SIMD kernel on this CPU) is odd bit for bit, at every position of an array."""
+    rng = np.random.default_rng(7)
+    z = rng.standard_normal(100_003) * 10.0 ** rng.uniform(-300, 3, 100_003)
+    assert np.tanh(-z).tobytes() == (-np.tanh(z)).tobytes()
+    assert np.tanh(z[3:]).tobytes() == np.tanh(z)[3:].tobytes()
+
+
+@pytest.mark.parametrize("n", [*range(0, 140), 255, 256, 257, 1000, 4099, 100_000])
+def test_pairwise_sum_is_numpys(n: int) -> None:
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 6, n)
+    assert bk.pairwise_sum(a) == a.sum()
+
+
+def test_hedge_draw_is_sample() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        n = int(rng.integers(1, 300))
+        v = np.exp(-rng.exponential(rng.choice([0.1, 10.0, 1000.0]), n))
+        u = float(rng.random())
+        expected = sample(v / v.sum(), _Fixed(u))
+        assert bk.hedge_draw(v, u) == expected
+
+
+class _Fixed:
+    """A generator whose one draw is ``u`` (sample draws once)."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
 @pytest.mark.parametrize("name", bk.__all__)
 def test_kernels_are_compiled_at_import(name: str) -> None:
     kernel = getattr(bk, name)
@@ -75,6 +150,18 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
         "rows_argmax": (V, U),
         "adabandit_votes": (V, np.ones(3), U),
         "cost_examples": (V, 1.0, U, 2, True),
+        "adabandit_logistic_args": (V, np.zeros(3, np.int64), np.ones(3)),
+        "adabandit_logistic_parts": (np.zeros(42), np.zeros(3, np.int64), 4),
+        "adabandit_step": (
+            *[np.zeros(3)] * 4,
+            np.ones(4),
+            np.zeros(3, np.int64),
+            0.1,
+            np.ones(4),
+            np.zeros(3, np.int64),
+        ),
+        "hedge_draw": (np.ones(3), 0.5),
+        "pairwise_sum": (np.ones(9),),
     }[name]
     kernel(*args)
     kernel(*[a[:, ::1] if isinstance(a, np.ndarray) and a.ndim == 2 else a for a in args])
