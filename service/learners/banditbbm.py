@@ -16,8 +16,8 @@ from service.learners.booster_costs import (
     TreeBooster,
     bbm_cost_matrix,
     loss_estimate,
-    rand_rows_argmax,
 )
+from service.learners.booster_kernels import bbm_majority
 
 
 class BanditBBMParams(BanditTreeBoosterParams):
@@ -118,8 +118,10 @@ class BanditBBM(TreeBooster):
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
         dist, where = self._weak_distribution(x)
-        weak = rand_rows_argmax(dist, rng)
-        greedy = randargmax(np.bincount(weak, minlength=self.n_labels), rng)
+        # rand_rows_argmax, then randargmax of the counts: one compiled call, a draw only on a tie
+        weak, counts, greedy = bbm_majority(dist, rng.random(dist.size))
+        if greedy < 0:
+            greedy = randargmax(counts, rng)
         label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
         return Decision(p, label, {"greedy": greedy, "weak": weak, **where})
 

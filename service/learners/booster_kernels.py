@@ -20,6 +20,7 @@ __all__ = [
     "adabandit_logistic_parts",
     "adabandit_step",
     "adabandit_votes",
+    "bbm_majority",
     "cost_examples",
     "hedge_draw",
     "pairwise_sum",
@@ -77,6 +78,25 @@ def adabandit_votes(
             votes[i, c] = (votes[i - 1, c] + step) if i > 0 else step
         experts[i] = _row_argmax(votes, i, U, (n + i) * k)
     return weak, votes, experts
+
+
+@njit("Tuple((int64[::1], int64[::1], int64))(float64[:, :], float64[:])", **_OPTS)
+def bbm_majority(dist: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """BanditBBM's weak predictions (:func:`rows_argmax` with the draws ``U``), their vote counts
+    (``np.bincount``) and the majority label when it is unique, else -1: the caller then draws
+    among the tied labels as ``randargmax`` does, so the draws from the generator are the same."""
+    n, k = dist.shape
+    weak = rows_argmax(dist, U)
+    counts = np.zeros(k, np.int64)
+    for i in range(n):
+        counts[weak[i]] += 1
+    best, ties = 0, 1
+    for c in range(1, k):
+        if counts[c] > counts[best]:
+            best, ties = c, 1
+        elif counts[c] == counts[best]:
+            ties += 1
+    return weak, counts, best if ties == 1 else -1
 
 
 @njit(**_OPTS)

@@ -58,6 +58,12 @@ def test_kernels_equal_the_numpy_steps(k: int) -> None:
         assert votes.tobytes() == ref_votes.tobytes()  # bit for bit, signed zeros included
         np.testing.assert_array_equal(experts, textbook_rows_argmax(ref_votes, U[n * k :]))
 
+        weak, counts, majority = bk.bbm_majority(V, U)
+        np.testing.assert_array_equal(weak, ref_weak)
+        np.testing.assert_array_equal(counts, np.bincount(ref_weak, minlength=k))
+        top = np.flatnonzero(counts == counts.max())
+        assert majority == (top[0] if top.size == 1 else -1)
+
         clip = float(rng.choice([1.0, 100.0, 1e300]))
         prefer = None if rng.random() < 0.3 else int(rng.integers(k))
         divide = bool(rng.integers(2))
@@ -161,6 +167,7 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
             np.zeros(3, np.int64),
         ),
         "hedge_draw": (np.ones(3), 0.5),
+        "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
     }[name]
     kernel(*args)
