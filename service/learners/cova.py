@@ -6,15 +6,20 @@ ALGORITHMS.md §6; the naive Bayes base of seed 000 Table 2 is the binary family
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from service.features import SparseVector
+from service.interactions import expand_pairs, pair_columns
 from service.kernels import PA_BASES, pa_update
 from service.learners.base import Decision, Learner, Params, learners, randargmax, sparse_greedy
 from service.learners.weak import BinaryFamily, weak_families
+
+LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
+DEFAULT_INTERACTION_BITS = 18
 
 
 class COVAParams(Params):
@@ -34,13 +39,40 @@ class COVAParams(Params):
         "arbitrarily set C equal 1" (its reproduction keeps 1); the default is ours, the best of
         ``sweep-defaults`` on car, dna and nursery (mean online error 0.114 against 0.140 at C = 1):
         smaller steps let one no-click move a scorer less.
+    interactions : {"none", "pairs"}, default "none"
+        Ours (not seed 004; issue 24): ``"pairs"`` scores ``x`` together with every product ``x_i
+        x_j`` of two of its non-zero features, as Vowpal Wabbit's ``-q`` (:mod:`service.interactions`):
+        O(nnz^2) work per event, so meant for inputs with tens of non-zeros (one-hot or hashed
+        categorical features), not for hundreds of dense ones. Linear bases only.
+    interaction_bits : int, default 18
+        The pairs take their own column each while ``d (d - 1) / 2 <= 2**interaction_bits``, else
+        they are hashed into ``2**interaction_bits`` columns.
+
+    ``interactions`` and ``interaction_bits`` are left out of the dumped parameters at ``"none"``
+    and 18, so every setting that existed before them dumps as before (runs are stored under it).
     """
 
     base: Literal["pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"] = "pa1"
     C: float = Field(0.1, gt=0.0)
+    interactions: Literal["none", "pairs"] = "none"
+    interaction_bits: int = Field(DEFAULT_INTERACTION_BITS, ge=1, le=28)
+
+    @model_validator(mode="after")
+    def _pairs_need_linear(self) -> COVAParams:
+        if self.interactions == "pairs" and self.base not in LINEAR_BASES:
+            raise ValueError(f"interactions='pairs' needs a linear base ({', '.join(sorted(LINEAR_BASES))})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("interactions") == "none":
+            del out["interactions"]
+        if out.get("interaction_bits") == DEFAULT_INTERACTION_BITS:
+            del out["interaction_bits"]
+        return out
 
 
-LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
 FAMILY_BASES = {"naive_bayes": "naive_bayes", "ogd_perceptron": "perceptron"}  # base -> weak family
 
 
@@ -105,8 +137,11 @@ class ConservativeOVA(Learner):
     _column_major = ("W_",)
 
     def _init(self) -> None:
+        self._pairs = 0  # columns of the pairwise products (0: no interactions)
+        if self.params.interactions == "pairs":
+            self._pairs = pair_columns(self.n_features, self.params.interaction_bits)
         if self.params.base in LINEAR_BASES:
-            self.W_ = np.zeros((self.n_labels, self.n_features))
+            self.W_ = np.zeros((self.n_labels, self.n_features + self._pairs))
         else:
             family = weak_families.get(FAMILY_BASES[self.params.base])
             self.weak_: BinaryFamily = family(1, self.n_labels, self.n_features, self.rng_)
@@ -115,7 +150,18 @@ class ConservativeOVA(Learner):
     def accepts_sparse(self) -> bool:
         return self.params.base in LINEAR_BASES
 
+    @classmethod
+    def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        p = cls.Params.parse(cls.name, params)
+        if p.interactions == "none":
+            return super().state_nbytes(n_features, n_labels, params)
+        plain = p.model_dump(mode="json") | {"interactions": "none"}  # the rest of the state as without
+        extra = 8 * n_labels * pair_columns(n_features, p.interaction_bits)  # W_'s columns of the pairs
+        return super().state_nbytes(n_features, n_labels, plain) + extra
+
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        if self._pairs:
+            x = expand_pairs(x, self._pairs)
         if isinstance(x, SparseVector):
             greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
         else:
@@ -131,6 +177,8 @@ class ConservativeOVA(Learner):
             self._learn_weak(x, decision.label, reward)
             return
         self.t_ += 1
+        if self._pairs:
+            x = expand_pairs(x, self._pairs)
         if isinstance(x, SparseVector):  # the same steps, compiled, on the non-zero columns (O(K nnz))
             base = PA_BASES[self.params.base]
             pa_update(self.W_, x.idx, x.val, decision.label, reward, base, self.params.C)

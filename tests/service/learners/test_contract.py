@@ -14,6 +14,18 @@ from service.serial import StateFormatError, checksum, decode, encode
 
 D, K = 6, 3
 NAMES = [name for name, _ in learners.items()]
+#: contract cases: every registered learner at its defaults, and settings with code of their own
+CASES: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in NAMES} | {
+    "cova+pairs": ("cova", {"interactions": "pairs"}),  # each pair its own column
+    "cova+hashed-pairs": ("cova", {"interactions": "pairs", "interaction_bits": 2}),  # 15 pairs, 4 columns
+}
+
+
+def new(case: str, d: int = D, k: int = K, params: dict | None = None, seed: int = 0) -> Learner:
+    """The learner of contract case ``case`` (extra ``params`` on top of the case's)."""
+    name, base = CASES[case]
+    merged = None if base is None and params is None else {**(base or {}), **(params or {})}
+    return make_learner(name, d, k, merged, seed=seed)
 
 
 def stream(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,7 +54,7 @@ def roundtrip(m: Learner) -> Learner:
     return type(m).from_state(m.config(), decode(encode(m.state())))
 
 
-@pytest.fixture(params=NAMES)
+@pytest.fixture(params=list(CASES))
 def name(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -52,7 +64,7 @@ def test_registry_is_not_empty() -> None:
 
 
 def test_decide_returns_a_distribution_and_does_not_change_the_model(name: str) -> None:
-    m = make_learner(name, D, K, seed=1)
+    m = new(name, seed=1)
     X, y = stream(0, 40)
     run(m, X[:20], y[:20], DecisionIds.for_seed(0))
     before = checksum(m.state())
@@ -67,7 +79,7 @@ def test_decide_returns_a_distribution_and_does_not_change_the_model(name: str) 
 
 
 def test_learn_counts_events(name: str) -> None:
-    m = make_learner(name, D, K, seed=1)
+    m = new(name, seed=1)
     X, y = stream(1, 25)
     run(m, X, y, DecisionIds.for_seed(1))
     assert m.t_ == 25
@@ -75,18 +87,18 @@ def test_learn_counts_events(name: str) -> None:
 
 def test_same_seed_same_model(name: str) -> None:
     X, y = stream(2, 80)
-    a, b = make_learner(name, D, K, seed=3), make_learner(name, D, K, seed=3)
+    a, b = new(name, seed=3), new(name, seed=3)
     assert run(a, X, y, DecisionIds.for_seed(5)) == run(b, X, y, DecisionIds.for_seed(5))
     assert encode(a.state()) == encode(b.state())
 
 
 def test_save_load_mid_stream_equals_uninterrupted_run(name: str) -> None:
     X, y = stream(3, 120)
-    whole = make_learner(name, D, K, seed=4)
+    whole = new(name, seed=4)
     ids_whole = DecisionIds.for_seed(9)
     labels_whole = run(whole, X, y, ids_whole)
 
-    part = make_learner(name, D, K, seed=4)
+    part = new(name, seed=4)
     ids_part = DecisionIds.for_seed(9)
     labels = run(part, X[:60], y[:60], ids_part)
     resumed = roundtrip(part)
@@ -98,7 +110,7 @@ def test_save_load_mid_stream_equals_uninterrupted_run(name: str) -> None:
 
 def test_decision_survives_serialisation_and_learns_identically(name: str) -> None:
     X, y = stream(4, 30)
-    a, b = make_learner(name, D, K, seed=2), make_learner(name, D, K, seed=2)
+    a, b = new(name, seed=2), new(name, seed=2)
     ids = DecisionIds.for_seed(0)
     for t in range(30):
         did = ids.new()
@@ -116,7 +128,7 @@ def test_decision_survives_serialisation_and_learns_identically(name: str) -> No
 
 
 def test_zero_and_extreme_features_keep_the_state_finite(name: str) -> None:
-    m = make_learner(name, D, K, seed=0)
+    m = new(name, seed=0)
     rows = [np.zeros(D), np.full(D, 1e3), np.full(D, -1e3), np.eye(D)[0]]
     for i, x in enumerate(rows * 5):
         step(m, x, i % K, f"id-{i}")
@@ -126,7 +138,7 @@ def test_zero_and_extreme_features_keep_the_state_finite(name: str) -> None:
 
 
 def test_config_rebuilds_an_equal_untrained_learner(name: str) -> None:
-    m = make_learner(name, D, K, seed=7)
+    m = new(name, seed=7)
     cfg = m.config()
     again = make_learner(cfg["learner"], cfg["n_features"], cfg["n_labels"], cfg["params"], seed=cfg["seed"])
     assert encode(again.state()) == encode(m.state())
@@ -144,11 +156,11 @@ def test_config_rebuilds_an_equal_untrained_learner(name: str) -> None:
 def test_bad_configuration_is_refused_with_a_clear_message(name: str, kwargs: dict, needle: str) -> None:
     args = {"n_features": D, "n_labels": K, "params": None, "seed": 0} | kwargs
     with pytest.raises(ParamError, match=needle):
-        make_learner(name, args["n_features"], args["n_labels"], args["params"], seed=args["seed"])
+        new(name, args["n_features"], args["n_labels"], args["params"], seed=args["seed"])
 
 
 def test_corrupt_state_is_refused(name: str) -> None:
-    m = make_learner(name, D, K, seed=0)
+    m = new(name, seed=0)
     X, y = stream(5, 20)
     run(m, X, y, DecisionIds.for_seed(0))
     state = m.state()
@@ -173,6 +185,8 @@ SIZES = [(1, 2), (6, 3), (37, 11), (1024, 4)]
 VARIANTS = [(name, None) for name in NAMES] + [
     ("cova", {"base": "naive_bayes"}),
     ("cova", {"base": "perceptron"}),
+    ("cova", {"interactions": "pairs"}),
+    ("cova", {"interactions": "pairs", "interaction_bits": 3}),
     ("banditboost", {"weak": "naive_bayes", "n_learners": 7}),
     ("banditboost", {"store": "lazy", "n_learners": 7}),
     ("banditboost", {"store": "lazy", "n_learners": 3, "max_store_bytes": 4 * 1024 + 8 * 4 * 3 * 100}),

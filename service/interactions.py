@@ -1,0 +1,110 @@
+"""Pairwise feature interactions (ours, issue 24): VW's ``-q`` / ``--interactions`` for our learners.
+
+A linear scorer over ``x`` cannot express "feature i matters only together with feature j"; over
+``x`` and the products ``x_i x_j`` (``i < j``) it can. Vowpal Wabbit users get this with ``-q``; a
+C-OVA with pairs learns car and nursery far better than one without (docs/BENCHMARKS.md, quality).
+
+The expanded vector has dimension ``d + P``: the input's ``d`` entries, then one column per pair.
+When the ``d (d - 1) / 2`` pairs fit in ``2**bits`` columns, pair ``(i, j)`` has its own column (its
+rank in row-major order of the upper triangle); otherwise (hashed input, large ``d``) it is hashed
+into ``P = 2**bits`` columns, colliding products added, as VW hashes its interactions into its
+weight table. Memory is O(d + P), never O(d^2); work per event is O(nnz^2) over the non-zeros.
+Deterministic (a fixed integer hash), so replicas expand every input alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from service.features import SparseVector
+from service.kernels import merge_buckets
+
+__all__ = ["expand_pairs", "pair_columns", "pairs_sparse"]
+
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+
+
+def pair_columns(n_features: int, bits: int) -> int:
+    """Columns ``P`` the pairs of ``n_features`` inputs take: all of them, or ``2**bits`` hashed."""
+    exact = n_features * (n_features - 1) // 2
+    return exact if exact <= 1 << bits else 1 << bits
+
+
+@njit("uint64(uint64)", **_OPTS)
+def _mix(z: int) -> int:
+    """SplitMix64's finaliser: a well-spread 64-bit hash of a pair's rank."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit("Tuple((int64[::1], float64[::1]))(int64[:], float64[:], int64, int64)", **_OPTS)
+def pairs_sparse(idx: np.ndarray, val: np.ndarray, d: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The expanded sparse vector of the sparse input ``(idx, val)`` (strictly increasing ``idx``).
+
+    Entries ``[idx, val]`` first, then, at ``d + column``, the products ``val[a] val[b]`` for
+    ``a < b``. ``p`` is :func:`pair_columns`: when it equals ``d (d - 1) / 2`` a pair's column is its
+    rank, which grows with ``(a, b)`` in this loop order, so the result is sorted as it is built;
+    else the rank is hashed into ``p`` columns and collisions are merged (sorted, products added in
+    loop order, zero sums dropped).
+    """
+    n = idx.size
+    m = n + n * (n - 1) // 2
+    out_i = np.empty(m, np.int64)
+    out_v = np.empty(m, np.float64)
+    for a in range(n):
+        out_i[a] = idx[a]
+        out_v[a] = val[a]
+    exact = p == d * (d - 1) // 2
+    t = n
+    for a in range(n):
+        i = idx[a]
+        row = i * d - i * (i + 1) // 2 - i - 1  # rank of (i, j) is row + j
+        for b in range(a + 1, n):
+            rank = row + idx[b]
+            if exact:
+                out_i[t] = d + rank
+            else:
+                out_i[t] = d + np.int64(_mix(np.uint64(rank)) % np.uint64(p))
+            out_v[t] = val[a] * val[b]
+            t += 1
+    if exact:
+        # products of non-zeros are non-zero unless they underflow: keep the contract (no zeros)
+        kept = 0
+        for s in range(m):
+            if out_v[s] != 0.0:
+                out_i[kept] = out_i[s]
+                out_v[kept] = out_v[s]
+                kept += 1
+        return out_i[:kept].copy(), out_v[:kept].copy()
+    head_i, head_v = out_i[:n].copy(), out_v[:n].copy()
+    tail_i, tail_v = merge_buckets(out_i[n:], out_v[n:])
+    return np.concatenate((head_i, tail_i)), np.concatenate((head_v, tail_v))
+
+
+@njit("Tuple((int64[::1], float64[::1]))(float64[:])", **_OPTS)
+def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            n += 1
+    idx, val = np.empty(n, np.int64), np.empty(n, np.float64)
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            idx[n], val[n] = j, x[j]
+            n += 1
+    return idx, val
+
+
+def expand_pairs(x: np.ndarray | SparseVector, p: int) -> SparseVector:
+    """``x`` (dense or sparse, dimension ``d``) with its pairwise products: a :class:`SparseVector`
+    of dimension ``d + p`` (:func:`pairs_sparse`)."""
+    if isinstance(x, SparseVector):
+        idx, val, d = x.idx, x.val, x.dim
+    else:
+        idx, val = _nonzeros(np.asarray(x, dtype=np.float64))
+        d = x.shape[0]
+    out_i, out_v = pairs_sparse(idx, val, d, p)
+    return SparseVector(out_i, out_v, d + p)
