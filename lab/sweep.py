@@ -48,7 +48,12 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "banditbbm": {"n_learners": [10, 20], "rho": [0.01, 0.02, 0.05, 0.1, 0.2], "gamma": [0.05, 0.1, 0.2]},
     # C-OVA explores by elimination (no rate to floor); C = 1 is seed 004's "arbitrary" choice, which
     # its reproduction keeps (issue 24: the served default is chosen here, on the tuning sets only)
-    "cova": {"base": ["pa1", "pa2"], "C": [0.01, 0.03, 0.1, 0.3, 1.0, 10.0]},
+    # "auto" pairs every input of these three (at most 45 non-zeros); "none" is seed 004's model
+    "cova": {
+        "base": ["pa1", "pa2"],
+        "C": [0.01, 0.03, 0.1, 0.3, 1.0, 10.0],
+        "interactions": ["none", "auto"],
+    },
 }
 
 
@@ -70,7 +75,7 @@ VERSION: dict[str, str] = {
     # keyed by a hash of their sources, any edit of a module they import (weak/ for cova) threw
     # them away although no number moved
     "banditron": "2026-11-26.1",
-    "cova": "2026-11-26.1",  # C = 0.1 by default
+    "cova": "2026-11-26.1",  # C = 0.1 by default; pairs ("auto") by default since issue 24
     "perceptron": "2026-11-26.1",
     "adaboost-mh": "2026-11-26.1",
 }

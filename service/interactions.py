@@ -98,13 +98,16 @@ def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return idx, val
 
 
-def expand_pairs(x: np.ndarray | SparseVector, p: int) -> SparseVector:
+def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> SparseVector:
     """``x`` (dense or sparse, dimension ``d``) with its pairwise products: a :class:`SparseVector`
-    of dimension ``d + p`` (:func:`pairs_sparse`)."""
+    of dimension ``d + p`` (:func:`pairs_sparse`). With ``max_nnz >= 0``, an input with more
+    non-zeros than that gets no products (its entries alone, in the same ``d + p`` dimensions)."""
     if isinstance(x, SparseVector):
         idx, val, d = x.idx, x.val, x.dim
     else:
         idx, val = _nonzeros(np.asarray(x, dtype=np.float64))
         d = x.shape[0]
+    if 0 <= max_nnz < idx.size:
+        return SparseVector(idx, val, d + p)
     out_i, out_v = pairs_sparse(idx, val, d, p)
     return SparseVector(out_i, out_v, d + p)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -45,7 +46,14 @@ MARGIN = 0.6
 #: VW's pre-parsed examples are parsed (untimed) this many at a time: one holds ~30 KB.
 PARSE_CHUNK = 5_000
 
-OURS = ("banditron", "cova", "perceptron")
+#: system -> (learner, parameters): defaults, except that "cova" is C-OVA without pairs, the model
+#: class of VW's defaults (no ``-q``), and its default with pairs (issue 24) is a row of its own
+OURS: dict[str, tuple[str, dict[str, Any]]] = {
+    "banditron": ("banditron", {}),
+    "cova": ("cova", {"interactions": "none"}),
+    "cova with pairs (its default)": ("cova", {}),
+    "perceptron": ("perceptron", {}),
+}
 VW_SYSTEMS = ("vw-eps0.05", "vw-adf-squarecb")  # keys of EXPLORERS; the first is the reference
 TARGETED = ("banditron", "cova")
 #: Targets (ratios to VW eps0.05 of the same run, b and mode) and the error slack, for TARGETED.
@@ -171,15 +179,16 @@ def _online(
     return time.process_time() - start, correct
 
 
-def _hashed_model(name: str, bits: int) -> Learner:
-    """Learner ``name`` (defaults) as the service holds a hashed model: sparse layout."""
-    model = make_learner(name, 1 << bits, N_LABELS, seed=0)
+def _hashed_model(system: str, bits: int) -> Learner:
+    """The learner of ``system`` (:data:`OURS`) as the service holds a hashed model: sparse layout."""
+    name, params = OURS[system]
+    model = make_learner(name, 1 << bits, N_LABELS, params, seed=0)
     model.use_sparse_layout()
     return model
 
 
 def run_ours(name: str, bits: int, stream: Stream) -> Row:
-    """Learn-only and featurise+learn rates of learner ``name`` (defaults) with ``2**bits`` buckets.
+    """Learn-only and featurise+learn rates of system ``name`` (:data:`OURS`) with ``2**bits`` buckets.
 
     Each mode gets a fresh model, created only when the previous one is gone (at b = 22 one holds
     K 2**22 float64 = 320 MiB). Both modes see the same vectors and decision ids, hence make the
@@ -278,7 +287,10 @@ def render(rows: list[Row], config: Config, command: str) -> str:
             if system in VW_SYSTEMS:
                 label = f"VW `--cbify {N_LABELS} {EXPLORERS[system]}`"
             else:
-                label = system + (" (full information)" if learners.get(system).full_information else "")
+                learner, params = OURS[system]
+                label = system + (" (full information)" if learners.get(learner).full_information else "")
+                if params:
+                    label += " `" + ", ".join(f"{k}={v}" for k, v in params.items()) + "`"
             r = at.get(system)
             if r is None:
                 table.append([f"{label}: not measured, vowpalwabbit is not importable", bits, *"–––––"])
@@ -340,8 +352,10 @@ def render(rows: list[Row], config: Config, command: str) -> str:
             "same b and mode in this run. Targets for banditron and cova: learn-only at least "
             f"{LEARN_TARGET:g}× VW at b = {', '.join(map(str, LEARN_TARGET_BITS))}; featurise+learn "
             f"at least {FEATURISE_TARGET:g}×; online error (sampled label wrong) at most VW's best "
-            f"explorer + {ERROR_SLACK * 100:g} point. Default hyperparameters everywhere; the "
-            "perceptron reads the true label (a reference, no target).",
+            f"explorer + {ERROR_SLACK * 100:g} point. Default hyperparameters everywhere, except that "
+            "the targeted cova row is C-OVA without pairwise interactions, the model class of VW's "
+            "defaults (no `-q`); C-OVA's default with pairs (O(nnz²) products per event, ours) has a "
+            "row of its own, without targets. The perceptron reads the true label (a reference, no target).",
             report.table(header, table),
             summary,
         ]

@@ -43,7 +43,7 @@ class Column:
 
 COLUMNS = (
     Column("Banditron", "banditron", {}, "gamma"),
-    Column("C-OVA (Perceptron)", "cova", {"base": "perceptron"}, None),
+    Column("C-OVA (Perceptron)", "cova", {"base": "perceptron", "interactions": "none"}, None),
     Column("BanditBoost (Perceptron)", "banditboost", {"weak": "perceptron"}, "delta"),
     Column("C-OVA (Naive Bayes)", "cova", {"base": "naive_bayes"}, None),
     Column("BanditBoost (Naive Bayes)", "banditboost", {"weak": "naive_bayes"}, "delta"),

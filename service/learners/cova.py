@@ -20,6 +20,7 @@ from service.learners.weak import BinaryFamily, weak_families
 
 LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
 DEFAULT_INTERACTION_BITS = 18
+DEFAULT_PAIR_MAX_NNZ = 64
 
 
 class COVAParams(Params):
@@ -39,23 +40,33 @@ class COVAParams(Params):
         "arbitrarily set C equal 1" (its reproduction keeps 1); the default is ours, the best of
         ``sweep-defaults`` on car, dna and nursery (mean online error 0.114 against 0.140 at C = 1):
         smaller steps let one no-click move a scorer less.
-    interactions : {"none", "pairs"}, default "none"
+    interactions : {"auto", "pairs", "none"}, default "auto"
         Ours (not seed 004; issue 24): ``"pairs"`` scores ``x`` together with every product ``x_i
-        x_j`` of two of its non-zero features, as Vowpal Wabbit's ``-q`` (:mod:`service.interactions`):
-        O(nnz^2) work per event, so meant for inputs with tens of non-zeros (one-hot or hashed
-        categorical features), not for hundreds of dense ones. Linear bases only.
+        x_j`` of two of its non-zero features, as Vowpal Wabbit's ``-q`` (:mod:`service.interactions`),
+        at O(nnz^2) work per event. ``"auto"`` does so for inputs with at most ``pair_max_nnz``
+        non-zeros and scores larger ones on their features alone, so an input of hundreds of dense
+        features does not cost a hundred thousand products per request. The default is the best of
+        ``sweep-defaults`` on car, dna and nursery (mean online error 0.060 against 0.114 without
+        pairs at C = 0.1, docs/BENCHMARKS.md). Weak-learner bases take no pairs (``"auto"`` is
+        ``"none"`` for them).
     interaction_bits : int, default 18
         The pairs take their own column each while ``d (d - 1) / 2 <= 2**interaction_bits``, else
         they are hashed into ``2**interaction_bits`` columns.
+    pair_max_nnz : int, default 64
+        ``"auto"``'s bound on an input's non-zeros (64: at most 2,016 products).
 
-    ``interactions`` and ``interaction_bits`` are left out of the dumped parameters at ``"none"``
-    and 18, so every setting that existed before them dumps as before (runs are stored under it).
+    ``interaction_bits`` and ``pair_max_nnz`` are left out of the dumped parameters at their
+    defaults (compact dumps); ``interactions`` is always dumped, so no dump of today reads as one
+    from before it existed. A checkpoint from then (``W_`` without columns for pairs) loads as a
+    model without pairs (:meth:`ConservativeOVA.set_state`). The paper reproductions pass
+    ``interactions="none"`` (seed 004 had no pairs).
     """
 
     base: Literal["pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"] = "pa1"
     C: float = Field(0.1, gt=0.0)
-    interactions: Literal["none", "pairs"] = "none"
+    interactions: Literal["auto", "pairs", "none"] = "auto"
     interaction_bits: int = Field(DEFAULT_INTERACTION_BITS, ge=1, le=28)
+    pair_max_nnz: int = Field(DEFAULT_PAIR_MAX_NNZ, ge=2)
 
     @model_validator(mode="after")
     def _pairs_need_linear(self) -> COVAParams:
@@ -66,11 +77,15 @@ class COVAParams(Params):
     @model_serializer(mode="wrap")
     def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out = handler(self)
-        if out.get("interactions") == "none":
-            del out["interactions"]
         if out.get("interaction_bits") == DEFAULT_INTERACTION_BITS:
             del out["interaction_bits"]
+        if out.get("pair_max_nnz") == DEFAULT_PAIR_MAX_NNZ:
+            del out["pair_max_nnz"]
         return out
+
+    def pairs(self) -> bool:
+        """Whether a learner with these parameters has columns for pairs."""
+        return self.interactions == "pairs" or (self.interactions == "auto" and self.base in LINEAR_BASES)
 
 
 FAMILY_BASES = {"naive_bayes": "naive_bayes", "ogd_perceptron": "perceptron"}  # base -> weak family
@@ -138,8 +153,10 @@ class ConservativeOVA(Learner):
 
     def _init(self) -> None:
         self._pairs = 0  # columns of the pairwise products (0: no interactions)
-        if self.params.interactions == "pairs":
+        if self.params.pairs():
             self._pairs = pair_columns(self.n_features, self.params.interaction_bits)
+        # "pairs": every input; "auto": inputs with at most pair_max_nnz non-zeros
+        self._max_nnz = self.params.pair_max_nnz if self.params.interactions == "auto" else -1
         if self.params.base in LINEAR_BASES:
             self.W_ = np.zeros((self.n_labels, self.n_features + self._pairs))
         else:
@@ -150,10 +167,22 @@ class ConservativeOVA(Learner):
     def accepts_sparse(self) -> bool:
         return self.params.base in LINEAR_BASES
 
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`Learner.set_state`; a linear state with exactly ``n_features`` columns under
+        ``interactions="auto"`` (a checkpoint from before pairs existed, when the default had none)
+        loads as a model without pairs, not refused: an upgrade keeps the model. Every replica
+        loads the same checkpoint, so all of them hold it alike; a reset builds it with pairs."""
+        W = state.get("W_")
+        legacy = isinstance(W, np.ndarray) and W.ndim == 2 and W.shape[1] == self.n_features
+        if self._pairs and self.params.interactions == "auto" and legacy:
+            self._pairs = 0
+            self.W_ = np.zeros((self.n_labels, self.n_features))
+        super().set_state(state)
+
     @classmethod
     def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
         p = cls.Params.parse(cls.name, params)
-        if p.interactions == "none":
+        if not p.pairs():
             return super().state_nbytes(n_features, n_labels, params)
         plain = p.model_dump(mode="json") | {"interactions": "none"}  # the rest of the state as without
         extra = 8 * n_labels * pair_columns(n_features, p.interaction_bits)  # W_'s columns of the pairs
@@ -161,7 +190,7 @@ class ConservativeOVA(Learner):
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         if self._pairs:
-            x = expand_pairs(x, self._pairs)
+            x = expand_pairs(x, self._pairs, self._max_nnz)
         if isinstance(x, SparseVector):
             greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
         else:
@@ -178,7 +207,7 @@ class ConservativeOVA(Learner):
             return
         self.t_ += 1
         if self._pairs:
-            x = expand_pairs(x, self._pairs)
+            x = expand_pairs(x, self._pairs, self._max_nnz)
         if isinstance(x, SparseVector):  # the same steps, compiled, on the non-zero columns (O(K nnz))
             base = PA_BASES[self.params.base]
             pa_update(self.W_, x.idx, x.val, decision.label, reward, base, self.params.C)

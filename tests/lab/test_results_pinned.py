@@ -40,9 +40,12 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("banditboost", "car", {"weak": "perceptron", "n_learners": 20, "delta": 0.05}))
     out.append(("banditboost", "nursery", {"weak": "naive_bayes", "n_learners": 5, "delta": 0.05}))
     # the pinned linear learners and AdaBoost.MH of bench quality (lab.sweep.VERSION), at defaults
-    for learner in ("banditron", "cova", "perceptron", "adaboost-mh"):
+    for learner in ("banditron", "perceptron", "adaboost-mh"):
         out.append((learner, "nursery", {}))
-    out.append(("cova", "car", {"base": "pa2", "C": 1.0}))
+    # C-OVA without pairs (its defaults until issue 24's pairs; their runs are stored) and with them
+    out.append(("cova", "nursery", {"interactions": "none"}))
+    out.append(("cova", "car", {"base": "pa2", "C": 1.0, "interactions": "none"}))
+    out.append(("cova", "balance", {}))
     return out
 
 
@@ -74,6 +77,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("perceptron", "nursery"): ("0870230974c70ee9", "63711a2b1a1f07a7"),
     ("adaboost-mh", "nursery"): ("09e2a5e40e01b28a", "cc8fdb7cc93cd936"),
     ("cova", "car"): ("027231cff3a24b53", "fed1ed3608829fd9"),
+    ("cova", "balance"): ("712506d67f058611", "ccf0b5ec244995e7"),  # pairs ("auto"), issue 24
 }
 
 

@@ -89,8 +89,9 @@ def test_cova_skipping_zero_steps_is_bit_identical() -> None:
         data = load_dataset(name)
         X, y = data.stream(1, 2)
         for base in ("pa", "pa1", "pa2"):
-            fast = make_learner("cova", data.d, data.n_labels, {"base": base, "C": 0.3}, seed=2)
-            slow = make_learner("cova", data.d, data.n_labels, {"base": base, "C": 0.3}, seed=2)
+            params = {"base": base, "C": 0.3, "interactions": "none"}
+            fast = make_learner("cova", data.d, data.n_labels, params, seed=2)
+            slow = make_learner("cova", data.d, data.n_labels, params, seed=2)
             slow.learn = textbook_cova_learn.__get__(slow)
             a = run_stream(fast, X, y, DecisionIds.for_seed(3))
             b = run_stream(slow, X, y, DecisionIds.for_seed(3))

@@ -65,7 +65,7 @@ def test_cova_with_pairs_is_cova_on_the_expanded_input(bits: int) -> None:
     y = (X[:, 0] * X[:, 1] + 2 * X[:, 2] * X[:, 3] + X[:, 4]).astype(int) % k  # products matter
     p = pair_columns(d, bits)
     pairs = make_learner("cova", d, k, {"interactions": "pairs", "interaction_bits": bits}, seed=1)
-    plain = make_learner("cova", d + p, k, seed=1)
+    plain = make_learner("cova", d + p, k, {"interactions": "none"}, seed=1)
     a, b = DecisionIds.for_seed(1), DecisionIds.for_seed(1)
     for t in range(n):
         e = expand_pairs(X[t], p)
@@ -97,9 +97,49 @@ def test_pairs_learn_what_a_linear_model_cannot() -> None:
     assert errors["pairs"] < 0.3 < 0.45 < errors["none"], errors
 
 
-def test_defaults_dump_as_before_and_pairs_need_a_linear_base() -> None:
-    assert make_learner("cova", 4, 3).params.model_dump(mode="json") == {"base": "pa1", "C": 0.1}
-    dumped = make_learner("cova", 4, 3, {"interactions": "pairs"}).params.model_dump(mode="json")
-    assert dumped == {"base": "pa1", "C": 0.1, "interactions": "pairs"}
+def test_dumps_name_the_interactions_and_pairs_need_a_linear_base() -> None:
+    assert make_learner("cova", 4, 3).params.model_dump(mode="json") == {
+        "base": "pa1",
+        "C": 0.1,
+        "interactions": "auto",
+    }
+    none = make_learner("cova", 4, 3, {"interactions": "none"})
+    assert none.params.model_dump(mode="json")["interactions"] == "none"  # round trips: not the default
     with pytest.raises(ValueError, match="linear base"):
         make_learner("cova", 4, 3, {"interactions": "pairs", "base": "naive_bayes"})
+    assert make_learner("cova", 4, 3, {"base": "naive_bayes"}).params.interactions == "auto"  # no pairs there
+
+
+def test_auto_pairs_only_small_inputs() -> None:
+    m = make_learner("cova", 200, 3, {"pair_max_nnz": 5})
+    small, large = np.zeros(200), np.zeros(200)
+    small[:5], large[:6] = 1.0, 1.0
+    assert m.W_.shape == (3, 200 + 200 * 199 // 2)
+    m.learn(small, m.decide(small, decision_rng("a")), True)  # a click: every scorer steps
+    assert np.count_nonzero(m.W_[0, 200:]) == 10  # the 10 pairs of 5 non-zeros
+    before = m.W_[:, 200:].copy()
+    m.learn(large, m.decide(large, decision_rng("b")), True)
+    assert np.array_equal(m.W_[:, 200:], before)  # 6 non-zeros: no pairs
+
+
+def test_a_checkpoint_from_before_pairs_loads_without_them() -> None:
+    """A C-OVA saved when the default had no pairs (its config names no ``interactions``) loads
+    under today's default as the model it was, and decides as it did."""
+    rng = np.random.default_rng(5)
+    X = (rng.random((300, 8)) < 0.5).astype(float)
+    y = rng.integers(0, 3, 300)
+    old = make_learner("cova", 8, 3, {"interactions": "none"}, seed=2)
+    ids = DecisionIds.for_seed(2)
+    for t in range(200):
+        dec = old.decide(X[t], decision_rng(ids.new()))
+        old.learn(X[t], dec, dec.label == y[t])
+    config = old.config()
+    del config["params"]["interactions"]  # as dumped before the parameter existed
+    loaded = type(old).from_state(config, old.state())
+    assert loaded.params.interactions == "auto" and loaded.W_.shape == (3, 8)
+    for t in range(200, 300):
+        a, b = old.decide(X[t], decision_rng(f"d{t}")), loaded.decide(X[t], decision_rng(f"d{t}"))
+        assert a.label == b.label
+        old.learn(X[t], a, a.label == y[t])
+        loaded.learn(X[t], b, b.label == y[t])
+    assert loaded.W_.tobytes() == old.W_.tobytes()

@@ -20,7 +20,7 @@ def loss_based_decoding(f: np.ndarray) -> np.ndarray:
 def test_argmin_of_loss_based_decoding_is_argmax_of_scores(case: int) -> None:
     rng = np.random.default_rng(case)
     k, d = int(rng.integers(2, 10)), 4
-    m = make_learner("cova", d, k)
+    m = make_learner("cova", d, k, {"interactions": "none"})
     m.W_ = rng.normal(scale=rng.choice([0.1, 1.0, 5.0]), size=(k, d))
     x = rng.normal(size=d)
     dec = m.decide(x, np.random.default_rng(case))
@@ -30,7 +30,7 @@ def test_argmin_of_loss_based_decoding_is_argmax_of_scores(case: int) -> None:
 
 
 def test_first_round_is_a_uniform_guess() -> None:
-    m = make_learner("cova", 3, 5)
+    m = make_learner("cova", 3, 5, {"interactions": "none"})
     assert np.all(loss_based_decoding(m.W_ @ np.ones(3)) == 5)
     labels = [m.decide(np.ones(3), np.random.default_rng(s)).label for s in range(2000)]
     assert np.bincount(labels, minlength=5).min() > 320  # 400 expected each
@@ -52,7 +52,7 @@ def textbook_pa(w: list[float], x: list[float], y: float, base: str, C: float) -
 def test_oracle_conservative_ova_loop(base: str, C: float) -> None:
     rng = np.random.default_rng(7)
     k, d = 4, 6
-    m = make_learner("cova", d, k, {"base": base, "C": C})
+    m = make_learner("cova", d, k, {"base": base, "C": C, "interactions": "none"})
     W = [[0.0] * d for _ in range(k)]
     Wtrue = rng.normal(size=(k, d))
     for t in range(400):

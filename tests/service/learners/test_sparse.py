@@ -19,10 +19,10 @@ BITS, K, T = 12, 6, 400
 LINEAR = [
     ("banditron", {"gamma": 0.1}),
     ("banditron", {"tie_break": "first"}),
-    ("cova", {"base": "pa"}),
-    ("cova", {"base": "pa1", "C": 0.5}),
-    ("cova", {"base": "pa2", "C": 0.5}),
-    ("cova", {"base": "perceptron"}),
+    ("cova", {"base": "pa", "interactions": "none"}),
+    ("cova", {"base": "pa1", "C": 0.5, "interactions": "none"}),
+    ("cova", {"base": "pa2", "C": 0.5, "interactions": "none"}),
+    ("cova", {"base": "perceptron", "interactions": "none"}),
     ("perceptron", {}),
 ]
 

@@ -216,7 +216,7 @@ def test_cova_linear_bases_match_textbook(base: str, C: float) -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0.5)
-    m = make_learner("cova", 4, 3, {"base": base, "C": C})
+    m = make_learner("cova", 4, 3, {"base": base, "C": C, "interactions": "none"})
     correct = run_stream(m, X, y, DecisionIds.for_seed(4))
     mistakes, W = cova_textbook(base, X, y, 3, 4, C)
     assert int((~correct).sum()) == mistakes
