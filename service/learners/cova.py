@@ -137,7 +137,7 @@ class ConservativeOVA(Learner):
     --------
     >>> import numpy as np
     >>> from service.learners import make_learner
-    >>> m = make_learner("cova", 2, 3, {"base": "pa"})
+    >>> m = make_learner("cova", 2, 3, {"base": "pa", "interactions": "none"})
     >>> x = np.array([1.0, 1.0])
     >>> d = m.decide(x, np.random.default_rng(0))
     >>> m.learn(x, d, False)
