@@ -14,5 +14,7 @@ def test_every_booster_is_measured_on_both_data_sets() -> None:
         assert set(runs) == {label for label, _, _ in boosters.SYSTEMS}
         for r in runs.values():
             assert r["rows"] >= 8 and r["rate"] > 0.0 and 0.0 <= r["error"] <= 1.0
+            if boosters.have_vw():  # VW around each run: the rate each ratio is to
+                assert r["vw"] > 0.0
     assert got["car"]["banditboost N=100"]["params"]["n_learners"] == 100
     assert benches.get("boosters") is boosters.bench
