@@ -40,14 +40,16 @@ class COVAParams(Params):
         "arbitrarily set C equal 1" (its reproduction keeps 1); the default is ours, the best of
         ``sweep-defaults`` on car, dna and nursery (mean online error 0.114 against 0.140 at C = 1):
         smaller steps let one no-click move a scorer less.
-    interactions : {"auto", "pairs", "none"}, default "auto"
+    interactions : {"none", "auto", "pairs"}, default "none"
         Ours (not seed 004; issue 24): ``"pairs"`` scores ``x`` together with every product ``x_i
         x_j`` of two of its non-zero features, as Vowpal Wabbit's ``-q`` (:mod:`service.interactions`),
         at O(nnz^2) work per event. ``"auto"`` does so for inputs with at most ``pair_max_nnz``
         non-zeros and scores larger ones on their features alone, so an input of hundreds of dense
-        features does not cost a hundred thousand products per request. The default is the best of
-        ``sweep-defaults`` on car, dna and nursery (mean online error 0.060 against 0.114 without
-        pairs at C = 0.1, docs/BENCHMARKS.md). Weak-learner bases take no pairs (``"auto"`` is
+        features does not cost a hundred thousand products per request. Opt-in: ``"auto"`` is the
+        best of ``sweep-defaults`` on car, dna and nursery (mean online error 0.060 against 0.114
+        without pairs at C = 0.1), but on ``bench sparse``'s hashed stream (a linear teacher, 30
+        features) it raised the error from 0.05 to about 0.2 and cost 15x the time per event, so
+        the served default stays seed 004's model. Weak-learner bases take no pairs (``"auto"`` is
         ``"none"`` for them).
     interaction_bits : int, default 18
         The pairs take their own column each while ``d (d - 1) / 2 <= 2**interaction_bits``, else
@@ -55,16 +57,14 @@ class COVAParams(Params):
     pair_max_nnz : int, default 64
         ``"auto"``'s bound on an input's non-zeros (64: at most 2,016 products).
 
-    ``interaction_bits`` and ``pair_max_nnz`` are left out of the dumped parameters at their
-    defaults (compact dumps); ``interactions`` is always dumped, so no dump of today reads as one
-    from before it existed. A checkpoint from then (``W_`` without columns for pairs) loads as a
-    model without pairs (:meth:`ConservativeOVA.set_state`). The paper reproductions pass
-    ``interactions="none"`` (seed 004 had no pairs).
+    ``interactions``, ``interaction_bits`` and ``pair_max_nnz`` are left out of the dumped
+    parameters at their defaults, so every setting that existed before them dumps as it did (runs
+    are stored under that JSON). The paper reproductions pass ``interactions="none"`` explicitly.
     """
 
     base: Literal["pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"] = "pa1"
     C: float = Field(0.1, gt=0.0)
-    interactions: Literal["auto", "pairs", "none"] = "auto"
+    interactions: Literal["none", "auto", "pairs"] = "none"
     interaction_bits: int = Field(DEFAULT_INTERACTION_BITS, ge=1, le=28)
     pair_max_nnz: int = Field(DEFAULT_PAIR_MAX_NNZ, ge=2)
 
@@ -77,6 +77,8 @@ class COVAParams(Params):
     @model_serializer(mode="wrap")
     def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out = handler(self)
+        if out.get("interactions") == "none":
+            del out["interactions"]
         if out.get("interaction_bits") == DEFAULT_INTERACTION_BITS:
             del out["interaction_bits"]
         if out.get("pair_max_nnz") == DEFAULT_PAIR_MAX_NNZ:
@@ -169,9 +171,9 @@ class ConservativeOVA(Learner):
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """:meth:`Learner.set_state`; a linear state with exactly ``n_features`` columns under
-        ``interactions="auto"`` (a checkpoint from before pairs existed, when the default had none)
-        loads as a model without pairs, not refused: an upgrade keeps the model. Every replica
-        loads the same checkpoint, so all of them hold it alike; a reset builds it with pairs."""
+        ``interactions="auto"`` (a model whose parameters were changed to pairs while its checkpoint
+        has none) loads as a model without pairs, not refused. Every replica loads the same
+        checkpoint, so all of them hold it alike; a reset builds it with pairs."""
         W = state.get("W_")
         legacy = isinstance(W, np.ndarray) and W.ndim == 2 and W.shape[1] == self.n_features
         if self._pairs and self.params.interactions == "auto" and legacy:

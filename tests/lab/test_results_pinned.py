@@ -42,10 +42,10 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     # the pinned linear learners and AdaBoost.MH of bench quality (lab.sweep.VERSION), at defaults
     for learner in ("banditron", "perceptron", "adaboost-mh"):
         out.append((learner, "nursery", {}))
-    # C-OVA without pairs (its defaults until issue 24's pairs; their runs are stored) and with them
-    out.append(("cova", "nursery", {"interactions": "none"}))
-    out.append(("cova", "car", {"base": "pa2", "C": 1.0, "interactions": "none"}))
-    out.append(("cova", "balance", {}))
+    # C-OVA (no pairs, its default) and with pairs ("auto", issue 24)
+    out.append(("cova", "nursery", {}))
+    out.append(("cova", "car", {"base": "pa2", "C": 1.0}))
+    out.append(("cova", "balance", {"interactions": "auto"}))
     return out
 
 

@@ -98,20 +98,16 @@ def test_pairs_learn_what_a_linear_model_cannot() -> None:
 
 
 def test_dumps_name_the_interactions_and_pairs_need_a_linear_base() -> None:
-    assert make_learner("cova", 4, 3).params.model_dump(mode="json") == {
-        "base": "pa1",
-        "C": 0.1,
-        "interactions": "auto",
-    }
-    none = make_learner("cova", 4, 3, {"interactions": "none"})
-    assert none.params.model_dump(mode="json")["interactions"] == "none"  # round trips: not the default
+    assert make_learner("cova", 4, 3).params.model_dump(mode="json") == {"base": "pa1", "C": 0.1}
+    auto = make_learner("cova", 4, 3, {"interactions": "auto"})
+    assert auto.params.model_dump(mode="json")["interactions"] == "auto"
     with pytest.raises(ValueError, match="linear base"):
         make_learner("cova", 4, 3, {"interactions": "pairs", "base": "naive_bayes"})
-    assert make_learner("cova", 4, 3, {"base": "naive_bayes"}).params.interactions == "auto"  # no pairs there
+    assert not make_learner("cova", 4, 3, {"base": "naive_bayes", "interactions": "auto"}).params.pairs()
 
 
 def test_auto_pairs_only_small_inputs() -> None:
-    m = make_learner("cova", 200, 3, {"pair_max_nnz": 5})
+    m = make_learner("cova", 200, 3, {"interactions": "auto", "pair_max_nnz": 5})
     small, large = np.zeros(200), np.zeros(200)
     small[:5], large[:6] = 1.0, 1.0
     assert m.W_.shape == (3, 200 + 200 * 199 // 2)
@@ -123,8 +119,8 @@ def test_auto_pairs_only_small_inputs() -> None:
 
 
 def test_a_checkpoint_from_before_pairs_loads_without_them() -> None:
-    """A C-OVA saved when the default had no pairs (its config names no ``interactions``) loads
-    under today's default as the model it was, and decides as it did."""
+    """A C-OVA checkpoint without pairs loads into a configuration that asks for ``"auto"`` pairs
+    as the model it was, and decides as it did."""
     rng = np.random.default_rng(5)
     X = (rng.random((300, 8)) < 0.5).astype(float)
     y = rng.integers(0, 3, 300)
@@ -134,7 +130,7 @@ def test_a_checkpoint_from_before_pairs_loads_without_them() -> None:
         dec = old.decide(X[t], decision_rng(ids.new()))
         old.learn(X[t], dec, dec.label == y[t])
     config = old.config()
-    del config["params"]["interactions"]  # as dumped before the parameter existed
+    config["params"]["interactions"] = "auto"
     loaded = type(old).from_state(config, old.state())
     assert loaded.params.interactions == "auto" and loaded.W_.shape == (3, 8)
     for t in range(200, 300):

@@ -68,7 +68,7 @@ def test_render_has_every_row_and_checks_each_target() -> None:
         "vw-adf-squarecb": 90.0,
         "banditron": 40.0,
         "cova": 60.0,
-        "cova with pairs (its default)": 20.0,
+        "cova with pairs": 20.0,
         "perceptron": 70.0,
     }
     error = {
@@ -76,26 +76,28 @@ def test_render_has_every_row_and_checks_each_target() -> None:
         "vw-adf-squarecb": 0.10,
         "banditron": 0.5,
         "cova": 0.105,
-        "cova with pairs (its default)": 0.05,
+        "cova with pairs": 0.05,
         "perceptron": 0.05,
     }
     md = sparse.render(_rows(learn, error, config.bits), config, "cmd")
     for b in config.bits:
         for label in (
             "banditron",
-            "cova `interactions=none`",
-            "cova with pairs (its default)",
+            "cova",
+            "cova with pairs `interactions=auto`",
             "perceptron (full information)",
             "VW `--cbify 10 --epsilon 0.05`",
         ):
             assert f"| {label} | {b} |" in md
     # Learn-only goal at b=18 only: cova 0.60x meets, banditron 0.40x misses; featurise+learn 1x
     # missed by both at both b; error bound 0.10 + 0.01: cova meets, banditron misses.
-    cova = "cova `interactions=none`"
+    cova = "cova"
     assert f"| {cova} | 12 | 60 | 0.60× | 60 | 0.60× **misses** ≥ 1× | 0.105 meets ≤ 0.110 |" in md
     assert "| banditron | 18 | 40 | 0.40× **misses** ≥ 0.5× |" in md
     assert f"| {cova} | 18 | 60 | 0.60× meets ≥ 0.5× |" in md
-    assert "| cova with pairs (its default) | 18 | 20 | 0.20× | 20 | 0.20× | 0.050 |" in md  # no targets
+    assert (
+        "| cova with pairs `interactions=auto` | 18 | 20 | 0.20× | 20 | 0.20× | 0.050 |" in md
+    )  # no targets
     assert "Targets met in this run: 3 of 10." in md
 
 
@@ -104,8 +106,7 @@ def test_render_without_vw_says_so() -> None:
     rows = [sparse.Row(s, 12, 1.0, 1.0, 0.5) for s in sparse.OURS]
     md = sparse.render(rows, config, "cmd")
     assert (
-        "not measured, vowpalwabbit is not importable" in md
-        and "| cova `interactions=none` | 12 | 1 | – | 1 | – | 0.500 |" in md
+        "not measured, vowpalwabbit is not importable" in md and "| cova | 12 | 1 | – | 1 | – | 0.500 |" in md
     )
 
 
