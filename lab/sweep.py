@@ -75,7 +75,7 @@ VERSION: dict[str, str] = {
     # keyed by a hash of their sources, any edit of a module they import (weak/ for cova) threw
     # them away although no number moved
     "banditron": "2026-11-26.1",
-    "cova": "2026-11-26.1",  # C = 0.1 by default; pairs ("auto") by default since issue 24
+    "cova": "2026-11-26.1",  # C = 0.1 by default; pairs opt-in (issue 24)
     "perceptron": "2026-11-26.1",
     "adaboost-mh": "2026-11-26.1",
 }

@@ -19,6 +19,7 @@ from numba import njit
 
 from service.features import SparseVector
 from service.kernels import merge_buckets
+from service.learners.weak.family_kernels import nonzeros
 
 __all__ = ["expand_pairs", "pair_columns", "pairs_sparse"]
 
@@ -83,21 +84,6 @@ def pairs_sparse(idx: np.ndarray, val: np.ndarray, d: int, p: int) -> tuple[np.n
     return np.concatenate((head_i, tail_i)), np.concatenate((head_v, tail_v))
 
 
-@njit("Tuple((int64[::1], float64[::1]))(float64[:])", **_OPTS)
-def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = 0
-    for j in range(x.size):
-        if x[j] != 0.0:
-            n += 1
-    idx, val = np.empty(n, np.int64), np.empty(n, np.float64)
-    n = 0
-    for j in range(x.size):
-        if x[j] != 0.0:
-            idx[n], val[n] = j, x[j]
-            n += 1
-    return idx, val
-
-
 def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> SparseVector:
     """``x`` (dense or sparse, dimension ``d``) with its pairwise products: a :class:`SparseVector`
     of dimension ``d + p`` (:func:`pairs_sparse`). With ``max_nnz >= 0``, an input with more
@@ -105,7 +91,7 @@ def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> Spa
     if isinstance(x, SparseVector):
         idx, val, d = x.idx, x.val, x.dim
     else:
-        idx, val = _nonzeros(np.asarray(x, dtype=np.float64))
+        idx, val = nonzeros(np.asarray(x, dtype=np.float64))
         d = x.shape[0]
     if 0 <= max_nnz < idx.size:
         return SparseVector(idx, val, d + p)

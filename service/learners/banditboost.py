@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numba import njit
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from service.features import SparseVector
 from service.kernels import gamma_mix_sample
@@ -94,14 +94,7 @@ class BanditBoostParams(Params):
             raise ValueError(f"store='lazy' is only implemented for weak='perceptron', not {self.weak!r}")
         return self
 
-    @model_serializer(mode="wrap")
-    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out = handler(self)
-        if out.get("store") == "auto":
-            del out["store"]
-        if out.get("max_store_bytes") == DEFAULT_STORE_BYTES:
-            del out["max_store_bytes"]
-        return out
+    omit_at: ClassVar[dict[str, Any]] = {"store": "auto", "max_store_bytes": DEFAULT_STORE_BYTES}
 
     def store_for(self, n_features: int) -> str:
         """The store ``"dense"`` or ``"lazy"`` a learner over ``n_features`` features uses."""

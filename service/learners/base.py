@@ -29,7 +29,7 @@ from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from service.kernels import sparse_argmax, sparse_scores
 from service.registry import Registry
@@ -178,6 +178,17 @@ class Params(BaseModel):
     """Base class of every learner's hyperparameters: frozen, no unknown keys, validated."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    #: Fields left out of a dump while at these values: parameters added after runs were stored
+    #: under the older dumps, so every setting that existed before them dumps (and keys) as it did.
+    omit_at: ClassVar[dict[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        for key, value in self.omit_at.items():
+            if key in out and out[key] == value:
+                del out[key]
+        return out
 
     @classmethod
     def parse(cls, owner: str, values: Mapping[str, Any] | None) -> Params:

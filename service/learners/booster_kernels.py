@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from service.kernels import _draw
+
 __all__ = [
     "adabandit_logistic_args",
     "adabandit_logistic_parts",
@@ -133,9 +135,8 @@ def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
         return _pairwise_block(a, lo, n)
     los, ns, combine = np.empty(192, np.int64), np.empty(192, np.int64), np.zeros(192, np.bool_)
     vals = np.empty(96)
-    top, nv = 0, 0
     los[0], ns[0] = lo, n
-    top = 1
+    top, nv = 1, 0
     while top > 0:
         top -= 1
         start, m = los[top], ns[top]
@@ -177,16 +178,10 @@ def hedge_draw(v: np.ndarray, u: float) -> int:
     v.sum(), rng)`` of :mod:`service.learners.base` (CDF summed left to right, the first value
     above ``u`` times the total, capped at N - 1), its floats bit for bit."""
     total = _pairwise_sum(v, 0, v.size)
-    acc = 0.0
+    p = np.empty(v.size)
     for i in range(v.size):
-        acc = v[i] / total if i == 0 else acc + v[i] / total
-    target = u * acc
-    acc = 0.0
-    for i in range(v.size):
-        acc = v[i] / total if i == 0 else acc + v[i] / total
-        if acc > target:
-            return i
-    return v.size - 1
+        p[i] = v[i] / total  # v / v.sum()
+    return _draw(p, u)
 
 
 @njit("Tuple((int64[::1], float64[::1]))(float64[:, :], float64, float64[:], int64, boolean)", **_OPTS)

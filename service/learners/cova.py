@@ -7,10 +7,10 @@ ALGORITHMS.md §6; the naive Bayes base of seed 000 Table 2 is the binary family
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, model_validator
 
 from service.features import SparseVector
 from service.interactions import expand_pairs, pair_columns
@@ -74,16 +74,11 @@ class COVAParams(Params):
             raise ValueError(f"interactions='pairs' needs a linear base ({', '.join(sorted(LINEAR_BASES))})")
         return self
 
-    @model_serializer(mode="wrap")
-    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out = handler(self)
-        if out.get("interactions") == "none":
-            del out["interactions"]
-        if out.get("interaction_bits") == DEFAULT_INTERACTION_BITS:
-            del out["interaction_bits"]
-        if out.get("pair_max_nnz") == DEFAULT_PAIR_MAX_NNZ:
-            del out["pair_max_nnz"]
-        return out
+    omit_at: ClassVar[dict[str, Any]] = {
+        "interactions": "none",
+        "interaction_bits": DEFAULT_INTERACTION_BITS,
+        "pair_max_nnz": DEFAULT_PAIR_MAX_NNZ,
+    }
 
     def pairs(self) -> bool:
         """Whether a learner with these parameters has columns for pairs."""
@@ -168,18 +163,6 @@ class ConservativeOVA(Learner):
     @property
     def accepts_sparse(self) -> bool:
         return self.params.base in LINEAR_BASES
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        """:meth:`Learner.set_state`; a linear state with exactly ``n_features`` columns under
-        ``interactions="auto"`` (a model whose parameters were changed to pairs while its checkpoint
-        has none) loads as a model without pairs, not refused. Every replica loads the same
-        checkpoint, so all of them hold it alike; a reset builds it with pairs."""
-        W = state.get("W_")
-        legacy = isinstance(W, np.ndarray) and W.ndim == 2 and W.shape[1] == self.n_features
-        if self._pairs and self.params.interactions == "auto" and legacy:
-            self._pairs = 0
-            self.W_ = np.zeros((self.n_labels, self.n_features))
-        super().set_state(state)
 
     @classmethod
     def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
