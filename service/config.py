@@ -229,7 +229,12 @@ class ModelSpec(BaseModel):
     )
 
     learner: str = Field(description="A bandit learner's registered name (GET /models lists them).")
-    params: dict[str, Any] = Field(default_factory=dict, description="The learner's hyperparameters.")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The learner's hyperparameters; those left out take the learner's defaults, and the "
+        "model is stored with every one of them (GET shows them), so a later release's defaults never "
+        "change a model that exists.",
+    )
     n_features: int | None = Field(None, ge=1, le=1_000_000, description="Dimension of dense inputs.")
     hashing_bits: int | None = Field(
         None,

@@ -367,8 +367,12 @@ class Runtime:
             log.warning("at shutdown: %s", exc)
 
     def _config(self, spec: ModelSpec) -> dict[str, Any]:
+        # Every parameter stored, defaults resolved now: a later release that moves a default does
+        # not change a model that exists (its checkpoint and log were made under these).
+        params = _bandit_class(spec).Params.parse(spec.learner, spec.params).complete()
         return {
-            "spec": spec.model_dump(mode="json"),
+            "spec": spec.model_copy(update={"params": params}).model_dump(mode="json"),
+            "params_complete": True,
             "incarnation": uuid.uuid4().hex,
             "created_at": self.clock(),
         }
@@ -426,6 +430,8 @@ class Runtime:
 
     async def _load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
         spec = ModelSpec.model_validate(config["spec"])
+        if not config.get("params_complete"):  # stored before parameters were stored complete
+            spec = spec.model_copy(update={"params": _bandit_class(spec).Params.legacy(spec.params)})
         need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
         m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)
         await self._from_checkpoint(m)

@@ -46,11 +46,12 @@ MARGIN = 0.6
 #: VW's pre-parsed examples are parsed (untimed) this many at a time: one holds ~30 KB.
 PARSE_CHUNK = 5_000
 
-#: system -> (learner, parameters): defaults; C-OVA also with its opt-in pairs (issue 24), untargeted
+#: system -> (learner, parameters): defaults (C-OVA's "auto" pairs nothing on hashed input); C-OVA
+#: also with every input's pairs hashed (``"pairs"``, issue 24), untargeted
 OURS: dict[str, tuple[str, dict[str, Any]]] = {
     "banditron": ("banditron", {}),
     "cova": ("cova", {}),
-    "cova with pairs": ("cova", {"interactions": "auto"}),
+    "cova with pairs": ("cova", {"interactions": "pairs"}),
     "perceptron": ("perceptron", {}),
 }
 VW_SYSTEMS = ("vw-eps0.05", "vw-adf-squarecb")  # keys of EXPLORERS; the first is the reference
@@ -351,8 +352,9 @@ def render(rows: list[Row], config: Config, command: str) -> str:
             "same b and mode in this run. Targets for banditron and cova: learn-only at least "
             f"{LEARN_TARGET:g}× VW at b = {', '.join(map(str, LEARN_TARGET_BITS))}; featurise+learn "
             f"at least {FEATURISE_TARGET:g}×; online error (sampled label wrong) at most VW's best "
-            f"explorer + {ERROR_SLACK * 100:g} point. Default hyperparameters everywhere; C-OVA also "
-            "with its opt-in pairwise interactions (O(nnz²) products per event, ours), without "
+            f"explorer + {ERROR_SLACK * 100:g} point. Default hyperparameters everywhere (C-OVA's "
+            "default `interactions=auto` pairs nothing on hashed input); C-OVA also with every "
+            "input's pairs hashed (`interactions=pairs`, O(nnz²) products per event, ours), without "
             "targets. The perceptron reads the true label (a reference, no target).",
             report.table(header, table),
             summary,

@@ -29,7 +29,14 @@ from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from service.kernels import sparse_argmax, sparse_scores
 from service.registry import Registry
@@ -183,12 +190,27 @@ class Params(BaseModel):
     omit_at: ClassVar[dict[str, Any]] = {}
 
     @model_serializer(mode="wrap")
-    def _omit_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_new_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
         out = handler(self)
+        if isinstance(info.context, dict) and info.context.get("complete"):
+            return out
         for key, value in self.omit_at.items():
             if key in out and out[key] == value:
                 del out[key]
         return out
+
+    def complete(self) -> dict[str, Any]:
+        """Every parameter as JSON, none omitted: what a served model is stored with, so that a later
+        change of a default never changes a model that exists."""
+        return self.model_dump(mode="json", context={"complete": True})
+
+    @classmethod
+    def legacy(cls, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``values`` stored before models were stored with :meth:`complete` parameters: a parameter
+        they lack meant its :attr:`omit_at` value (what it was before it existed or its default moved)."""
+        return {**cls.omit_at, **dict(values or {})}
 
     @classmethod
     def parse(cls, owner: str, values: Mapping[str, Any] | None) -> Params:
@@ -421,7 +443,7 @@ class Learner(Stateful, abc.ABC):
             "n_features": self.n_features,
             "n_labels": self.n_labels,
             "seed": self.seed,
-            "params": self.params.model_dump(mode="json"),
+            "params": self.params.complete(),  # complete: a later default must not change a copy
         }
 
     def state(self, copy: bool = True) -> State:

@@ -40,31 +40,36 @@ class COVAParams(Params):
         "arbitrarily set C equal 1" (its reproduction keeps 1); the default is ours, the best of
         ``sweep-defaults`` on car, dna and nursery (mean online error 0.114 against 0.140 at C = 1):
         smaller steps let one no-click move a scorer less.
-    interactions : {"none", "auto", "pairs"}, default "none"
+    interactions : {"none", "auto", "pairs"}, default "auto"
         Ours (not seed 004; issue 24): ``"pairs"`` scores ``x`` together with every product ``x_i
         x_j`` of two of its non-zero features, as Vowpal Wabbit's ``-q`` (:mod:`service.interactions`),
-        at O(nnz^2) work per event. ``"auto"`` does so for inputs with at most ``pair_max_nnz``
-        non-zeros and scores larger ones on their features alone, so an input of hundreds of dense
-        features does not cost a hundred thousand products per request. Opt-in: ``"auto"`` is the
-        best of ``sweep-defaults`` on car, dna and nursery (mean online error 0.060 against 0.114
-        without pairs at C = 0.1), but on ``bench sparse``'s hashed stream (a linear teacher, 30
-        features) it raised the error from 0.05 to about 0.2 and cost 15x the time per event, so
-        the served default stays seed 004's model. Weak-learner bases take no pairs (``"auto"`` is
-        ``"none"`` for them).
+        at O(nnz^2) work per event. ``"auto"`` does so only where pairs are cheap and exact: a model
+        whose ``d (d - 1) / 2`` pairs fit in ``2**interaction_bits`` columns of their own (small
+        dense inputs: one-hot rows such as car's 21 columns, or a few hundred features), and there
+        only for inputs with at most ``pair_max_nnz`` non-zeros, so an input of hundreds of dense
+        features does not cost a hundred thousand products per request. Hashed input (``hashing_bits``)
+        and large ``d`` get no pairs under ``"auto"``: on ``bench sparse``'s hashed stream (a linear
+        teacher) hashed pairs raised the error from 0.05 to about 0.2 at 15x the time per event;
+        ask for ``"pairs"`` there. ``"auto"`` is the default: the best of ``sweep-defaults`` on
+        car, dna and nursery (mean online error 0.060 against 0.114 without pairs at C = 0.1).
+        Weak-learner bases take no pairs (``"auto"`` is ``"none"`` for them). Memory: ``K (d + P)``
+        weights, ``P <= 2**interaction_bits``.
     interaction_bits : int, default 18
         The pairs take their own column each while ``d (d - 1) / 2 <= 2**interaction_bits``, else
-        they are hashed into ``2**interaction_bits`` columns.
+        (``"pairs"`` only) they are hashed into ``2**interaction_bits`` columns.
     pair_max_nnz : int, default 64
         ``"auto"``'s bound on an input's non-zeros (64: at most 2,016 products).
 
     ``interactions``, ``interaction_bits`` and ``pair_max_nnz`` are left out of the dumped
-    parameters at their defaults, so every setting that existed before them dumps as it did (runs
-    are stored under that JSON). The paper reproductions pass ``interactions="none"`` explicitly.
+    parameters at the values they had before they existed (``"none"``, 18, 64; :attr:`omit_at`), so
+    every setting that existed before them dumps as it did (runs are stored under that JSON); a
+    model stored before the default became ``"auto"`` keeps ``"none"`` (:meth:`Params.legacy`).
+    The paper reproductions pass ``interactions="none"`` explicitly.
     """
 
     base: Literal["pa", "pa1", "pa2", "perceptron", "naive_bayes", "ogd_perceptron"] = "pa1"
     C: float = Field(0.1, gt=0.0)
-    interactions: Literal["none", "auto", "pairs"] = "none"
+    interactions: Literal["none", "auto", "pairs"] = "auto"
     interaction_bits: int = Field(DEFAULT_INTERACTION_BITS, ge=1, le=28)
     pair_max_nnz: int = Field(DEFAULT_PAIR_MAX_NNZ, ge=2)
 
@@ -80,9 +85,13 @@ class COVAParams(Params):
         "pair_max_nnz": DEFAULT_PAIR_MAX_NNZ,
     }
 
-    def pairs(self) -> bool:
-        """Whether a learner with these parameters has columns for pairs."""
-        return self.interactions == "pairs" or (self.interactions == "auto" and self.base in LINEAR_BASES)
+    def pairs(self, n_features: int) -> bool:
+        """Whether a learner with these parameters and ``n_features`` inputs has columns for pairs:
+        always under ``"pairs"``; under ``"auto"`` for a linear base whose pairs get exact columns."""
+        if self.interactions == "pairs":
+            return True
+        exact = n_features * (n_features - 1) // 2 <= 1 << self.interaction_bits
+        return self.interactions == "auto" and self.base in LINEAR_BASES and exact
 
 
 FAMILY_BASES = {"naive_bayes": "naive_bayes", "ogd_perceptron": "perceptron"}  # base -> weak family
@@ -150,7 +159,7 @@ class ConservativeOVA(Learner):
 
     def _init(self) -> None:
         self._pairs = 0  # columns of the pairwise products (0: no interactions)
-        if self.params.pairs():
+        if self.params.pairs(self.n_features):
             self._pairs = pair_columns(self.n_features, self.params.interaction_bits)
         # "pairs": every input; "auto": inputs with at most pair_max_nnz non-zeros
         self._max_nnz = self.params.pair_max_nnz if self.params.interactions == "auto" else -1
@@ -167,11 +176,14 @@ class ConservativeOVA(Learner):
     @classmethod
     def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
         p = cls.Params.parse(cls.name, params)
-        if not p.pairs():
-            return super().state_nbytes(n_features, n_labels, params)
-        plain = p.model_dump(mode="json") | {"interactions": "none"}  # the rest of the state as without
-        extra = 8 * n_labels * pair_columns(n_features, p.interaction_bits)  # W_'s columns of the pairs
-        return super().state_nbytes(n_features, n_labels, plain) + extra
+        # the state without pairs (whether tiny probes get pairs under "auto" depends on their d),
+        # plus W_'s columns of the pairs
+        plain = super().state_nbytes(
+            n_features, n_labels, p.model_dump(mode="json") | {"interactions": "none"}
+        )
+        if not p.pairs(n_features):
+            return plain
+        return plain + 8 * n_labels * pair_columns(n_features, p.interaction_bits)
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         if self._pairs:

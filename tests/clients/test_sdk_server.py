@@ -86,7 +86,7 @@ def test_admin_calls_round_trip(server: str) -> None:
             seed=3,
         )
         assert isinstance(info, ModelInfo) and info.name == "news" and info.version == 0
-        assert info.config["params"] == {"gamma": 0.1}
+        assert info.config["params"] == {"gamma": 0.1, "tie_break": "random"}  # defaults filled in
         fresh = info.checksum
         assert {"car", "news"} <= {m.name for m in c.list_models()}
         for hour in range(5):

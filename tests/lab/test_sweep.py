@@ -9,6 +9,7 @@ import pytest
 
 from lab import sweep
 from lab.bench.quality import ALL_DATASETS
+from lab.bench.vw import EXPLORERS
 
 
 def test_tuning_sets_are_the_three_of_the_issue() -> None:
@@ -28,3 +29,25 @@ def test_a_small_sweep_ranks_settings_and_resumes(monkeypatch: pytest.MonkeyPatc
     assert again == rows
     md = sweep.render({"banditron": rows}, {"banditron": {"gamma": 0.05, "tie_break": "random"}})
     assert md.count("**(default)**") == 1 and "`{'gamma': 0.3}`" in md
+
+
+def test_vw_is_swept_like_our_learners(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """VW's grid: every explorer of the race without and with `-q ::`, keyed by VW's version and the
+    driver, its runs cached like ours; the race reads its best (bench quality's vw@sweep)."""
+    assert sweep.vw_args({"explorer": "--bag 4", "interactions": "none"}) == "--bag 4"
+    assert sweep.vw_args({"explorer": "--bag 4", "interactions": "-q ::"}) == "--bag 4 -q ::"
+    assert {sweep.vw_args(p) for p in sweep.settings(sweep.VW)} >= set(EXPLORERS.values())
+    assert sweep.run_version(sweep.VW).startswith("vowpalwabbit ") and sweep.VW_DRIVER in sweep.run_version(
+        sweep.VW
+    )
+    monkeypatch.setattr(sweep, "ROUNDS", 300)
+    monkeypatch.setattr(sweep, "SEEDS", (0,))
+    monkeypatch.setattr(
+        sweep, "GRIDS", {sweep.VW: {"explorer": ["--epsilon 0.05"], "interactions": ["none", "-q ::"]}}
+    )
+    rows = sweep.sweep(sweep.VW, tmp_path / "runs.jsonl")
+    assert len(rows) == 2 and rows[0][1] <= rows[1][1]
+    assert all(0.0 < r[1] < 1.0 for r in rows)
+    assert sweep.sweep(sweep.VW, tmp_path / "runs.jsonl") == rows  # cached
+    md = sweep.render({sweep.VW: rows}, {sweep.VW: sweep.VW_DEFAULT})
+    assert md.count("**(default)**") == 1

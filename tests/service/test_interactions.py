@@ -9,6 +9,7 @@ import pytest
 from service.features import SparseVector
 from service.interactions import expand_pairs, pair_columns
 from service.learners import make_learner
+from service.learners.cova import ConservativeOVA, COVAParams
 from service.sampling import DecisionIds, decision_rng
 
 MASK = (1 << 64) - 1
@@ -98,12 +99,41 @@ def test_pairs_learn_what_a_linear_model_cannot() -> None:
 
 
 def test_dumps_name_the_interactions_and_pairs_need_a_linear_base() -> None:
-    assert make_learner("cova", 4, 3).params.model_dump(mode="json") == {"base": "pa1", "C": 0.1}
-    auto = make_learner("cova", 4, 3, {"interactions": "auto"})
-    assert auto.params.model_dump(mode="json")["interactions"] == "auto"
+    default = make_learner("cova", 4, 3).params
+    assert default.model_dump(mode="json") == {"base": "pa1", "C": 0.1, "interactions": "auto"}
+    none = make_learner("cova", 4, 3, {"interactions": "none"})
+    assert none.params.model_dump(mode="json") == {"base": "pa1", "C": 0.1}  # dumps as before pairs
+    assert none.params.complete() == {
+        "base": "pa1",
+        "C": 0.1,
+        "interactions": "none",
+        "interaction_bits": 18,
+        "pair_max_nnz": 64,
+    }
+    # a model stored before the default moved (no "interactions") is a model without pairs
+    assert COVAParams.legacy({"C": 1.0}) == {
+        "C": 1.0,
+        "interactions": "none",
+        "interaction_bits": 18,
+        "pair_max_nnz": 64,
+    }
     with pytest.raises(ValueError, match="linear base"):
         make_learner("cova", 4, 3, {"interactions": "pairs", "base": "naive_bayes"})
-    assert not make_learner("cova", 4, 3, {"base": "naive_bayes", "interactions": "auto"}).params.pairs()
+    assert not make_learner("cova", 4, 3, {"base": "naive_bayes", "interactions": "auto"}).params.pairs(4)
+
+
+def test_auto_pairs_only_where_the_pairs_have_exact_columns() -> None:
+    """Hashed or large input gets no pairs under "auto" (they would be hashed); "pairs" hashes them."""
+    exact = 2**9  # d (d - 1) / 2 <= 2**18 up to d = 724
+    for d, has in ((exact, True), (724, True), (725, False), (2**18, False)):
+        assert COVAParams(interactions="auto").pairs(d) is has, d
+        assert COVAParams(interactions="pairs").pairs(d)
+    hashed = make_learner("cova", 2**12, 3)  # a hashed model at the defaults: no pair columns
+    assert hashed.W_.shape == (3, 2**12)
+    assert ConservativeOVA.state_nbytes(2**12, 3) == hashed.nbytes()
+    car = make_learner("cova", 21, 4)  # car's one-hot rows: every pair its own column
+    assert car.W_.shape == (4, 21 + 210)
+    assert ConservativeOVA.state_nbytes(21, 4) == car.nbytes()
 
 
 def test_auto_pairs_only_small_inputs() -> None:

@@ -65,6 +65,11 @@ def test_the_full_plan_is_the_race_of_issue_24() -> None:
     bandit = {n for n, c in quality.learners.items() if not c.full_information}
     assert {n for n, k in kinds.items() if k == "ours"} == bandit
     assert {n for n, k in kinds.items() if k == "vw"} == set(EXPLORERS)
+    # VW tuned on the tuning sets as ours are: one more VW system, at its sweep's best setting
+    tuned = [s for s in compared if s.kind == "vw-sweep"]
+    best = quality.sweep_best(sweep.VW)
+    assert best is not None and [s.name for s in tuned] == ["vw@sweep"]
+    assert tuned[0].params == sweep.vw_args(best[0]) and tuned[0].learner == "vw"
     for s in compared:  # ours and the references at the defaults of their Params
         if s.kind in ("ours", "reference"):
             assert json.loads(s.params) == quality.learners.get(s.name).Params().model_dump(mode="json")
@@ -75,6 +80,7 @@ def test_the_full_plan_is_the_race_of_issue_24() -> None:
     assert all(r.cut is None for r in runs)
     # cheap first: every VW / linear run comes before the first booster run, smallest streams first
     cheap = [r.system.kind == "vw" or r.system.learner in ("banditron", "cova", "perceptron") for r in runs]
+    # (vw@sweep may pair every feature, VW's -q ::: not cheap on isolet; it runs with the boosters)
     assert cheap == sorted(cheap, reverse=True)
     assert runs[0].dataset == "balance" and runs[-1].dataset == "isolet" and runs[-1].factor == 15
 
@@ -185,6 +191,7 @@ SYSTEMS = [
     System("vw-x", "vw", "", ""),
     System("vw-y", "vw", "", ""),
     System("ref", "reference", "", ""),
+    System("vw-t", "vw-sweep", "", ""),
 ]
 
 
@@ -204,6 +211,7 @@ def test_margin_and_standard_errors_by_hand() -> None:
             "vw-x": {0: 0.20, 1: 0.22, 2: 0.24},
             "vw-y": {0: 0.50, 1: 0.50, 2: 0.50},
             "ref": {0: 0.05, 1: 0.05, 2: 0.05},
+            "vw-t": {0: 0.28, 1: 0.33, 2: 0.32},
         }
     )
     # ours-a: 32 ± 2/sqrt(3); paired differences ours-a - vw-x = 10, 12, 8: 10 ± 2/sqrt(3)
@@ -216,14 +224,18 @@ def test_margin_and_standard_errors_by_hand() -> None:
     row = tab.splitlines()[-1]
     assert row == (
         "| toy | evaluation | 100 | 32.0 ± 1.2 | 40.0 ± 0.0 | **22.0 ± 1.2** | 50.0 ± 0.0 | 5.0 ± 0.0 "
-        "| 32.0 ± 1.2 ours-a |"
+        "| 31.0 ± 1.5 | 32.0 ± 1.2 ours-a |"
     )
     mtab, main = quality.margin_table(res, "online", SYSTEMS)
     assert main == [m]
     assert mtab.splitlines()[-1] == (
         "| toy | evaluation | ours-a 32.0 | vw-x 22.0 | +10.0 ± 1.2 | 3 | we lose by 10.0 ± 1.2 points "
-        "| ours-a: we lose by 10.0 ± 1.2 points |"
+        "| ours-a: we lose by 10.0 ± 1.2 points "
+        "| ours-a 32.0 vs 31.0: we lose by 1.0 ± 0.6 points (within 2 SE) |"
     )
+    # tuned against tuned: ours at its sweep's best against VW at its own (not a contender: not bold)
+    (t,) = quality.margins(res, "online", SYSTEMS, sweep_side=True, vw_sweep=True)
+    assert (t.ours, t.vw) == ("ours-a", "vw-t") and t.diff == pytest.approx(1.0)
     # the SE is of the paired differences, not of either side: a constant gap has SE 0
     res = _results({"ours-a": {0: 0.9, 1: 0.7}, "vw-x": {0: 0.8, 1: 0.6}}, "last20", "car")
     (m,) = quality.margins(res, "last20", SYSTEMS)
@@ -256,7 +268,7 @@ def test_rendering_partial_runs_says_how_many_seeds_and_runs_are_stored(tmp_path
     assert "**Stored: 11 of the 50 planned runs**" in md and "total run time so far 1.50 h" in md
     assert "Not yet run: ours-b 5" in md and quality.HOURS_ENV in md
     assert "32.0 ± 1.2 (n=3)" in md and "only that many of the 5 planned seeds" in md
-    assert "We lose on 1 of 1 data sets (toy)" in md and "No sweep of VW exists" in md
+    assert "We lose on 1 of 1 data sets (toy)" in md and "*vw@sweep*: VW at the best setting" in md
 
 
 def test_speed_table_gives_ratios_from_the_same_runs() -> None:
@@ -266,7 +278,7 @@ def test_speed_table_gives_ratios_from_the_same_runs() -> None:
         for r in res
     ]
     tab, verdicts = quality.speed_table(res, SYSTEMS, anchor="vw-x")
-    assert tab.splitlines()[-1] == "| toy | 2,500 | – | 10,000 | – | 2,500 | 0.25 | – |"
+    assert tab.splitlines()[-1] == "| toy | 2,500 | – | 10,000 | – | 2,500 | – | 0.25 | – |"
     assert verdicts == ["ours-a: slower than vw-x in the median (ratio 0.25); slower on 1 of 1 data sets"]
 
 

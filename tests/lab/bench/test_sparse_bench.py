@@ -84,7 +84,7 @@ def test_render_has_every_row_and_checks_each_target() -> None:
         for label in (
             "banditron",
             "cova",
-            "cova with pairs `interactions=auto`",
+            "cova with pairs `interactions=pairs`",
             "perceptron (full information)",
             "VW `--cbify 10 --epsilon 0.05`",
         ):
@@ -96,7 +96,7 @@ def test_render_has_every_row_and_checks_each_target() -> None:
     assert "| banditron | 18 | 40 | 0.40× **misses** ≥ 0.5× |" in md
     assert f"| {cova} | 18 | 60 | 0.60× meets ≥ 0.5× |" in md
     assert (
-        "| cova with pairs `interactions=auto` | 18 | 20 | 0.20× | 20 | 0.20× | 0.050 |" in md
+        "| cova with pairs `interactions=pairs` | 18 | 20 | 0.20× | 20 | 0.20× | 0.050 |" in md
     )  # no targets
     assert "Targets met in this run: 3 of 10." in md
 

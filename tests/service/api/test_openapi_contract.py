@@ -455,7 +455,11 @@ async def exercise_models(api: Api) -> None:
         await api.call("get", "/models/{name}", name=name, expect=404)
         _, info = await api.call("put", "/models/{name}", name=name, json=example, expect=201)
         assert info["name"] == name and info["version"] == 0
-        assert {k: info["config"][k] for k in example} == example
+        assert {k: info["config"][k] for k in example if k != "params"} == {
+            k: v for k, v in example.items() if k != "params"
+        }
+        # stored with every parameter: the given ones, the rest at the learner's defaults of today
+        assert info["config"]["params"].items() >= example.get("params", {}).items()
         assert info["counts"] == {
             "decisions": 0,
             "clicks": 0,

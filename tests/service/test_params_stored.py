@@ -1,0 +1,74 @@
+"""A model is stored with every parameter resolved, so a release that moves a default (C-OVA's
+``interactions`` became ``"auto"`` in issue 24) never changes a model that exists; a model stored
+before that (parameters as the user gave them) keeps the meaning they had then."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from service.config import ModelSpec, Settings
+from service.learners import make_learner
+from service.runtime import Runtime
+from service.serial import encode
+from service.store import Checkpoint, MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+SPEC = ModelSpec(learner="cova", n_features=21, n_labels=4)  # car's shape: pairs under "auto"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[Runtime]:
+    r = Runtime(MemoryStore(), Settings(store="memory"))  # type: ignore[arg-type]
+    await r.start()
+    yield r
+    await r.stop()
+
+
+async def test_a_new_model_is_stored_with_every_parameter(runtime: Runtime) -> None:
+    m = await runtime.create_model("new", SPEC)
+    stored = await runtime.store.get_model("new")
+    assert stored["params_complete"] is True
+    assert stored["spec"]["params"] == {
+        "base": "pa1",
+        "C": 0.1,
+        "interactions": "auto",
+        "interaction_bits": 18,
+        "pair_max_nnz": 64,
+    }
+    assert m.spec.params == stored["spec"]["params"]
+    assert m.learner.W_.shape == (4, 21 + 210)  # today's default: pairs
+
+
+async def test_a_model_stored_before_keeps_its_meaning_and_its_checkpoint(runtime: Runtime) -> None:
+    # As an older release stored it: the user's parameters ({}: the defaults of that release).
+    old = make_learner("cova", 21, 4, {"interactions": "none"}, seed=0)
+    x = np.zeros(21)
+    x[[0, 5, 9]] = 1.0
+    old.learn(x, old.decide(x, np.random.default_rng(0)), True)
+    config = {"spec": SPEC.model_dump(mode="json"), "incarnation": "i0", "created_at": 0.0}
+    await runtime.store.create_model("old", config)
+    await runtime.store.put_checkpoint("old", Checkpoint(1, encode(old.state())))
+    await runtime.sync_models()
+    m = runtime.get("old")
+    assert m.learner.params.interactions == "none"
+    assert m.learner.W_.shape == (4, 21)
+    assert np.array_equal(m.learner.W_, old.W_)  # its checkpoint loaded, not refused
+
+
+async def test_an_explicit_choice_is_kept_either_way(runtime: Runtime) -> None:
+    spec = SPEC.model_copy(update={"params": {"interactions": "none", "C": 1.0}})
+    m = await runtime.create_model("explicit", spec)
+    assert m.learner.params.interactions == "none" and m.learner.params.C == 1.0
+    legacy = {"spec": spec.model_dump(mode="json"), "incarnation": "i1", "created_at": 0.0}
+    await runtime.store.create_model("explicit-old", legacy)
+    await runtime.sync_models()
+    assert runtime.get("explicit-old").learner.params == m.learner.params
