@@ -41,4 +41,8 @@ def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_o
     ]
     assert len(idle) == 2 and max(idle) <= 5.0, markdown
     assert "EVALSHA" in markdown and "pairs/s per Redis shard" in markdown
+    # the floor of the design is measured in the same run and compared with the service's pair
+    bare = re.search(r"\| Redis CPU µs of a bare pair[^|]*\| ([\d,]+) \|", markdown)
+    assert bare is not None and float(bare[1].replace(",", "")) > 0, markdown
+    assert "The bare pair costs" in markdown
     assert "<!-- BEGIN redis-cost -->" in (bench_dir / "SCALING.md").read_text()
