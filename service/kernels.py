@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 _W = "float64[:, :]"
+_WF = "float64[::1, :]"  # column-major: one column's K weights contiguous, so the label loop vectorises
 _IDX = "int64[:]"
 _VAL = "float64[:]"
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
@@ -41,28 +42,31 @@ _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 PA_BASES = {"pa": 0, "pa1": 1, "pa2": 2, "perceptron": 3}
 
 
-@njit(f"float64[::1]({_W}, {_IDX}, {_VAL})", **_OPTS)
+@njit([f"float64[::1]({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
 def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """``W[:, idx] @ val``: the K scores of a sparse input."""
+    """``W[:, idx] @ val``: the K scores of a sparse input.
+
+    Each score sums its terms in index order, as one loop per label would; the K sums advance
+    together (labels inner), so they are K independent chains of additions instead of one chain
+    after another, and with column-major ``W`` one column's K weights are read together.
+    """
     k_labels = W.shape[0]
     out = np.zeros(k_labels)
-    for k in range(k_labels):
-        s = 0.0
-        for j in range(idx.size):
-            s += W[k, idx[j]] * val[j]
-        out[k] = s
+    for j in range(idx.size):
+        c, v = idx[j], val[j]
+        for k in range(k_labels):
+            out[k] += W[k, c] * v
     return out
 
 
-@njit(f"UniTuple(int64, 2)({_W}, {_IDX}, {_VAL})", **_OPTS)
+@njit([f"UniTuple(int64, 2)({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
 def sparse_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> tuple[int, int]:
     """The first maximiser of the scores ``W[:, idx] @ val`` and how many labels share its score
     (so a caller draws a tie-break only on a tie, as :func:`service.learners.base.randargmax`)."""
     best, first, count = -np.inf, 0, 0
+    scores = sparse_scores(W, idx, val)
     for k in range(W.shape[0]):
-        s = 0.0
-        for j in range(idx.size):
-            s += W[k, idx[j]] * val[j]
+        s = scores[k]
         if s > best:
             best, first, count = s, k, 1
         elif s == best:
@@ -142,7 +146,7 @@ def _step(loss: float, sqnorm: float, base: int, C: float) -> float:
     return loss / (sqnorm + 1.0 / (2.0 * C))
 
 
-@njit(f"void({_W}, {_IDX}, {_VAL}, int64, boolean, int64, float64)", **_OPTS)
+@njit([f"void({w}, {_IDX}, {_VAL}, int64, boolean, int64, float64)" for w in (_WF, _W)], **_OPTS)
 def pa_update(
     W: np.ndarray, idx: np.ndarray, val: np.ndarray, yhat: int, click: bool, base: int, C: float
 ) -> None:
@@ -159,10 +163,15 @@ def pa_update(
         return
     first = 0 if click else yhat
     last = W.shape[0] if click else yhat + 1
+    # A step of one scorer moves no other scorer's score, so all are taken first (sparse_scores)
+    scores = sparse_scores(W, idx, val) if click else np.zeros(0)
     for s in range(first, last):
-        score = 0.0
-        for j in range(idx.size):
-            score += W[s, idx[j]] * val[j]
+        if click:
+            score = scores[s]
+        else:
+            score = 0.0
+            for j in range(idx.size):
+                score += W[s, idx[j]] * val[j]
         ys = 1.0 if s == yhat and click else -1.0
         loss = 1.0 - ys * score
         if loss > 0.0:

@@ -165,6 +165,8 @@ class ConservativeOVA(Learner):
         self._max_nnz = self.params.pair_max_nnz if self.params.interactions == "auto" else -1
         if self.params.base in LINEAR_BASES:
             self.W_ = np.zeros((self.n_labels, self.n_features + self._pairs))
+            if self._pairs:  # every input is scored sparse: the K weights of a column together
+                self.use_sparse_layout()
         else:
             family = weak_families.get(FAMILY_BASES[self.params.base])
             self.weak_: BinaryFamily = family(1, self.n_labels, self.n_features, self.rng_)
