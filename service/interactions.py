@@ -18,10 +18,10 @@ import numpy as np
 from numba import njit
 
 from service.features import SparseVector
-from service.kernels import merge_buckets
+from service.kernels import first_max, merge_buckets, pa_update
 from service.learners.weak.family_kernels import nonzeros
 
-__all__ = ["expand_pairs", "pair_columns", "pairs_sparse"]
+__all__ = ["expand_pairs", "pair_argmax", "pair_columns", "pair_pa_update", "pair_scores", "pairs_sparse"]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -97,3 +97,51 @@ def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> Spa
         return SparseVector(idx, val, d + p)
     out_i, out_v = pairs_sparse(idx, val, d, p)
     return SparseVector(out_i, out_v, d + p)
+
+
+# The fused kernels of the exact case: the scores of the expanded vector (:func:`pairs_sparse` with
+# ``p = d (d - 1) / 2``) without building it. They visit its entries in its order (the input's,
+# then the products in loop order, zero products skipped as it drops them) with the same
+# operations, so they compute its bits; building it cost as much as scoring it.
+_WS = ("float64[::1, :]", "float64[:, :]")  # column-major first (C-OVA's layout with pairs)
+
+
+@njit([f"float64[::1]({w}, int64[:], float64[:], int64)" for w in _WS], **_OPTS)
+def pair_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> np.ndarray:
+    """The K scores of the exact expansion of the sparse input ``(idx, val)`` of dimension ``d``
+    (``W`` of shape (K, d + d (d - 1) / 2)), each summed in the expansion's order."""
+    k_labels = W.shape[0]
+    out = np.zeros(k_labels)
+    n = idx.size
+    for a in range(n):
+        c, v = idx[a], val[a]
+        for k in range(k_labels):
+            out[k] += W[k, c] * v
+    for a in range(n):
+        i = idx[a]
+        row = d + i * d - i * (i + 1) // 2 - i - 1
+        for b in range(a + 1, n):
+            v = val[a] * val[b]
+            if v == 0.0:
+                continue
+            c = row + idx[b]
+            for k in range(k_labels):
+                out[k] += W[k, c] * v
+    return out
+
+
+@njit([f"UniTuple(int64, 2)({w}, int64[:], float64[:], int64)" for w in _WS], **_OPTS)
+def pair_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[int, int]:
+    """:func:`service.kernels.sparse_argmax` of the exact expansion: the first maximiser and how
+    many labels share its score."""
+    return first_max(pair_scores(W, idx, val, d))
+
+
+@njit([f"void({w}, int64[:], float64[:], int64, int64, boolean, int64, float64)" for w in _WS], **_OPTS)
+def pair_pa_update(
+    W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int, yhat: int, click: bool, base: int, C: float
+) -> None:
+    """:func:`service.kernels.pa_update` on the exact expansion of ``(idx, val)`` (built here, in
+    compiled code: an update visits every entry of it anyway)."""
+    e_idx, e_val = pairs_sparse(idx, val, d, d * (d - 1) // 2)
+    pa_update(W, e_idx, e_val, yhat, click, base, C)

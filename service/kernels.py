@@ -59,19 +59,24 @@ def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray
     return out
 
 
-@njit([f"UniTuple(int64, 2)({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
-def sparse_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> tuple[int, int]:
-    """The first maximiser of the scores ``W[:, idx] @ val`` and how many labels share its score
-    (so a caller draws a tie-break only on a tie, as :func:`service.learners.base.randargmax`)."""
+@njit("UniTuple(int64, 2)(float64[::1])", **_OPTS)
+def first_max(scores: np.ndarray) -> tuple[int, int]:
+    """The first maximiser of ``scores`` and how many share its value (NaN never counts)."""
     best, first, count = -np.inf, 0, 0
-    scores = sparse_scores(W, idx, val)
-    for k in range(W.shape[0]):
+    for k in range(scores.size):
         s = scores[k]
         if s > best:
             best, first, count = s, k, 1
         elif s == best:
             count += 1
     return first, count
+
+
+@njit([f"UniTuple(int64, 2)({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
+def sparse_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> tuple[int, int]:
+    """The first maximiser of the scores ``W[:, idx] @ val`` and how many labels share its score
+    (so a caller draws a tie-break only on a tie, as :func:`service.learners.base.randargmax`)."""
+    return first_max(sparse_scores(W, idx, val))
 
 
 @njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64, boolean, float64)", **_OPTS)

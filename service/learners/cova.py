@@ -13,10 +13,11 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from service.features import SparseVector
-from service.interactions import expand_pairs, pair_columns
+from service.interactions import expand_pairs, pair_argmax, pair_columns, pair_pa_update, pair_scores
 from service.kernels import PA_BASES, pa_update
 from service.learners.base import Decision, Learner, Params, learners, randargmax, sparse_greedy
 from service.learners.weak import BinaryFamily, weak_families
+from service.learners.weak.family_kernels import nonzeros
 
 LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
 DEFAULT_INTERACTION_BITS = 18
@@ -163,6 +164,8 @@ class ConservativeOVA(Learner):
             self._pairs = pair_columns(self.n_features, self.params.interaction_bits)
         # "pairs": every input; "auto": inputs with at most pair_max_nnz non-zeros
         self._max_nnz = self.params.pair_max_nnz if self.params.interactions == "auto" else -1
+        # every pair its own column: the fused kernels score and update without building the expansion
+        self._exact = self._pairs > 0 and self._pairs == self.n_features * (self.n_features - 1) // 2
         if self.params.base in LINEAR_BASES:
             self.W_ = np.zeros((self.n_labels, self.n_features + self._pairs))
             if self._pairs:  # every input is scored sparse: the K weights of a column together
@@ -187,7 +190,25 @@ class ConservativeOVA(Learner):
             return plain
         return plain + 8 * n_labels * pair_columns(n_features, p.interaction_bits)
 
+    def _nonzeros(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The input's non-zeros and whether its pairs count (``"auto"``: at most pair_max_nnz)."""
+        idx, val = (
+            (x.idx, x.val) if isinstance(x, SparseVector) else nonzeros(np.asarray(x, dtype=np.float64))
+        )
+        return idx, val, not 0 <= self._max_nnz < idx.size
+
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+        if self._exact:
+            idx, val, paired = self._nonzeros(x)
+            if paired:
+                greedy, ties = pair_argmax(self.W_, idx, val, self.n_features)
+                if ties > 1:
+                    greedy = randargmax(pair_scores(self.W_, idx, val, self.n_features), rng)
+            else:
+                greedy = sparse_greedy(self.W_, idx, val, rng)
+            p = np.zeros(self.n_labels)
+            p[greedy] = 1.0
+            return Decision(p, greedy, {"greedy": greedy})
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
         if isinstance(x, SparseVector):
@@ -205,6 +226,16 @@ class ConservativeOVA(Learner):
             self._learn_weak(x, decision.label, reward)
             return
         self.t_ += 1
+        if self._exact:
+            idx, val, paired = self._nonzeros(x)
+            base = PA_BASES[self.params.base]
+            if paired:
+                pair_pa_update(
+                    self.W_, idx, val, self.n_features, decision.label, reward, base, self.params.C
+                )
+            else:
+                pa_update(self.W_, idx, val, decision.label, reward, base, self.params.C)
+            return
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
         if isinstance(x, SparseVector):  # the same steps, compiled, on the non-zero columns (O(K nnz))

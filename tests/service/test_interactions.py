@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from service.features import SparseVector
-from service.interactions import expand_pairs, pair_columns
+from service.interactions import expand_pairs, pair_argmax, pair_columns, pair_pa_update, pair_scores
+from service.kernels import PA_BASES, pa_update, sparse_argmax, sparse_scores
 from service.learners import make_learner
 from service.learners.cova import ConservativeOVA, COVAParams
 from service.sampling import DecisionIds, decision_rng
@@ -146,3 +147,27 @@ def test_auto_pairs_only_small_inputs() -> None:
     before = m.W_[:, 200:].copy()
     m.learn(large, m.decide(large, decision_rng("b")), True)
     assert np.array_equal(m.W_[:, 200:], before)  # 6 non-zeros: no pairs
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_fused_pair_kernels_are_the_expanded_vectors_bits(order: str) -> None:
+    """pair_scores / pair_argmax / pair_pa_update equal the sparse kernels on expand_pairs' vector,
+    bit for bit, an underflowing product (dropped from the expansion) and ties included."""
+    rng = np.random.default_rng(7)
+    d, k = 30, 5
+    p = pair_columns(d, 18)
+    for trial in range(200):
+        nz = np.sort(rng.choice(d, size=rng.integers(1, 12), replace=False))
+        val = rng.normal(size=nz.size) * (1e-200 if trial % 7 == 0 else 1.0)  # products underflow to 0
+        if trial % 5 == 0:
+            val[: min(2, nz.size)] = 1.0  # ones: ties among fresh scores
+        W = np.asarray(rng.normal(size=(k, d + p)) * (trial % 3 != 0), order=order)
+        e = expand_pairs(SparseVector(nz, val, d), p)
+        assert pair_scores(W, nz, val, d).tobytes() == sparse_scores(W, e.idx, e.val).tobytes()
+        assert pair_argmax(W, nz, val, d) == sparse_argmax(W, e.idx, e.val)
+        for click in (False, True):
+            a, b = W.copy(order=order), W.copy(order=order)
+            label = int(rng.integers(k))
+            pair_pa_update(a, nz, val, d, label, click, PA_BASES["pa1"], 0.1)
+            pa_update(b, e.idx, e.val, label, click, PA_BASES["pa1"], 0.1)
+            assert a.tobytes() == b.tobytes()
