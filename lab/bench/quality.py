@@ -708,9 +708,13 @@ def _plot(results: list[Result], compared: list[System], out_dir: Path) -> str:
         groups = _by_seed(results, protocol)
         datasets = list(groups)
         lower_better = protocol == "online"
-        for i, (label, kinds) in enumerate(
-            [("best of ours", ("ours",)), ("best VW", ("vw",)), ("best reference", ("reference",))]
-        ):
+        bars = [
+            ("best of ours", ("ours",)),
+            ("best VW", ("vw",)),
+            ("VW tuned (vw@sweep)", ("vw-sweep",)),
+            ("best reference", ("reference",)),
+        ]
+        for i, (label, kinds) in enumerate(bars):
             names = [s.name for s in compared if s.kind in kinds]
             vals, errs = [], []
             for ds in datasets:
@@ -718,7 +722,7 @@ def _plot(results: list[Result], compared: list[System], out_dir: Path) -> str:
                 m, se = mean_se(list(groups[ds][best].values())) if best else (np.nan, np.nan)
                 vals.append(m)
                 errs.append(0.0 if math.isnan(se) else se)
-            ax.bar(np.arange(len(datasets)) + (i - 1) * 0.27, vals, 0.27, yerr=errs, label=label)
+            ax.bar(np.arange(len(datasets)) + (i - 1.5) * 0.2, vals, 0.2, yerr=errs, label=label)
         ax.set_xticks(np.arange(len(datasets)), datasets, rotation=45, ha="right")
         ax.set_ylabel("online error (%)" if lower_better else "last-20% accuracy (%)")
         ax.set_title(f"{protocol} (mean ± SE over seeds)")
