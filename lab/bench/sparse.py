@@ -46,7 +46,7 @@ MARGIN = 0.6
 #: VW's pre-parsed examples are parsed (untimed) this many at a time: one holds ~30 KB.
 PARSE_CHUNK = 5_000
 
-#: system -> (learner, parameters): defaults (C-OVA's "auto" pairs nothing on hashed input); C-OVA
+#: system -> (learner, parameters): defaults (C-OVA's "auto" pairs nothing at b >= 10); C-OVA
 #: also with every input's pairs hashed (``"pairs"``, issue 24), untargeted
 OURS: dict[str, tuple[str, dict[str, Any]]] = {
     "banditron": ("banditron", {}),
@@ -353,7 +353,7 @@ def render(rows: list[Row], config: Config, command: str) -> str:
             f"{LEARN_TARGET:g}× VW at b = {', '.join(map(str, LEARN_TARGET_BITS))}; featurise+learn "
             f"at least {FEATURISE_TARGET:g}×; online error (sampled label wrong) at most VW's best "
             f"explorer + {ERROR_SLACK * 100:g} point. Default hyperparameters everywhere (C-OVA's "
-            "default `interactions=auto` pairs nothing on hashed input); C-OVA also with every "
+            "default `interactions=auto` pairs nothing at these b); C-OVA also with every "
             "input's pairs hashed (`interactions=pairs`, O(nnz²) products per event, ours), without "
             "targets. The perceptron reads the true label (a reference, no target).",
             report.table(header, table),
