@@ -51,8 +51,9 @@ class COVAParams(Params):
         features does not cost a hundred thousand products per request. Large ``d`` (over 724 at
         the default bits, so hashed input from ``hashing_bits`` = 10 up) gets no pairs under
         ``"auto"``: on ``bench sparse``'s hashed stream (a linear teacher) hashed pairs raised the
-        error from 0.05 to about 0.2 at 15x the time per event; ask for ``"pairs"`` there. ``"auto"`` is the default: the best of ``sweep-defaults`` on
-        car, dna and nursery (mean online error 0.060 against 0.114 without pairs at C = 0.1).
+        error from 0.05 to about 0.2 at 15x the time per event; ask for ``"pairs"`` there.
+        ``"auto"`` is the default: the best of ``sweep-defaults`` on car, dna and nursery (mean
+        online error 0.060 against 0.114 without pairs at C = 0.1).
         Weak-learner bases take no pairs (``"auto"`` is ``"none"`` for them). Memory: ``K (d + P)``
         weights, ``P <= 2**interaction_bits``.
     interaction_bits : int, default 18
