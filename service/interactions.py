@@ -21,7 +21,16 @@ from service.features import SparseVector
 from service.kernels import first_max, merge_buckets, pa_update
 from service.learners.weak.family_kernels import nonzeros
 
-__all__ = ["expand_pairs", "pair_argmax", "pair_columns", "pair_pa_update", "pair_scores", "pairs_sparse"]
+__all__ = [
+    "exact_pairs",
+    "expand_pairs",
+    "input_nonzeros",
+    "pair_argmax",
+    "pair_columns",
+    "pair_pa_update",
+    "pair_scores",
+    "pairs_sparse",
+]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -30,6 +39,19 @@ def pair_columns(n_features: int, bits: int) -> int:
     """Columns ``P`` the pairs of ``n_features`` inputs take: all of them, or ``2**bits`` hashed."""
     exact = n_features * (n_features - 1) // 2
     return exact if exact <= 1 << bits else 1 << bits
+
+
+def exact_pairs(n_features: int, bits: int) -> bool:
+    """Whether every pair of ``n_features`` inputs gets its own column (none hashed)."""
+    return pair_columns(n_features, bits) == n_features * (n_features - 1) // 2
+
+
+def input_nonzeros(x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, int]:
+    """The non-zero indices and values of a dense or sparse input, and its dimension."""
+    if isinstance(x, SparseVector):
+        return x.idx, x.val, x.dim
+    idx, val = nonzeros(np.asarray(x, dtype=np.float64))
+    return idx, val, x.shape[0]
 
 
 @njit("uint64(uint64)", **_OPTS)
@@ -88,11 +110,7 @@ def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> Spa
     """``x`` (dense or sparse, dimension ``d``) with its pairwise products: a :class:`SparseVector`
     of dimension ``d + p`` (:func:`pairs_sparse`). With ``max_nnz >= 0``, an input with more
     non-zeros than that gets no products (its entries alone, in the same ``d + p`` dimensions)."""
-    if isinstance(x, SparseVector):
-        idx, val, d = x.idx, x.val, x.dim
-    else:
-        idx, val = nonzeros(np.asarray(x, dtype=np.float64))
-        d = x.shape[0]
+    idx, val, d = input_nonzeros(x)
     if 0 <= max_nnz < idx.size:
         return SparseVector(idx, val, d + p)
     out_i, out_v = pairs_sparse(idx, val, d, p)

@@ -192,7 +192,7 @@ def version(kind: str, learner: str) -> str:
     (comments included) discards its runs. VW: its version and :data:`VW_DRIVER`.
     """
     if kind == "vw":
-        return f"vowpalwabbit {vw_version()} {VW_DRIVER}"
+        return sweep.run_version(sweep.VW)
     return sweep.VERSION.get(learner) or module_fingerprint(learner)
 
 

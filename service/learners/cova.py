@@ -13,11 +13,18 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from service.features import SparseVector
-from service.interactions import expand_pairs, pair_argmax, pair_columns, pair_pa_update, pair_scores
+from service.interactions import (
+    exact_pairs,
+    expand_pairs,
+    input_nonzeros,
+    pair_argmax,
+    pair_columns,
+    pair_pa_update,
+    pair_scores,
+)
 from service.kernels import PA_BASES, pa_update
 from service.learners.base import Decision, Learner, Params, learners, randargmax, sparse_greedy
 from service.learners.weak import BinaryFamily, weak_families
-from service.learners.weak.family_kernels import nonzeros
 
 LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
 DEFAULT_INTERACTION_BITS = 18
@@ -92,7 +99,7 @@ class COVAParams(Params):
         always under ``"pairs"``; under ``"auto"`` for a linear base whose pairs get exact columns."""
         if self.interactions == "pairs":
             return True
-        exact = n_features * (n_features - 1) // 2 <= 1 << self.interaction_bits
+        exact = exact_pairs(n_features, self.interaction_bits)
         return self.interactions == "auto" and self.base in LINEAR_BASES and exact
 
 
@@ -166,7 +173,7 @@ class ConservativeOVA(Learner):
         # "pairs": every input; "auto": inputs with at most pair_max_nnz non-zeros
         self._max_nnz = self.params.pair_max_nnz if self.params.interactions == "auto" else -1
         # every pair its own column: the fused kernels score and update without building the expansion
-        self._exact = self._pairs > 0 and self._pairs == self.n_features * (self.n_features - 1) // 2
+        self._exact = self._pairs > 0 and exact_pairs(self.n_features, self.params.interaction_bits)
         if self.params.base in LINEAR_BASES:
             self.W_ = np.zeros((self.n_labels, self.n_features + self._pairs))
             if self._pairs:  # every input is scored sparse: the K weights of a column together
@@ -193,9 +200,7 @@ class ConservativeOVA(Learner):
 
     def _nonzeros(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, bool]:
         """The input's non-zeros and whether its pairs count (``"auto"``: at most pair_max_nnz)."""
-        idx, val = (
-            (x.idx, x.val) if isinstance(x, SparseVector) else nonzeros(np.asarray(x, dtype=np.float64))
-        )
+        idx, val, _ = input_nonzeros(x)
         return idx, val, not 0 <= self._max_nnz < idx.size
 
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
