@@ -139,21 +139,28 @@ def sweep(
     learner: str, store: Path | None, progress: Callable[[str], None] = lambda _: None
 ) -> list[tuple[dict[str, Any], float, dict[str, float], float]]:
     """Every setting of ``learner``, best first: (params, mean error, mean error per data set, CPU s)."""
-    fp = run_version(learner)
     rows = []
     for params in settings(learner):
-        per: dict[str, list[float]] = {d: [] for d in TUNING}
-        seconds = 0.0
-        for dataset in TUNING:
-            for seed in SEEDS:
-                key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{ROUNDS}"
-                res = cached(store, key, lambda p=params, d=dataset, s=seed: one_run(learner, p, d, s))
-                per[dataset].append(res["error"])
-                seconds += res["seconds"]
-        means = {d: float(np.mean(v)) for d, v in per.items()}
-        rows.append((params, float(np.mean(list(means.values()))), means, seconds))
+        rows.append((params, *score(learner, params, store)))
         progress(f"{learner} {params}: {rows[-1][1]:.4f}")
     return sorted(rows, key=lambda r: r[1])
+
+
+def score(
+    learner: str, params: Mapping[str, Any], store: Path | None
+) -> tuple[float, dict[str, float], float]:
+    """One setting on the tuning sets (cached per run): mean error, mean error per data set, CPU s."""
+    fp = run_version(learner)
+    per: dict[str, list[float]] = {d: [] for d in TUNING}
+    seconds = 0.0
+    for dataset in TUNING:
+        for seed in SEEDS:
+            key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{ROUNDS}"
+            res = cached(store, key, lambda d=dataset, s=seed: one_run(learner, params, d, s))
+            per[dataset].append(res["error"])
+            seconds += res["seconds"]
+    means = {d: float(np.mean(v)) for d, v in per.items()}
+    return float(np.mean(list(means.values()))), means, seconds
 
 
 def render(

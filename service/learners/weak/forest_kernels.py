@@ -490,8 +490,8 @@ def _split(
 
 
 @njit(
-    f"void(int64, int64, int64, float64, float64, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, {_I2}, {_F1}, "
-    f"{_F1}, {_ENTRIES}, boolean[:], {_I1}, {_S2}, {_K2})",
+    f"void(int64, int64, int64, float64, float64, float64, boolean, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, "
+    f"{_I2}, {_F1}, {_F1}, {_ENTRIES}, boolean[:], {_I1}, {_S2}, {_K2})",
     **_OPTS,
 )
 def _try_split(
@@ -500,6 +500,8 @@ def _try_split(
     r: int,
     tie: float,
     delta: float,
+    grace: float,
+    adaptive: bool,
     feature: np.ndarray,
     threshold: np.ndarray,
     child: np.ndarray,
@@ -531,6 +533,13 @@ def _try_split(
     ``math.log2`` here) and the margin is compared in bits. A candidate whose gain provably cannot
     change the outcome (the feature's best, the best overall, and when ``eps >= tie`` the second
     best) is dropped after the cheap bound of :func:`_split_entropy`: the result is the full scan's.
+
+    ``adaptive`` (ours, off in the papers' setting): when the margin test fails, the next evaluation
+    waits until the bound can pass, the *nmin adaptation* of García-Martín et al. (2018): ``eps``
+    falls below ``max(best - second, tie)`` once ``n >= R^2 ln(1/delta) / (2 max(best - second,
+    tie)^2)``, so the leaf waits for that weight (at least ``grace``) instead of ``grace``. On a failed
+    evaluation the computed margin is exact (a pruned candidate could only have made it larger than
+    ``eps``), so the wait is a function of the statistics alone, as the rest of the tree.
     """
     evaluated[r] = seen[r]
     k = class_w.shape[1]
@@ -596,7 +605,12 @@ def _try_split(
         p0 = p1
     if best_p0 < 0 or not best > 0.0:
         return
-    if margin_matters and not (best - max(second, 0.0)) * _LOG2E > eps:  # over the second best or "no split"
+    margin = (best - max(second, 0.0)) * _LOG2E  # in bits
+    if margin_matters and not margin > eps:  # over the second best or "no split"
+        if adaptive:  # evaluated + grace = seen + max(grace, need - n): the weight at which eps < gap
+            gap = max(margin, tie)
+            need = bits * bits * math.log(1.0 / delta) / (2.0 * gap * gap)
+            evaluated[r] = seen[r] + max(0.0, need - n - grace)
         return
     f = key[best_p0] // k
     _estimates(best_p0, best_p1, f, k, nobs, n_row, key, count, moments, binary[f], fs, ks)
@@ -634,7 +648,8 @@ def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[
 
 @njit(
     f"UniTuple(int64, 2)({_TABLES}, {_I1}, {_I1}, {_F1}, {_F1}, {_F1}, {_F2}, {_F2}, {_I2}, {_F1}, {_F1}, "
-    f"boolean[:], {_ENTRIES}, boolean[:], {_I1}, {_F1}, {_I1}, {_F1}, {_I1}, {_I1}, {_F1}, {_I1}, int64)",
+    f"boolean[:], {_ENTRIES}, boolean[:], {_I1}, {_F1}, {_I1}, {_F1}, {_I1}, {_I1}, {_F1}, {_I1}, int64, "
+    "boolean)",
     **_OPTS,
 )
 def forest_update(
@@ -667,6 +682,7 @@ def forest_update(
     weights: np.ndarray,
     nodes: np.ndarray,
     start: int,
+    adaptive: bool,
 ) -> tuple[int, int]:
     """Tree ``trees[t]`` learns ``(x, labels[t])`` with weight ``weights[t]``, for ``t = start, ...``.
 
@@ -675,7 +691,8 @@ def forest_update(
     split when the leaf has seen ``grace`` more weight since the last evaluation. Returns ``(-1, 0)``
     when done, or ``(t, m)`` when tree ``t`` needs the caller to grow the arrays first: ``m`` more
     entries than the pool holds (``m > 0``), or room for a split (:data:`GROW_NODES`,
-    :data:`GROW_ROWS`). Trees before ``t`` are updated, ``t`` and after are not.
+    :data:`GROW_ROWS`). Trees before ``t`` are updated, ``t`` and after are not. ``adaptive``: the
+    evaluation schedule of :func:`_try_split`.
     """
     k = class_w.shape[1]
     nz_idx, nz_val = _nonzeros(x, idx, val, binary.size)
@@ -706,7 +723,8 @@ def forest_update(
         seen[r] += w
         if seen[r] - evaluated[r] >= grace[i]:
             _try_split(
-                i, node, r, tie[i], delta[i], feature, threshold, child, slot, n_nodes, n_leaves,
-                class_w, stat_w, n_class, seen, evaluated, segment, key, count, moments, binary, pool, fs, ks,
+                i, node, r, tie[i], delta[i], grace[i], adaptive, feature, threshold, child, slot, n_nodes,
+                n_leaves, class_w, stat_w, n_class, seen, evaluated, segment, key, count, moments, binary,
+                pool, fs, ks,
             )  # fmt: skip
     return -1, 0

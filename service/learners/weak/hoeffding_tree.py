@@ -91,6 +91,11 @@ class HoeffdingForest(Stateful):
         Input dimension d and number of classes k (2 for the binary form).
     grace, tie, delta : ndarray of shape (N,)
         Per-tree grace period (in units of weight), tie threshold and split confidence.
+    adaptive : bool, default False
+        After a failed split evaluation, wait until the Hoeffding bound can pass (at least ``grace``)
+        instead of ``grace``: the *nmin adaptation* of García-Martín, Lavesson, Grahn, Casalicchio
+        and Boeva (2018); ours, off in the papers' setting
+        (:func:`~service.learners.weak.forest_kernels._try_split`).
 
     Attributes
     ----------
@@ -104,7 +109,8 @@ class HoeffdingForest(Stateful):
     stat_w_, n_class_ : ndarray of shape (rows, k)
         Weight and number of examples per class observed since the leaf's creation.
     seen_, evaluated_ : ndarray of shape (rows,)
-        Weight seen by the leaf, and at its last split evaluation.
+        Weight seen by the leaf, and at its last split evaluation (plus the extra wait of
+        ``adaptive``: the next evaluation comes at ``evaluated_ + grace``).
     active_ : ndarray of shape (rows,), bool
         Whether the leaf keeps feature statistics (see the memory bound above).
     segment_ : ndarray of shape (rows, 3), int
@@ -125,10 +131,17 @@ class HoeffdingForest(Stateful):
     )
 
     def __init__(
-        self, n_features: int, n_classes: int, grace: np.ndarray, tie: np.ndarray, delta: np.ndarray
+        self,
+        n_features: int,
+        n_classes: int,
+        grace: np.ndarray,
+        tie: np.ndarray,
+        delta: np.ndarray,
+        adaptive: bool = False,
     ) -> None:
         n = grace.size
         self.d, self.k, self.n = n_features, n_classes, n
+        self.adaptive = bool(adaptive)
         self.grace_ = np.asarray(grace, dtype=np.float64).copy()
         self.tie_ = np.asarray(tie, dtype=np.float64).copy()
         self.delta_ = np.asarray(delta, dtype=np.float64).copy()
@@ -196,6 +209,7 @@ class HoeffdingForest(Stateful):
                 self.grace_, self.tie_, self.delta_, self.class_w_, self.stat_w_, self.n_class_,
                 self.seen_, self.evaluated_, self.active_, self.segment_, self.key_, self.count_,
                 self.moments_, self.binary_, self.pool_, *operands, tr, labels, weights, nodes, start,
+                self.adaptive,
             )  # fmt: skip
             if start < 0:
                 return

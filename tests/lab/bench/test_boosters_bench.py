@@ -4,6 +4,8 @@ not run here: it compiles the old commit's kernels)."""
 
 from __future__ import annotations
 
+import pytest
+
 from lab.bench import benches, boosters
 
 
@@ -18,3 +20,13 @@ def test_every_booster_is_measured_on_both_data_sets() -> None:
                 assert r["vw"] > 0.0
     assert got["car"]["banditboost N=100"]["params"]["n_learners"] == 100
     assert benches.get("boosters") is boosters.bench
+
+
+def test_a_setting_the_measured_code_lacks_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the before commit has no adaptive_grace: its rows show "–" instead of failing the run
+    monkeypatch.setattr(
+        boosters, "SYSTEMS", [("known", "adabandit", {}), ("unknown", "adabandit", {"no_such": 1})]
+    )
+    monkeypatch.setattr(boosters, "DATA", {"car": 200})
+    got = boosters.measure(budget=0.05, scale=1.0)
+    assert set(got["car"]) == {"known"}

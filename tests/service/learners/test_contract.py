@@ -18,6 +18,7 @@ NAMES = [name for name, _ in learners.items()]
 CASES: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in NAMES} | {
     "cova+pairs": ("cova", {"interactions": "pairs"}),  # each pair its own column
     "cova+hashed-pairs": ("cova", {"interactions": "pairs", "interaction_bits": 2}),  # 15 pairs, 4 columns
+    "adabandit+adaptive-grace": ("adabandit", {"adaptive_grace": True}),  # the trees' own wait schedule
 }
 
 
