@@ -74,3 +74,14 @@ def test_bench_scaling_quick_writes_its_section_and_plot_into_bench_dir(
     for name in scaling.bandit_learners():  # every learner on the d axis, boosters with their set N too
         assert f"| {name} |" in d_axis
     assert (DOCS_MD.read_bytes() if DOCS_MD.exists() else None) == before
+
+
+def test_hashed_target_line_compares_b18_with_b12() -> None:
+    def point(name: str, b: int, us: float) -> scaling.Point:
+        return scaling.Point(name, 2**b, 10, None, 32, us, 100, 1, 0.1)
+
+    pts = [point("banditboost", 12, 10.0), point("banditboost", 18, 19.0)]
+    pts += [point("adabandit", 12, 100.0), point("adabandit", 18, 250.0), point("cova", 18, 1.0)]
+    (line,) = scaling._hashed_target(pts, scaling.FULL)
+    assert "banditboost 1.90× (met)" in line and "adabandit 2.50× (missed)" in line
+    assert scaling._hashed_target(pts[:1], scaling.FULL) == []
