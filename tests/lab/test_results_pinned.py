@@ -46,6 +46,8 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("cova", "nursery", {}))
     out.append(("cova", "car", {"base": "pa2", "C": 1.0, "interactions": "none"}))
     out.append(("cova", "balance", {"interactions": "auto"}))
+    # SquareCB (ours, issue 24) at its defaults
+    out.append(("squarecb", "nursery", {}))
     return out
 
 
@@ -78,6 +80,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("adaboost-mh", "nursery"): ("09e2a5e40e01b28a", "cc8fdb7cc93cd936"),
     ("cova", "car"): ("027231cff3a24b53", "fed1ed3608829fd9"),
     ("cova", "balance"): ("712506d67f058611", "ccf0b5ec244995e7"),  # pairs ("auto"), issue 24
+    ("squarecb", "nursery"): ("17cc28b88f087c35", "a2ae1548975a2549"),
 }
 
 
