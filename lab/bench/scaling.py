@@ -83,10 +83,11 @@ MAX_WEIGHTS = 2**24
 #: the same at every b: with buckets drawn afresh per row, at b = 22 almost no bucket recurs in a
 #: run, so every score is a tie of zeros and every event an update, unlike at b = 10.
 VOCAB = 4096
-#: The cap on the hashed axis for learners that take sparse input, in bytes of learned state as the
-#: service's budget counts it (``Learner.state_nbytes``): the default budget per model, 512 MiB
-#: (K 2**22 float64 = 320 MiB at K = 10, which their O(K nnz) events never sweep; BanditBoost's
-#: lazy store for hashed input stays within its own bound).
+#: The cap on every point (the only one on the hashed axis for learners that take sparse input), in
+#: bytes of learned state as the service's budget counts it (``Learner.state_nbytes``): the default
+#: budget per model, 512 MiB (K 2**22 float64 = 320 MiB at K = 10, which the sparse learners' O(K nnz)
+#: events never sweep; BanditBoost's lazy store for hashed input stays within its own bound; SquareCB's
+#: K (d + 1)^2 floats pass it from d = 4096 at K = 10).
 MAX_SPARSE_BYTES = 8 * 2**26
 #: Largest K run per learner where the cost of a round explodes with K: BanditBBM's exact
 #: potential costs O(k^2 n^3) per value and a round needs N k^2 values.
@@ -214,16 +215,19 @@ def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> li
             axis = [(d, grid.base_k) for d in grid.d] + [(grid.base_d, k) for k in grid.k]
             n_default = learners.get(name).Params.model_fields.get("n_learners")
             n = n_default.default if n_default else 1
+            budget = learners.get(name).state_nbytes  # every point: within the service's model budget
             for d, k in dict.fromkeys(axis):
-                if k * d * n <= MAX_WEIGHTS and k <= MAX_K.get(name, k):
+                if (
+                    k * d * n <= MAX_WEIGHTS
+                    and k <= MAX_K.get(name, k)
+                    and budget(d, k, params) <= MAX_SPARSE_BYTES
+                ):
                     points.append(measure(name, params, d, k, grid, Path(tmp)))
                     progress(f"{name} d={d} K={k}: {points[-1].us_per_event:.0f} us")
             sparse = make_learner(name, 1, grid.base_k, params).accepts_sparse
             for b in grid.bits:
-                if (
-                    learners.get(name).state_nbytes(2**b, grid.base_k, params) <= MAX_SPARSE_BYTES
-                    if sparse
-                    else grid.base_k * 2**b * n <= MAX_WEIGHTS
+                if budget(2**b, grid.base_k, params) <= MAX_SPARSE_BYTES and (
+                    sparse or grid.base_k * 2**b * n <= MAX_WEIGHTS
                 ):
                     points.append(measure(name, params, 2**b, grid.base_k, grid, Path(tmp), grid.nnz))
                     progress(f"{name} hashed b={b}: {points[-1].us_per_event:.0f} us")
@@ -315,9 +319,9 @@ def render(points: list[Point], grid: Grid, command: str, out_dir: Path) -> str:
             f"Cost per event (absolute µs: decision id, sampling, decide, learn; mean over {grid.rounds:,} "
             f"rounds after {grid.warmup:,} warm-up rounds, or fewer when {grid.budget:g} s per point ran "
             "out) and model size (encoded state = checkpoint) on a synthetic linear stream. Points whose "
-            "model would hold more than 2^24 weights (K·d, times N for a booster; on the hashed axis, for "
-            "learners that take sparse input, more than 512 MiB of state as the service's budget counts it) "
-            "are not run (–), nor "
+            "model would hold more than 512 MiB of state as the service's budget counts it, or more than "
+            "2^24 weights (K·d, times N for a booster; on the hashed axis only the first applies to "
+            "learners that take sparse input) are not run (–), nor "
             + ", ".join(f"{n} above K={k}" for n, k in MAX_K.items())
             + ", "
             + ", ".join(f"{n} above N={v}" for n, v in MAX_N.items())
