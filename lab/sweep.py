@@ -1,4 +1,4 @@
-"""Default hyperparameters of the boosters and C-OVA: a sweep on car, dna and nursery (issues 20, 24).
+"""Default hyperparameters of the boosters, C-OVA and SquareCB: a sweep on car, dna, nursery (issues 20, 24).
 
 Each learner runs every setting of its grid (:data:`GRIDS`) on shuffled streams of the three tuning
 data sets (``SEEDS`` shuffles, streams cut at ``ROUNDS``), and a setting is scored by its online

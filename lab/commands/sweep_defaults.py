@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     # every field's value, also those a dump leaves out at their defaults (C-OVA's interactions)
     defaults = {name: VW_DEFAULT if name == VW else dict(learners.get(name).Params()) for name in chosen}
     head = (
-        "## Default hyperparameters of the boosters and C-OVA (sweep)\n\n"
+        "## Default hyperparameters of the boosters, C-OVA and SquareCB (sweep)\n\n"
         f"`python -m service sweep-defaults`. {report.machine()} Every setting on "
         f"{', '.join(TUNING)} ({len(SEEDS)} shuffles each, streams cut at {ROUNDS:,} rounds), ranked "
         "by the mean online error (sampled label wrong) over data sets and shuffles; the defaults are "
