@@ -40,6 +40,8 @@ def igw_sample(
     """The greedy label (first maximiser of the predicted clicks), the label drawn by the uniform
     ``u`` and the inverse-gap-weighted distribution (Foster & Rakhlin 2020, Algorithm 1):
     ``p(a) = 1 / (K + gamma (r_best - r_a))`` for ``a != best`` and the rest on ``best``."""
+    if x.size + constant != theta.shape[1]:  # the loops below read theta without bounds checks
+        raise ValueError("x has the wrong dimension")
     k = theta.shape[0]
     r = np.empty(k)
     best = 0
@@ -69,6 +71,8 @@ def ridge_update(
     """
     d = x.size
     n = theta.shape[1]
+    if d + constant != n or a < 0 or a >= theta.shape[0]:
+        raise ValueError("x has the wrong dimension, or the label is out of range")
     u = np.zeros(n)
     for j in range(d):
         v = x[j]
@@ -170,8 +174,7 @@ class SquareCB(Learner):
         return Decision(p, label, {"greedy": greedy})
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
-        self.t_ += 1
         x = np.ascontiguousarray(x, dtype=np.float64)
-        ridge_update(
-            self.A_inv_, self.theta_, decision.label, x, self.params.constant, 1.0 if reward else 0.0
-        )
+        y = 1.0 if reward else 0.0
+        ridge_update(self.A_inv_, self.theta_, decision.label, x, self.params.constant, y)
+        self.t_ += 1  # after the update: a refused row is not an event

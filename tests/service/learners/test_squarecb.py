@@ -80,3 +80,14 @@ def test_bad_hyperparameters_are_refused() -> None:
     for params, needle in [({"ridge": 0.0}, "ridge"), ({"gamma_exponent": 2.0}, "gamma_exponent")]:
         with pytest.raises(ParamError, match=needle):
             make_learner("squarecb", 2, 2, params)
+
+
+def test_a_row_of_the_wrong_dimension_is_refused() -> None:
+    m = make_learner("squarecb", 3, 2, seed=0)
+    dec = m.decide(np.ones(3), np.random.default_rng(0))
+    for x in (np.ones(2), np.ones(4)):
+        with pytest.raises(ValueError, match="wrong dimension"):
+            m.decide(x, np.random.default_rng(0))
+        with pytest.raises(ValueError, match="wrong dimension"):
+            m.learn(x, dec, True)
+    assert m.t_ == 0 and np.all(m.theta_ == 0.0)  # refused rows changed nothing
