@@ -289,6 +289,8 @@ static PyTypeObject IdsType = {
 
 typedef unsigned __int128 u128;
 #define PCG_MULT (((u128)0x2360ED051FC65DA4ULL << 64) | 0x4385DF649FCCF645ULL)
+/* PCG_MULT's inverse modulo 2^128: the LCG stepped backwards, to take a draw back */
+#define PCG_MULT_INV (((u128)0x07DDA22B93979860ULL << 64) | 0x98ABC8B0716EAC8DULL)
 
 typedef struct {
     PyObject_HEAD
@@ -486,12 +488,26 @@ rng_get_state(RngObject *self, PyObject *Py_UNUSED(ignored))
     return res;
 }
 
+/* Take back the last 64-bit draw (a random()): the state one LCG step back. Only for a draw made
+   here (not by the numpy Generator moved to), and not one whose 32-bit half is buffered. */
+static PyObject *
+rng_unread(RngObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->gen != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_unread: the draws are the numpy Generator's now");
+        return NULL;
+    }
+    self->state = (self->state - self->inc) * PCG_MULT_INV;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef rng_methods[] = {
     {"random", (PyCFunction)(void (*)(void))rng_random, METH_FASTCALL | METH_KEYWORDS,
      "Uniform doubles in [0, 1), as numpy.random.Generator.random (random() here, else _random)."},
     {"integers", (PyCFunction)(void (*)(void))rng_integers, METH_FASTCALL | METH_KEYWORDS,
      "numpy.random.Generator.integers (integers(high), 0 < high <= 2^32, here; else _integers)."},
     {"_fill", (PyCFunction)rng_fill, METH_O, "Fill a C-contiguous float64 buffer with random() draws."},
+    {"_unread", (PyCFunction)rng_unread, METH_NOARGS, "Take back the last random() (one step back)."},
     {"_get_state", (PyCFunction)rng_get_state, METH_NOARGS,
      "(state, inc, buffered 32-bit half or None), to set a numpy PCG64 at this generator's state."},
     {NULL, NULL, 0, NULL},

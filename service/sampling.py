@@ -63,6 +63,7 @@ class PyDecisionIds:
 
 # PCG64 (O'Neill 2014; numpy's PCG64: 128-bit LCG, XSL-RR output), the constant of numpy's pcg64.h.
 _MULT = 0x2360ED051FC65DA44385DF649FCCF645
+_MULT_INV = pow(_MULT, -1, 1 << 128)  # the LCG stepped backwards (:meth:`PyDecisionRng._unread`)
 _M64 = (1 << 64) - 1
 _M128 = (1 << 128) - 1
 
@@ -121,6 +122,12 @@ class PyDecisionRng:
         self._state = (int(words[0]) << 64) | int(words[1])
         return out
 
+    def _unread(self) -> None:
+        """Take back the last ``random()`` (the state one LCG step back); only for a draw made here."""
+        if self._gen is not None:
+            raise RuntimeError("_unread: the draws are the numpy Generator's now")
+        self._state = ((self._state - self._inc) * _MULT_INV) & _M128
+
     def integers(self, low: int, *args: object, **kwargs: object) -> Any:
         """``numpy.random.Generator.integers``; ``integers(high)`` with ``0 < high <= 2^32`` here."""
         if self._gen is not None or args or kwargs or not 0 < low <= 1 << 32:
@@ -143,6 +150,16 @@ class PyDecisionRng:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.generator(), name)
+
+
+def own_random(rng: np.random.Generator) -> float | None:
+    """``rng.random()`` when ``rng`` is a decision generator still drawing on its own (it can then
+    take that draw back with ``rng._unread()``), else None and nothing drawn.
+
+    A decide that needs its sampling draw before it knows whether a tie-break draws first (which
+    must come first, to keep the generator's order) draws it here, and hands it back on a tie.
+    """
+    return rng.random() if getattr(rng, "_gen", False) is None else None
 
 
 def py_decision_rng(decision_id: str) -> np.random.Generator:

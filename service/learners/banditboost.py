@@ -26,6 +26,7 @@ from service.learners.base import (
 from service.learners.weak import BinaryFamily, weak_families
 from service.learners.weak.family_kernels import perceptron_update_dense, perceptron_votes_greedy_dense
 from service.learners.weak.perceptron import LazyPerceptronFamily, PerceptronFamily
+from service.sampling import own_random
 
 #: ``store="auto"`` keeps the Perceptron weights lazily from this many features on (hashed input).
 LAZY_MIN_FEATURES = 2**16
@@ -231,7 +232,16 @@ class BanditBoost(Learner):
     def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
         weak = self.weak_
         if type(weak) is PerceptronFamily and type(x) is np.ndarray:
-            # the default on dense input: votes and their unique maximiser in one compiled call
+            # the default on dense input: votes, their unique maximiser and the sampled label in one
+            # compiled call; on a tie the sampling draw goes back (randargmax's draw comes first)
+            u = own_random(rng)
+            if u is not None:
+                label, greedy, p, h, f_label = boost_perceptron_decide(
+                    weak.V_, weak.scale_, self.alpha_, x, self.params.delta, u
+                )
+                if label >= 0:
+                    return Decision(p, label, {"greedy": greedy, "h": h, "f": f_label})
+                rng._unread()  # type: ignore[attr-defined]
             hk, f = np.empty(weak.scale_.shape), np.empty(self.n_labels)  # hk: (K, N)
             greedy = perceptron_votes_greedy_dense(weak.V_, weak.scale_, self.alpha_, x, hk, f)
             if greedy < 0:  # a tie: drawn as randargmax draws
@@ -372,3 +382,27 @@ def boost_perceptron_learn(
     w = np.empty(h.size)
     boost_step(alpha, h, kappa, y, f, p, gamma, eta, w)
     perceptron_update_dense(V, scale, sqnorm, n, x, kappa, y, w)
+
+
+@njit(
+    "Tuple((int64, int64, float64[::1], float64[::1], float64))"
+    "(float64[:, :, ::1], float64[:, ::1], float64[:, :], float64[:], float64, float64)",
+    **_OPTS,
+)
+def boost_perceptron_decide(
+    V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, delta: float, u: float
+) -> tuple[int, int, np.ndarray, np.ndarray, float]:
+    """BanditBoost's decide over the Perceptron family on a dense ``x`` with the sampling draw ``u``:
+    (label, greedy, p, h[:, label], f[label]), the label -1 when the votes tie (or hold a NaN).
+
+    :func:`~service.learners.weak.family_kernels.perceptron_votes_greedy_dense` then
+    :func:`~service.kernels.gamma_mix_sample`, the same calls in one dispatch: on car the Python
+    steps between them took as long as the arithmetic.
+    """
+    n_labels, n_learners = scale.shape
+    hk, f = np.empty((n_labels, n_learners)), np.empty(n_labels)
+    greedy = perceptron_votes_greedy_dense(V, scale, alpha, x, hk, f)
+    if greedy < 0:
+        return -1, -1, f, f, 0.0
+    label, p = gamma_mix_sample(greedy, n_labels, delta, u)
+    return label, greedy, p, hk[label].copy(), f[label]

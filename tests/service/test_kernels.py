@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -55,23 +56,51 @@ CALLS = [
 ]
 
 
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def test_decision_rng_draws_what_numpy_draws(impl: str) -> None:
+def _pairs(impl: str, seed: int, n: int) -> Iterator[tuple[np.random.Generator, np.random.Generator]]:
+    """``n`` decision generators of ``impl`` with their textbook twins (skips where C was not built)."""
     if impl == "c" and sampling._compiled is None:
         pytest.skip("service/_decisions.c was not built (no C compiler): the Python classes serve")
     ids_class, rng_of, rng_class = IMPLEMENTATIONS[impl]
-    ids = ids_class.for_seed(5)
-    pick = np.random.default_rng(0)
-    for _ in range(2000):
+    ids = ids_class.for_seed(seed)
+    for _ in range(n):
         did = ids.new()
-        ours, ref = rng_of(did), numpy_rng(did)
+        ours = rng_of(did)
         assert isinstance(ours, rng_class)
+        yield ours, numpy_rng(did)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_decision_rng_draws_what_numpy_draws(impl: str) -> None:
+    pick = np.random.default_rng(0)
+    for ours, ref in _pairs(impl, 5, 2000):
         # a random sequence of calls: runs of the Python random() then anything numpy does
         for i in pick.integers(len(CALLS), size=int(pick.integers(1, 6))):
             if pick.random() < 0.5:
                 assert ours.random() == ref.random()
             assert CALLS[i](ours) == CALLS[i](ref)
         assert ours.random() == ref.random()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_random_taken_back_is_drawn_again(impl: str) -> None:
+    """``own_random`` then ``_unread`` leaves the generator where it was, a buffered 32-bit half
+    included; numpy's own generator is not drawn from (``own_random`` gives None)."""
+    pick = np.random.default_rng(1)
+    for ours, ref in _pairs(impl, 6, 500):
+        for i in pick.integers(len(CALLS) - 2, size=int(pick.integers(1, 5))):  # no move to numpy
+            u = sampling.own_random(ours)
+            ours._unread()  # type: ignore[attr-defined]
+            if pick.random() < 0.5:  # the draw taken back is the next random()
+                assert u == ours.random() == ref.random()
+            assert CALLS[i](ours) == CALLS[i](ref)
+        assert ours.random() == ref.random()
+    gen = np.random.default_rng(0)
+    assert sampling.own_random(gen) is None and gen.random() == np.random.default_rng(0).random()
+    moved = IMPLEMENTATIONS[impl][1]("x")
+    moved.normal()
+    assert sampling.own_random(moved) is None
+    with pytest.raises(RuntimeError):
+        moved._unread()  # type: ignore[attr-defined]
 
 
 def test_featuriser_cache_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

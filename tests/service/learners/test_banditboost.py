@@ -182,19 +182,25 @@ def test_the_dense_fast_path_decides_and_learns_as_the_generic_path() -> None:
     X = rng.normal(size=(400, 6)) * (rng.random((400, 6)) < 0.6)
     X[::7] = 0.0  # all-zero rows: every vote is 0, a tie
     y = rng.integers(0, 4, 400)
-    dense, generic = (make_learner("banditboost", 6, 4, {"n_learners": 7}, seed=1) for _ in range(2))
+    # the third decides with numpy's generator: the dense path that cannot take a draw back
+    models = (make_learner("banditboost", 6, 4, {"n_learners": 7}, seed=1) for _ in range(3))
+    dense, generic, numpy_gen = models
     ids = DecisionIds.for_seed(2)
     ties = 0
     for x, label in zip(X, y, strict=True):
         sx = SparseVector(np.flatnonzero(x).astype(np.int64), x[x != 0.0], x.size)
         did = ids.new()
-        a, b = dense.decide(x, decision_rng(did)), generic.decide(sx, decision_rng(did))
-        assert (a.label, a.probs.tobytes(), a.memo["greedy"], a.memo["f"]) == (
-            b.label, b.probs.tobytes(), b.memo["greedy"], b.memo["f"]
-        )  # fmt: skip
-        assert a.memo["h"].tobytes() == b.memo["h"].tobytes()
+        ra, rc = decision_rng(did), decision_rng(did).generator()
+        a, b, c = dense.decide(x, ra), generic.decide(sx, decision_rng(did)), numpy_gen.decide(x, rc)
+        for other in (b, c):
+            assert (a.label, a.probs.tobytes(), a.memo["greedy"], a.memo["f"]) == (
+                other.label, other.probs.tobytes(), other.memo["greedy"], other.memo["f"]
+            )  # fmt: skip
+            assert a.memo["h"].tobytes() == other.memo["h"].tobytes()
+        assert ra.random() == rc.random()  # the same draws taken
         ties += not x.any()
         dense.learn(x, a, a.label == label)
         generic.learn(sx, b, b.label == label)
+        numpy_gen.learn(x, c, c.label == label)
     assert ties > 50
-    assert checksum(dense.state()) == checksum(generic.state())
+    assert checksum(dense.state()) == checksum(generic.state()) == checksum(numpy_gen.state())
