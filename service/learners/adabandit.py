@@ -5,15 +5,13 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from service.kernels import rho_mix_sample
 from service.learners.base import Decision, learners
 from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, loss_estimate
 from service.learners.booster_kernels import (
+    adabandit_decide,
     adabandit_logistic_args,
     adabandit_logistic_parts,
     adabandit_step,
-    adabandit_votes,
-    hedge_draw,
 )
 
 
@@ -86,12 +84,12 @@ class AdaBandit(TreeBooster):
         self.log_v_ = np.zeros(self.params.n_learners)
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        dist, where = self._weak_distribution(x)
-        # a random argmax per tree, then per expert: the draws of two rand_rows_argmax calls at once
-        weak, votes, experts = adabandit_votes(dist, self.alpha_, rng.random(2 * dist.size))
-        expert = hedge_draw(np.exp(self.log_v_), rng.random())  # sample(v / v.sum(), rng), compiled
-        greedy = int(experts[expert])
-        label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
+        # the draws of the round in one go, in their order: a random argmax per tree, then per expert
+        # (two rand_rows_argmax calls), the expert (sample(v / v.sum(), rng)), then the label
+        U = rng.random(2 * self.params.n_learners * self.n_labels + 2)
+        label, p, greedy, expert, weak, votes, experts, leaves = adabandit_decide(
+            *self.trees_.routing(x), self.alpha_, np.exp(self.log_v_), U, self.params.rho
+        )
         memo = {
             "greedy": greedy,
             "weak": weak,
@@ -99,7 +97,8 @@ class AdaBandit(TreeBooster):
             "votes": votes,
             "experts": experts,
             "expert": expert,
-            **where,
+            "leaves": leaves,
+            "tree_nodes": self.trees_.n_nodes_.copy(),
         }
         return Decision(p, label, memo)
 

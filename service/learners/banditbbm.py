@@ -17,7 +17,8 @@ from service.learners.booster_costs import (
     bbm_cost_matrix,
     loss_estimate,
 )
-from service.learners.booster_kernels import bbm_majority
+from service.learners.booster_kernels import bbm_decide
+from service.sampling import own_random
 
 
 class BanditBBMParams(BanditTreeBoosterParams):
@@ -117,13 +118,23 @@ class BanditBBM(TreeBooster):
         return memo
 
     def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        dist, where = self._weak_distribution(x)
-        # rand_rows_argmax, then randargmax of the counts: one compiled call, a draw only on a tie
-        weak, counts, greedy = bbm_majority(dist, rng.random(dist.size))
-        if greedy < 0:
-            greedy = randargmax(counts, rng)
-        label, p = rho_mix_sample(greedy, self.n_labels, self.params.rho, rng.random())  # rho_mix + sample
-        return Decision(p, label, {"greedy": greedy, "weak": weak, **where})
+        # rand_rows_argmax's draws, then the sampling draw taken before the majority is known: on a
+        # tie it goes back, since randargmax of the counts draws first
+        U = rng.random(self.params.n_learners * self.n_labels)
+        u = own_random(rng)
+        label, p, greedy, weak, counts, leaves = bbm_decide(
+            *self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u
+        )
+        if label < 0:
+            if u is not None:
+                rng._unread()  # type: ignore[attr-defined]
+            if greedy < 0:
+                greedy = randargmax(counts, rng)
+            label, p = rho_mix_sample(
+                greedy, self.n_labels, self.params.rho, rng.random()
+            )  # rho_mix + sample
+        memo = {"greedy": greedy, "weak": weak, "leaves": leaves, "tree_nodes": self.trees_.n_nodes_.copy()}
+        return Decision(p, label, memo)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1

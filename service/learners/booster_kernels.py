@@ -15,13 +15,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from service.kernels import _draw
+from service.kernels import _draw, rho_mix_sample
+from service.learners.weak.forest_kernels import distribution
 
 __all__ = [
+    "adabandit_decide",
     "adabandit_logistic_args",
     "adabandit_logistic_parts",
     "adabandit_step",
     "adabandit_votes",
+    "bbm_decide",
     "bbm_majority",
     "cost_examples",
     "hedge_draw",
@@ -313,3 +316,83 @@ def adabandit_step(
         top = max(top, log_v[i])
     for i in range(log_v.size):
         log_v[i] -= top
+
+
+# -- decide in one call: the forest's routing, the votes and the sampled label (issue 20) -----------
+# A round of the tree boosters on car is a few microseconds of arithmetic per call and about as much
+# again per call from Python; these run decide's calls, with the same arithmetic, in one.
+_ROUTING = (
+    "int64[:, ::1], float64[:, ::1], int64[:, :, ::1], int64[:, ::1], float64[:, ::1], "
+    "float64[:], int64[:], float64[:]"
+)
+
+
+@njit(
+    "Tuple((int64, float64[::1], int64, int64, int64[::1], float64[:, ::1], int64[::1], int64[::1]))"
+    f"({_ROUTING}, float64[:], float64[::1], float64[:], float64)",
+    **_OPTS,
+)
+def adabandit_decide(
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    class_w: np.ndarray,
+    x: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    alpha: np.ndarray,
+    v: np.ndarray,
+    U: np.ndarray,
+    rho: float,
+) -> tuple[int, np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """AdaBandit's decide (seed 001, Algorithms 1 and 3) with its ``2 N k + 2`` uniform draws ``U``:
+    the trees' class weights for ``x`` (:func:`~service.learners.weak.forest_kernels.forest_distribution`),
+    :func:`adabandit_votes` (draws ``U[:2 N k]``), the expert drawn from the Hedge weights ``v``
+    (:func:`hedge_draw`, ``U[2 N k]``) and the label sampled around its prediction
+    (:func:`~service.kernels.rho_mix_sample`, ``U[2 N k + 1]``).
+
+    Returns (label, p, greedy, expert, weak, votes, experts, leaves).
+    """
+    dist, nodes = distribution(feature, threshold, child, slot, class_w, x, idx, val)
+    n, k = dist.shape
+    m = 2 * n * k
+    weak, votes, experts = adabandit_votes(dist, alpha, U[:m])
+    expert = hedge_draw(v, U[m])
+    greedy = experts[expert]
+    label, p = rho_mix_sample(greedy, k, rho, U[m + 1])
+    return label, p, greedy, expert, weak, votes, experts, nodes
+
+
+@njit(
+    "Tuple((int64, float64[::1], int64, int64[::1], int64[::1], int64[::1]))"
+    f"({_ROUTING}, float64[:], float64, float64)",
+    **_OPTS,
+)
+def bbm_decide(
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    child: np.ndarray,
+    slot: np.ndarray,
+    class_w: np.ndarray,
+    x: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    U: np.ndarray,
+    rho: float,
+    u: float,
+) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """BanditBBM's decide (seed 001, Algorithm 2): the trees' class weights for ``x``,
+    :func:`bbm_majority` with the draws ``U`` (N k) and, when the majority is unique and the
+    sampling draw ``u`` was taken (``u >= 0``), the label sampled around it
+    (:func:`~service.kernels.rho_mix_sample`).
+
+    Returns (label, p, greedy, weak, counts, leaves); label -1 (and an empty p) when the majority
+    ties (greedy -1: the caller draws among the ties first, then samples) or ``u < 0``.
+    """
+    dist, nodes = distribution(feature, threshold, child, slot, class_w, x, idx, val)
+    weak, counts, greedy = bbm_majority(dist, U)
+    if greedy < 0 or u < 0.0:
+        return -1, np.empty(0), greedy, weak, counts, nodes
+    label, p = rho_mix_sample(greedy, counts.size, rho, u)
+    return label, p, greedy, weak, counts, nodes

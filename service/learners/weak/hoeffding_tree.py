@@ -181,6 +181,11 @@ class HoeffdingForest(Stateful):
             self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *_operands(x)
         )
 
+    def routing(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, ...]:
+        """The arguments of :func:`forest_distribution` for ``x``: the routing tables, the class
+        weights and ``x`` as the kernels take it (for compiled callers that route in their call)."""
+        return (self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *_operands(x))
+
     # -- learning --------------------------------------------------------------------------------
 
     def update(

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from service.learners import booster_kernels as bk
+from service.learners import make_learner
 from service.learners.base import sample
 from service.learners.booster_costs import hedge_update, logistic_alpha_grad, logistic_cost_matrices
 
@@ -152,6 +153,7 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
     compiled = list(kernel.signatures)
     assert compiled, f"{name} has no compiled signature"
     V, U = np.ones((3, 4)), np.full(24, 0.5)
+    forest = make_learner("adabandit", 4, 4, {"n_learners": 3}, seed=0).trees_  # type: ignore[attr-defined]
     args = {
         "rows_argmax": (V, U),
         "adabandit_votes": (V, np.ones(3), U),
@@ -169,6 +171,9 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
         "hedge_draw": (np.ones(3), 0.5),
         "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
+        # 3 trees, 4 features and 4 labels
+        "adabandit_decide": (*forest.routing(np.ones(4)), np.zeros(3), np.ones(3), np.full(26, 0.5), 0.1),
+        "bbm_decide": (*forest.routing(np.ones(4)), np.full(12, 0.5), 0.1, 0.5),
     }[name]
     kernel(*args)
     kernel(*[a[:, ::1] if isinstance(a, np.ndarray) and a.ndim == 2 else a for a in args])
