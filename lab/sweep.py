@@ -150,16 +150,22 @@ def sweep(
     return sorted(rows, key=lambda r: r[1])
 
 
+def run_key(learner: str, params: Mapping[str, Any], dataset: str, seed: int) -> str:
+    """The run store's key of one sweep run: the learner's :func:`run_version`, the setting, the
+    data set, the shuffle and :data:`ROUNDS` (the one place it is spelled: ``bench quality`` reads
+    the sweep's runs by it)."""
+    return f"sweep|{run_version(learner)}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{ROUNDS}"
+
+
 def score(
     learner: str, params: Mapping[str, Any], store: Path | None
 ) -> tuple[float, dict[str, float], float]:
     """One setting on the tuning sets (cached per run): mean error, mean error per data set, CPU s."""
-    fp = run_version(learner)
     per: dict[str, list[float]] = {d: [] for d in TUNING}
     seconds = 0.0
     for dataset in TUNING:
         for seed in SEEDS:
-            key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{ROUNDS}"
+            key = run_key(learner, params, dataset, seed)
             res = cached(store, key, lambda d=dataset, s=seed: one_run(learner, params, d, s))
             per[dataset].append(res["error"])
             seconds += res["seconds"]

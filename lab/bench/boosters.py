@@ -242,7 +242,7 @@ def _tuning() -> list[str]:
 
     lines = []
     for label, learner, params in SYSTEMS:
-        if not params or learner not in sweep.GRIDS:
+        if learner not in sweep.GRIDS:
             continue
         defaults = learners.get(learner).Params().model_dump()
         base = {key: defaults[key] for key in sweep.GRIDS[learner]}

@@ -198,19 +198,17 @@ def version(kind: str, learner: str) -> str:
 
 def sweep_best(learner: str, store: Path | None = SWEEP_STORE) -> tuple[dict[str, Any], float] | None:
     """The best setting of ``learner``'s defaults sweep and its mean online error, read from the
-    sweep's stored runs (keys as :func:`lab.sweep.sweep` makes them); None when ``learner`` has no
+    sweep's stored runs (keys by :func:`lab.sweep.run_key`); None when ``learner`` has no
     grid or a run of its grid is not stored at its current version (nothing is computed here)."""
     if store is None or learner not in sweep.GRIDS:
         return None
-    fp = sweep.run_version(learner)
     scored = []
     for params in sweep.settings(learner):
         means = []
         for dataset in sweep.TUNING:
             errors = []
             for seed in sweep.SEEDS:
-                key = f"sweep|{fp}|{learner}|{sorted(params.items())}|{dataset}|{seed}|{sweep.ROUNDS}"
-                got = lookup(store, key)
+                got = lookup(store, sweep.run_key(learner, params, dataset, seed))
                 if got is None:
                     return None
                 errors.append(got["error"])
