@@ -88,7 +88,7 @@ class AdaBandit(TreeBooster):
         # (two rand_rows_argmax calls), the expert (sample(v / v.sum(), rng)), then the label
         U = rng.random(2 * self.params.n_learners * self.n_labels + 2)
         label, p, greedy, expert, weak, votes, experts, leaves = adabandit_decide(
-            *self.trees_.routing(x), self.alpha_, np.exp(self.log_v_), U, self.params.rho
+            self.trees_.routing(x), self.alpha_, np.exp(self.log_v_), U, self.params.rho
         )
         memo = {
             "greedy": greedy,

@@ -123,7 +123,7 @@ class BanditBBM(TreeBooster):
         U = rng.random(self.params.n_learners * self.n_labels)
         u = own_random(rng)
         label, p, greedy, weak, counts, leaves = bbm_decide(
-            *self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u
+            self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u
         )
         if label < 0:
             if u is not None:

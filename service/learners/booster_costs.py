@@ -21,8 +21,8 @@ from pydantic import Field, model_validator
 
 from service.features import SparseVector
 from service.learners.base import Learner, ParamError, Params
-from service.learners.booster_kernels import cost_examples, rows_argmax
-from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters
+from service.learners.booster_kernels import cost_examples, forest_learn_costs, rows_argmax
+from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters, operands
 
 Ties = Literal["random", "pessimistic"]
 
@@ -417,8 +417,19 @@ class TreeBooster(Learner):
         """Feed every tree its cost vector through the (label, weight) reduction (§2.8); ``labels``,
         when given, replace the reduction's labels (the weights stay)."""
         p = self.params
-        found, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
-        labels = found if labels is None else labels
+        if labels is None:  # the reduction and the trees' update in one compiled call
+            f = self.trees_
+            xs = operands(x)
+            leaves = np.asarray(memo["leaves"], dtype=np.int64)
+            start, lack, labels, weights, used = forest_learn_costs(
+                f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64),
+                f.adaptive, np.asarray(C, dtype=np.float64), float(p.cost_clip), self.rng_.random(C.size),
+                -1 if prefer is None else int(prefer), p.weight_divide,
+            )  # fmt: skip
+            if start >= 0:  # stopped for room: grow and go on
+                f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
+            return
+        _, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
         # np.array_equal for these int64 vectors, without its checks (a sizeable share of a round)
         known, now = np.asarray(memo["tree_nodes"], dtype=np.int64), self.trees_.n_nodes_
         same = known.shape == now.shape and known.tobytes() == now.tobytes()

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from service.kernels import _draw, rho_mix_sample
-from service.learners.weak.forest_kernels import distribution
+from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution, forest_update
 
 __all__ = [
     "adabandit_decide",
@@ -27,6 +27,7 @@ __all__ = [
     "bbm_decide",
     "bbm_majority",
     "cost_examples",
+    "forest_learn_costs",
     "hedge_draw",
     "pairwise_sum",
     "rows_argmax",
@@ -321,9 +322,10 @@ def adabandit_step(
 # -- decide in one call: the forest's routing, the votes and the sampled label (issue 20) -----------
 # A round of the tree boosters on car is a few microseconds of arithmetic per call and about as much
 # again per call from Python; these run decide's calls, with the same arithmetic, in one.
+#: HoeffdingForest.routing(x): the routing tables, the class weights and x as the kernels take it
 _ROUTING = (
-    "int64[:, ::1], float64[:, ::1], int64[:, :, ::1], int64[:, ::1], float64[:, ::1], "
-    "float64[:], int64[:], float64[:]"
+    "Tuple((int64[:, ::1], float64[:, ::1], int64[:, :, ::1], int64[:, ::1], float64[:, ::1], "
+    "float64[:], int64[:], float64[:]))"
 )
 
 
@@ -333,28 +335,18 @@ _ROUTING = (
     **_OPTS,
 )
 def adabandit_decide(
-    feature: np.ndarray,
-    threshold: np.ndarray,
-    child: np.ndarray,
-    slot: np.ndarray,
-    class_w: np.ndarray,
-    x: np.ndarray,
-    idx: np.ndarray,
-    val: np.ndarray,
-    alpha: np.ndarray,
-    v: np.ndarray,
-    U: np.ndarray,
-    rho: float,
+    routing: tuple, alpha: np.ndarray, v: np.ndarray, U: np.ndarray, rho: float
 ) -> tuple[int, np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """AdaBandit's decide (seed 001, Algorithms 1 and 3) with its ``2 N k + 2`` uniform draws ``U``:
-    the trees' class weights for ``x`` (:func:`~service.learners.weak.forest_kernels.forest_distribution`),
-    :func:`adabandit_votes` (draws ``U[:2 N k]``), the expert drawn from the Hedge weights ``v``
-    (:func:`hedge_draw`, ``U[2 N k]``) and the label sampled around its prediction
-    (:func:`~service.kernels.rho_mix_sample`, ``U[2 N k + 1]``).
+    the trees' class weights for ``x`` (``routing``: :meth:`HoeffdingForest.routing`, as
+    :func:`~service.learners.weak.forest_kernels.forest_distribution` takes it), :func:`adabandit_votes`
+    (draws ``U[:2 N k]``), the expert drawn from the Hedge weights ``v`` (:func:`hedge_draw`,
+    ``U[2 N k]``) and the label sampled around its prediction (:func:`~service.kernels.rho_mix_sample`,
+    ``U[2 N k + 1]``).
 
     Returns (label, p, greedy, expert, weak, votes, experts, leaves).
     """
-    dist, nodes = distribution(feature, threshold, child, slot, class_w, x, idx, val)
+    dist, nodes = distribution(routing)
     n, k = dist.shape
     m = 2 * n * k
     weak, votes, experts = adabandit_votes(dist, alpha, U[:m])
@@ -370,29 +362,58 @@ def adabandit_decide(
     **_OPTS,
 )
 def bbm_decide(
-    feature: np.ndarray,
-    threshold: np.ndarray,
-    child: np.ndarray,
-    slot: np.ndarray,
-    class_w: np.ndarray,
-    x: np.ndarray,
-    idx: np.ndarray,
-    val: np.ndarray,
-    U: np.ndarray,
-    rho: float,
-    u: float,
+    routing: tuple, U: np.ndarray, rho: float, u: float
 ) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
-    """BanditBBM's decide (seed 001, Algorithm 2): the trees' class weights for ``x``,
-    :func:`bbm_majority` with the draws ``U`` (N k) and, when the majority is unique and the
-    sampling draw ``u`` was taken (``u >= 0``), the label sampled around it
-    (:func:`~service.kernels.rho_mix_sample`).
+    """BanditBBM's decide (seed 001, Algorithm 2): the trees' class weights for ``x`` (``routing`` as
+    in :func:`adabandit_decide`), :func:`bbm_majority` with the draws ``U`` (N k) and, when the
+    majority is unique and the sampling draw ``u`` was taken (``u >= 0``), the label sampled around
+    it (:func:`~service.kernels.rho_mix_sample`).
 
     Returns (label, p, greedy, weak, counts, leaves); label -1 (and an empty p) when the majority
     ties (greedy -1: the caller draws among the ties first, then samples) or ``u < 0``.
     """
-    dist, nodes = distribution(feature, threshold, child, slot, class_w, x, idx, val)
+    dist, nodes = distribution(routing)
     weak, counts, greedy = bbm_majority(dist, U)
     if greedy < 0 or u < 0.0:
         return -1, np.empty(0), greedy, weak, counts, nodes
     label, p = rho_mix_sample(greedy, counts.size, rho, u)
     return label, p, greedy, weak, counts, nodes
+
+
+@njit(
+    "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
+    f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], boolean, float64[:, :], "
+    "float64, float64[:], int64, boolean)",
+    **_OPTS,
+)
+def forest_learn_costs(
+    forest: tuple,
+    xs: tuple,
+    trees: np.ndarray,
+    leaves: np.ndarray,
+    known: np.ndarray,
+    adaptive: bool,
+    C: np.ndarray,
+    clip: float,
+    U: np.ndarray,
+    prefer: int,
+    divide: bool,
+) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+    """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction:
+    :func:`cost_examples` then :func:`~service.learners.weak.forest_kernels.forest_update` (on the
+    forest's arrays ``forest``, :meth:`HoeffdingForest.arrays`, and ``xs``, the operands of ``x``), in
+    one call (``TreeBooster._train_trees``).
+
+    ``leaves`` are the decision's leaves of ``x``, used when the trees' node counts are still
+    ``known`` (those at decision time: no tree has split since), else ``x`` is routed again.
+    Returns forest_update's ``(start, lack)``, the labels and weights, and whether ``leaves`` were
+    used: when the update stopped for room, the caller grows the forest and resumes it with those.
+    """
+    labels, weights = cost_examples(C, clip, U, prefer, divide)
+    n_nodes = forest[4]
+    same = known.size == n_nodes.size
+    for i in range(known.size if same else 0):
+        same = same and known[i] == n_nodes[i]
+    nodes = leaves if same else leaves[:0]
+    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, adaptive)
+    return start, lack, labels, weights, same

@@ -32,10 +32,12 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "FOREST",
     "GROW_NODES",
     "GROW_ROWS",
     "MIN_BRANCH_FRACTION",
     "N_CANDIDATES",
+    "OPERANDS",
     "compact",
     "distribution",
     "forest_distribution",
@@ -107,17 +109,9 @@ def _leaf(
 
 
 @njit(inline="always", **_OPTS)  # inlined: the boosters' decide kernels route in the same call
-def distribution(
-    feature: np.ndarray,
-    threshold: np.ndarray,
-    child: np.ndarray,
-    slot: np.ndarray,
-    class_w: np.ndarray,
-    x: np.ndarray,
-    idx: np.ndarray,
-    val: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`forest_distribution`'s loop, for compiled callers."""
+def distribution(routing: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`forest_distribution`'s loop, for compiled callers: ``routing`` is its arguments."""
+    feature, threshold, child, slot, class_w, x, idx, val = routing
     n, k = feature.shape[0], class_w.shape[1]
     dist = np.empty((n, k))
     nodes = np.empty(n, np.int64)
@@ -156,7 +150,7 @@ def forest_distribution(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Class weights of every tree's leaf for ``x`` plus the pseudo-count 1 per class, shape (N, k),
     and the leaf nodes, shape (N,). ``x`` is a dense row, or empty with ``(idx, val)`` sparse."""
-    return distribution(feature, threshold, child, slot, class_w, x, idx, val)
+    return distribution((feature, threshold, child, slot, class_w, x, idx, val))
 
 
 @njit("float64(float64)", **_OPTS)
@@ -662,12 +656,17 @@ def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[
     return out_idx, out_val
 
 
-@njit(
-    f"UniTuple(int64, 2)({_TABLES}, {_I1}, {_I1}, {_F1}, {_F1}, {_F1}, {_F2}, {_F2}, {_I2}, {_F1}, {_F1}, "
-    f"boolean[:], {_ENTRIES}, boolean[:], {_I1}, {_F1}, {_I1}, {_F1}, {_I1}, {_I1}, {_F1}, {_I1}, int64, "
-    "boolean)",
-    **_OPTS,
+#: The types of the forest's arrays that :func:`forest_update` takes, in its order
+#: (:meth:`~service.learners.weak.hoeffding_tree.HoeffdingForest.arrays`), and of ``x`` as the
+#: kernels take it (dense row, idx, val): for compiled callers that update the forest in their call.
+FOREST = (
+    f"{_TABLES}, {_I1}, {_I1}, {_F1}, {_F1}, {_F1}, {_F2}, {_F2}, {_I2}, {_F1}, {_F1}, boolean[:], "
+    f"{_ENTRIES}, boolean[:], {_I1}"
 )
+OPERANDS = f"{_F1}, {_I1}, {_F1}"
+
+
+@njit(f"UniTuple(int64, 2)({FOREST}, {OPERANDS}, {_I1}, {_I1}, {_F1}, {_I1}, int64, boolean)", **_OPTS)
 def forest_update(
     feature: np.ndarray,
     threshold: np.ndarray,

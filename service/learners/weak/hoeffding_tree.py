@@ -46,7 +46,7 @@ from service.learners.weak.forest_kernels import (
     forest_update,
 )
 
-__all__ = ["HoeffdingForest", "draw_tree_hyperparameters"]
+__all__ = ["HoeffdingForest", "draw_tree_hyperparameters", "operands"]
 
 _NONE_F = np.zeros(0)
 _NONE_I = np.zeros(0, dtype=np.int64)
@@ -75,7 +75,7 @@ def draw_tree_hyperparameters(
     return g, t, d
 
 
-def _operands(x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def operands(x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(dense row, idx, val)`` for the kernels: a dense row with empty ``idx, val``, or the reverse."""
     if isinstance(x, SparseVector):
         return _NONE_F, x.idx, x.val
@@ -168,6 +168,11 @@ class HoeffdingForest(Stateful):
         self._trees = np.arange(n)
 
     @property
+    def trees(self) -> np.ndarray:
+        """Every tree's index (the ``trees`` argument of an update of all of them)."""
+        return self._trees
+
+    @property
     def n_rows_(self) -> int:
         """Rows of the leaf pool in use (the leaves of all trees)."""
         return int(self.pool_[0])
@@ -178,13 +183,13 @@ class HoeffdingForest(Stateful):
         """Class weights each tree predicts for ``x`` (observed weight + 1 per class), shape (N, k),
         and the leaf node of ``x`` in each tree (to pass back to :meth:`update`)."""
         return forest_distribution(
-            self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *_operands(x)
+            self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *operands(x)
         )
 
     def routing(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, ...]:
         """The arguments of :func:`forest_distribution` for ``x``: the routing tables, the class
         weights and ``x`` as the kernels take it (for compiled callers that route in their call)."""
-        return (self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *_operands(x))
+        return (self.feature_, self.threshold_, self.child_, self.slot_, self.class_w_, *operands(x))
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -206,24 +211,42 @@ class HoeffdingForest(Stateful):
         labels = np.asarray(labels, dtype=np.int64)
         weights = np.asarray(weights, dtype=np.float64)
         nodes = _NONE_I if nodes is None else np.asarray(nodes, dtype=np.int64)
-        operands = _operands(x)
-        start = 0
-        while True:
-            start, lack = forest_update(
-                self.feature_, self.threshold_, self.child_, self.slot_, self.n_nodes_, self.n_leaves_,
-                self.grace_, self.tie_, self.delta_, self.class_w_, self.stat_w_, self.n_class_,
-                self.seen_, self.evaluated_, self.active_, self.segment_, self.key_, self.count_,
-                self.moments_, self.binary_, self.pool_, *operands, tr, labels, weights, nodes, start,
-                self.adaptive,
-            )  # fmt: skip
-            if start < 0:
-                return
+        self.resume(operands(x), tr, labels, weights, nodes, 0, 0)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The forest's arrays as :func:`forest_update` takes them (``forest_kernels.FOREST``)."""
+        return (
+            self.feature_, self.threshold_, self.child_, self.slot_, self.n_nodes_, self.n_leaves_,
+            self.grace_, self.tie_, self.delta_, self.class_w_, self.stat_w_, self.n_class_,
+            self.seen_, self.evaluated_, self.active_, self.segment_, self.key_, self.count_,
+            self.moments_, self.binary_, self.pool_,
+        )  # fmt: skip
+
+    def resume(
+        self,
+        xs: tuple[np.ndarray, np.ndarray, np.ndarray],
+        trees: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray,
+        nodes: np.ndarray,
+        start: int,
+        lack: int,
+    ) -> None:
+        """Update trees ``trees[start:]`` (see :meth:`update`; ``xs`` is :func:`operands` of ``x``),
+        first growing the arrays by ``lack`` (what :func:`forest_update` last asked for; 0: nothing).
+
+        A compiled caller that updates the forest in its own call (``booster_kernels``) hands an
+        update that stopped for room over to here."""
+        while start >= 0:
             if lack == GROW_NODES:
                 self._grow_nodes()
             elif lack == GROW_ROWS:
                 self._grow_rows()
-            else:
+            elif lack:
                 self._make_room(lack)
+            start, lack = forest_update(
+                *self.arrays(), *xs, trees, labels, weights, nodes, start, self.adaptive
+            )  # fmt: skip
 
     @staticmethod
     def _pad(a: np.ndarray, axis: int, size: int, fill: float) -> np.ndarray:

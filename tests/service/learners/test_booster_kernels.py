@@ -11,6 +11,7 @@ from service.learners import booster_kernels as bk
 from service.learners import make_learner
 from service.learners.base import sample
 from service.learners.booster_costs import hedge_update, logistic_alpha_grad, logistic_cost_matrices
+from service.learners.weak.hoeffding_tree import operands
 
 
 def textbook_rows_argmax(V: np.ndarray, U: np.ndarray) -> np.ndarray:
@@ -172,8 +173,21 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
         "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
         # 3 trees, 4 features and 4 labels
-        "adabandit_decide": (*forest.routing(np.ones(4)), np.zeros(3), np.ones(3), np.full(26, 0.5), 0.1),
-        "bbm_decide": (*forest.routing(np.ones(4)), np.full(12, 0.5), 0.1, 0.5),
+        "adabandit_decide": (forest.routing(np.ones(4)), np.zeros(3), np.ones(3), np.full(26, 0.5), 0.1),
+        "bbm_decide": (forest.routing(np.ones(4)), np.full(12, 0.5), 0.1, 0.5),
+        "forest_learn_costs": (
+            forest.arrays(),
+            operands(np.ones(4)),
+            forest.trees,
+            np.zeros(3, np.int64),
+            forest.n_nodes_.copy(),
+            False,
+            V,
+            100.0,
+            np.full(12, 0.5),
+            -1,
+            False,
+        ),
     }[name]
     kernel(*args)
     kernel(*[a[:, ::1] if isinstance(a, np.ndarray) and a.ndim == 2 else a for a in args])
