@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field
 
 from service.learners.base import Decision, learners
-from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, loss_estimate
+from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster
 from service.learners.booster_kernels import (
     adabandit_decide,
-    adabandit_logistic_args,
+    adabandit_learn_args,
     adabandit_logistic_parts,
     adabandit_step,
 )
@@ -106,16 +108,18 @@ class AdaBandit(TreeBooster):
         self.t_ += 1
         m = decision.memo
         weak = np.asarray(m["weak"], dtype=np.int64)
-        votes = np.asarray(m["votes"], dtype=np.float64)
         k = self.n_labels
-        ell = loss_estimate(decision.probs, decision.label, int(m["greedy"]), reward)
-        iota = 1.0 - ell
-        # logistic_cost_matrices and logistic_alpha_grad at s^{i-1}, compiled around one numpy tanh
-        # and numpy's two products, so the bits are theirs (booster_kernels says why)
-        t = np.tanh(adabandit_logistic_args(votes, weak, np.asarray(m["alpha"], dtype=np.float64)))
-        G, off, onsum = adabandit_logistic_parts(t, weak, k)
+        # loss_estimate, iota_hat, then logistic_cost_matrices and logistic_alpha_grad at s^{i-1},
+        # compiled around one numpy tanh and numpy's two products, so the bits are theirs
+        # (booster_kernels says why)
+        ell, iota, z = adabandit_learn_args(
+            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(m["greedy"]), bool(reward),
+            np.asarray(m["votes"], dtype=np.float64), weak, np.asarray(m["alpha"], dtype=np.float64),
+        )  # fmt: skip
+        G, off, onsum = adabandit_logistic_parts(np.tanh(z), weak, k)
         self._train_trees(x, G @ iota, decision.label if reward else None, m)
-        eta = self.params.lr_scale * self.params.rho / (k**2 * np.sqrt(self.t_))
+        # the operations of lr_scale * rho / (k**2 * np.sqrt(t)) on Python floats (no numpy scalars)
+        eta = self.params.lr_scale * self.params.rho / (k * k * math.sqrt(self.t_))
         adabandit_step(
             self.alpha_, self.log_v_, off @ iota, onsum, iota, weak, float(eta), ell,
             np.asarray(m["experts"], dtype=np.int64),

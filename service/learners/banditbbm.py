@@ -15,9 +15,8 @@ from service.learners.booster_costs import (
     Ties,
     TreeBooster,
     bbm_cost_matrix,
-    loss_estimate,
 )
-from service.learners.booster_kernels import bbm_decide
+from service.learners.booster_kernels import bbm_decide, loss_iota
 from service.sampling import own_random
 
 
@@ -139,11 +138,14 @@ class BanditBBM(TreeBooster):
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         p = self.params
-        ell = loss_estimate(decision.probs, decision.label, int(decision.memo["greedy"]), reward)
+        _, iota = loss_iota(  # loss_estimate, compiled, and 1 - ell
+            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(decision.memo["greedy"]),
+            bool(reward),
+        )  # fmt: skip
         mc = self.rng_ if p.potential == "mc" else None
         weak = np.asarray(decision.memo["weak"])
         memo = None if mc is not None else self._memo(weak.size)
-        C = bbm_costs(weak, self.n_labels, p.gamma, p.ties, 1.0 - ell, mc, memo)
+        C = bbm_costs(weak, self.n_labels, p.gamma, p.ties, iota, mc, memo)
         if reward or p.unclicked_label == "argmin":
             self._train_trees(x, C, decision.label if reward else None, decision.memo)
             return

@@ -20,6 +20,7 @@ from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution,
 
 __all__ = [
     "adabandit_decide",
+    "adabandit_learn_args",
     "adabandit_logistic_args",
     "adabandit_logistic_parts",
     "adabandit_step",
@@ -29,6 +30,7 @@ __all__ = [
     "cost_examples",
     "forest_learn_costs",
     "hedge_draw",
+    "loss_iota",
     "pairwise_sum",
     "rows_argmax",
 ]
@@ -248,6 +250,46 @@ def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarr
             z[j] = 0.5 * (sj - (votes[i - 1, a] if i > 0 else 0.0))
             j += 1
     return z
+
+
+@njit("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)", **_OPTS)
+def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The loss estimate (4) of :func:`service.learners.booster_costs.loss_estimate`, its floats bit
+    for bit (the same operations in the same order), and ``iota = 1 - ell`` (eq. (5)'s input)."""
+    k = probs.size
+    ell = np.zeros(k)
+    if reward:
+        q = 1.0 / probs[label]
+        for c in range(k):
+            ell[c] = q
+        ell[label] -= q
+        ell[greedy] -= q  # label == greedy: -1/p here, cancelled below
+    if label == greedy:
+        ell[greedy] += 1.0 / probs[greedy]
+    iota = np.empty(k)
+    for c in range(k):
+        iota[c] = 1.0 - ell[c]
+    return ell, iota
+
+
+@njit(
+    "Tuple((float64[::1], float64[::1], float64[::1]))"
+    "(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:])",
+    **_OPTS,
+)
+def adabandit_learn_args(
+    probs: np.ndarray,
+    label: int,
+    greedy: int,
+    reward: bool,
+    votes: np.ndarray,
+    weak: np.ndarray,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AdaBandit's learn up to its one ``np.tanh``: :func:`loss_iota` and
+    :func:`adabandit_logistic_args` in one call. Returns (ell, iota, z)."""
+    ell, iota = loss_iota(probs, label, greedy, reward)
+    return ell, iota, adabandit_logistic_args(votes, weak, alpha)
 
 
 @njit("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)", **_OPTS)

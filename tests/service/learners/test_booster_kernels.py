@@ -9,8 +9,13 @@ import pytest
 
 from service.learners import booster_kernels as bk
 from service.learners import make_learner
-from service.learners.base import sample
-from service.learners.booster_costs import hedge_update, logistic_alpha_grad, logistic_cost_matrices
+from service.learners.base import rho_mix, sample
+from service.learners.booster_costs import (
+    hedge_update,
+    logistic_alpha_grad,
+    logistic_cost_matrices,
+    loss_estimate,
+)
 from service.learners.weak.hoeffding_tree import operands
 
 
@@ -112,6 +117,24 @@ def test_adabandit_learning_kernels_equal_the_numpy_steps(k: int) -> None:
         assert log_v.tobytes() == ref_log_v.tobytes()
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 10, 26])
+def test_loss_iota_is_loss_estimate(k: int) -> None:
+    """The compiled loss estimate (4) and iota_hat are loss_estimate's floats, every case of (4);
+    adabandit_learn_args adds adabandit_logistic_args' arguments unchanged."""
+    rng = np.random.default_rng(k)
+    for _ in range(50):
+        probs = rng.dirichlet(np.ones(k)) if rng.random() < 0.5 else rho_mix(k, int(rng.integers(k)), 0.01)
+        for label in range(k):
+            for greedy in range(k):
+                for reward in (False, True):
+                    ell, iota = bk.loss_iota(probs, label, greedy, reward)
+                    want = loss_estimate(probs, label, greedy, reward)
+                    assert ell.tobytes() == want.tobytes() and iota.tobytes() == (1.0 - want).tobytes()
+    votes, weak, alpha = rng.standard_normal((5, k)), rng.integers(0, k, 5), rng.standard_normal(5)
+    ell, iota, z = bk.adabandit_learn_args(probs, 0, 1, True, votes, weak, alpha)
+    assert z.tobytes() == bk.adabandit_logistic_args(votes, weak, alpha).tobytes()
+
+
 def test_tanh_is_odd_bit_for_bit() -> None:
     """adabandit_logistic_args computes half the arguments and negates their tanh: exact only if
     numpy's tanh (its SIMD kernel on this CPU) is odd bit for bit, at every position of an array."""
@@ -170,6 +193,8 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
             np.zeros(3, np.int64),
         ),
         "hedge_draw": (np.ones(3), 0.5),
+        "loss_iota": (np.full(4, 0.25), 1, 2, True),
+        "adabandit_learn_args": (np.full(4, 0.25), 1, 2, True, V, np.zeros(3, np.int64), np.ones(3)),
         "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
         # 3 trees, 4 features and 4 labels
