@@ -204,12 +204,13 @@ def weight_audit(
     def watch(model: Learner, y: np.ndarray) -> Callable[[], dict[str, Any]]:
         table = {kind: [0, 0.0, 0.0] for kind in ROUNDS}
         seen: list[tuple[np.ndarray, np.ndarray]] = []
-        learn, update = model.learn, model.trees_.update
+        learn, train = model.learn, model._train_trees  # type: ignore[attr-defined]
         truths = iter(y)
 
-        def spy_update(x: np.ndarray, labels: np.ndarray, weights: np.ndarray, *args: Any, **kw: Any) -> None:
+        def spy_train(*args: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
+            labels, weights = train(*args, **kw)
             seen.append((np.array(labels), np.array(weights, dtype=float)))
-            update(x, labels, weights, *args, **kw)
+            return labels, weights
 
         def spy_learn(x: np.ndarray, d: Decision, hit: bool) -> None:
             truth = int(next(truths))  # run_stream calls learn once per round, in order
@@ -222,7 +223,7 @@ def weight_audit(
                 row[1] += float(weights.sum())
                 row[2] += float(weights[labels == truth].sum())
 
-        model.trees_.update = spy_update  # type: ignore[attr-defined]
+        model._train_trees = spy_train  # type: ignore[attr-defined]
         model.learn = spy_learn  # type: ignore[method-assign]
         return lambda: {"rounds": table}
 

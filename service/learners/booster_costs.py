@@ -413,9 +413,10 @@ class TreeBooster(Learner):
         prefer: int | None,
         memo: dict,
         labels: np.ndarray | None = None,
-    ) -> None:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Feed every tree its cost vector through the (label, weight) reduction (§2.8); ``labels``,
-        when given, replace the reduction's labels (the weights stay)."""
+        when given, replace the reduction's labels (the weights stay). Returns the (labels, weights)
+        the trees learned (for audits: ``lab.repro.seed001_variants.weight_audit``)."""
         p = self.params
         if labels is None:  # the reduction and the trees' update in one compiled call
             f = self.trees_
@@ -428,9 +429,10 @@ class TreeBooster(Learner):
             )  # fmt: skip
             if start >= 0:  # stopped for room: grow and go on
                 f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
-            return
+            return labels, weights
         _, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
         # np.array_equal for these int64 vectors, without its checks (a sizeable share of a round)
         known, now = np.asarray(memo["tree_nodes"], dtype=np.int64), self.trees_.n_nodes_
         same = known.shape == now.shape and known.tobytes() == now.tobytes()
         self.trees_.update(x, labels, weights, np.asarray(memo["leaves"]) if same else None)
+        return labels, weights
