@@ -25,6 +25,8 @@ from service.learners.booster_kernels import cost_examples, forest_learn_costs, 
 from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters, operands
 
 Ties = Literal["random", "pessimistic"]
+#: forest_learn_costs' "no labels given": the reduction's labels
+_NO_LABELS = np.zeros(0, dtype=np.int64)
 
 __all__ = [
     "BanditTreeBoosterParams",
@@ -418,21 +420,16 @@ class TreeBooster(Learner):
         when given, replace the reduction's labels (the weights stay). Returns the (labels, weights)
         the trees learned (for audits: ``lab.repro.seed001_variants.weight_audit``)."""
         p = self.params
-        if labels is None:  # the reduction and the trees' update in one compiled call
-            f = self.trees_
-            xs = operands(x)
-            leaves = np.asarray(memo["leaves"], dtype=np.int64)
-            start, lack, labels, weights, used = forest_learn_costs(
-                f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64),
-                f.adaptive, np.asarray(C, dtype=np.float64), float(p.cost_clip), self.rng_.random(C.size),
-                -1 if prefer is None else int(prefer), p.weight_divide,
-            )  # fmt: skip
-            if start >= 0:  # stopped for room: grow and go on
-                f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
-            return labels, weights
-        _, weights = costs_to_examples(C, p.cost_clip, self.rng_, prefer, p.weight_divide)
-        # np.array_equal for these int64 vectors, without its checks (a sizeable share of a round)
-        known, now = np.asarray(memo["tree_nodes"], dtype=np.int64), self.trees_.n_nodes_
-        same = known.shape == now.shape and known.tobytes() == now.tobytes()
-        self.trees_.update(x, labels, weights, np.asarray(memo["leaves"]) if same else None)
+        f = self.trees_
+        xs = operands(x)
+        leaves = np.asarray(memo["leaves"], dtype=np.int64)
+        given = _NO_LABELS if labels is None else np.asarray(labels, dtype=np.int64)
+        # the reduction and the trees' update in one compiled call
+        start, lack, labels, weights, used = forest_learn_costs(
+            f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64),
+            f.adaptive, np.asarray(C, dtype=np.float64), float(p.cost_clip), self.rng_.random(C.size),
+            -1 if prefer is None else int(prefer), p.weight_divide, given,
+        )  # fmt: skip
+        if start >= 0:  # stopped for room: grow and go on
+            f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
         return labels, weights

@@ -425,7 +425,7 @@ def bbm_decide(
 @njit(
     "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
     f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], boolean, float64[:, :], "
-    "float64, float64[:], int64, boolean)",
+    "float64, float64[:], int64, boolean, int64[::1])",
     **_OPTS,
 )
 def forest_learn_costs(
@@ -440,6 +440,7 @@ def forest_learn_costs(
     U: np.ndarray,
     prefer: int,
     divide: bool,
+    given: np.ndarray,
 ) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
     """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction:
     :func:`cost_examples` then :func:`~service.learners.weak.forest_kernels.forest_update` (on the
@@ -448,10 +449,14 @@ def forest_learn_costs(
 
     ``leaves`` are the decision's leaves of ``x``, used when the trees' node counts are still
     ``known`` (those at decision time: no tree has split since), else ``x`` is routed again.
-    Returns forest_update's ``(start, lack)``, the labels and weights, and whether ``leaves`` were
-    used: when the update stopped for room, the caller grows the forest and resumes it with those.
+    ``given``, when not empty, replaces the reduction's labels (the weights stay; BanditBBM's
+    ``unclicked_label="random"``). Returns forest_update's ``(start, lack)``, the labels and weights,
+    and whether ``leaves`` were used: when the update stopped for room, the caller grows the forest
+    and resumes it with those.
     """
     labels, weights = cost_examples(C, clip, U, prefer, divide)
+    if given.size:
+        labels = given
     n_nodes = forest[4]
     same = known.size == n_nodes.size
     for i in range(known.size if same else 0):

@@ -212,6 +212,7 @@ def test_kernels_are_compiled_at_import(name: str) -> None:
             np.full(12, 0.5),
             -1,
             False,
+            np.zeros(0, np.int64),
         ),
     }[name]
     kernel(*args)
