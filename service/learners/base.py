@@ -503,12 +503,22 @@ class Learner(Stateful, abc.ABC):
         if not isinstance(learner, cls):
             raise ParamError(f"config names {config['learner']!r}, not a {cls.__name__}")
         version = state.get("schema_version")
+        state = {k: v for k, v in state.items() if k != "schema_version"}
         if version != learner.schema_version:
-            raise StateFormatError(
-                f"{learner.name}: state schema version {version!r}, this build reads {learner.schema_version}"
-            )
-        learner.set_state({k: v for k, v in state.items() if k != "schema_version"})
+            if not (isinstance(version, int) and 0 < version < learner.schema_version):
+                raise StateFormatError(learner._unreadable(version))
+            learner.upgrade_state(state, version)
+        learner.set_state(state)
         return learner
+
+    def upgrade_state(self, state: dict[str, Any], version: int) -> None:
+        """Rewrite ``state``, stored under the older schema ``version``, into this build's schema (in
+        place); a checkpoint survives an upgrade of the service. Raises :class:`StateFormatError`
+        where no rewrite exists (the default)."""
+        raise StateFormatError(self._unreadable(version))
+
+    def _unreadable(self, version: object) -> str:
+        return f"{self.name}: state schema version {version!r}, this build reads {self.schema_version}"
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from service.learners.banditboost import BanditBoost, BanditBoostParams
 from service.learners.base import learners
+from service.learners.weak.hoeffding_tree import upgrade_entry_keys
 
 
 class BinBanditParams(BanditBoostParams):
@@ -33,7 +36,16 @@ class BinBandit(BanditBoost):
     """
 
     name = "binbandit"
-    # Its state (binary Hoeffding trees, alpha) did not change when BanditBoost's did (version 2)
-    schema_version = 1
+    # Its state (binary Hoeffding trees, alpha) did not change when BanditBoost's did (version 2);
+    # 2: the trees' entry keys are ``class * d + feature`` (:func:`upgrade_entry_keys`)
+    schema_version = 2
     Params = BinBanditParams
     params: BinBanditParams
+
+    def upgrade_state(self, state: dict[str, Any], version: int) -> None:
+        """Schema 1 (entry keys ``feature * k + class``) to 2: :func:`upgrade_entry_keys` on the
+        two-class trees (a weak family without trees has nothing to rewrite)."""
+        if version != 1:
+            super().upgrade_state(state, version)
+        if "weak_.forest_.key_" in state:
+            upgrade_entry_keys(state, "weak_.forest_.", self.n_features, 2)

@@ -22,7 +22,12 @@ from pydantic import Field, model_validator
 from service.features import SparseVector
 from service.learners.base import Learner, ParamError, Params
 from service.learners.booster_kernels import cost_examples, forest_learn_costs, rows_argmax
-from service.learners.weak.hoeffding_tree import HoeffdingForest, draw_tree_hyperparameters, operands
+from service.learners.weak.hoeffding_tree import (
+    HoeffdingForest,
+    draw_tree_hyperparameters,
+    operands,
+    upgrade_entry_keys,
+)
 
 Ties = Literal["random", "pessimistic"]
 #: forest_learn_costs' "no labels given": the reduction's labels
@@ -383,6 +388,8 @@ class TreeBooster(Learner):
     """
 
     params: TreeBoosterParams
+    #: 2: the trees' entry keys are ``class * d + feature`` (one run per class in a leaf's segment)
+    schema_version = 2
 
     def _init(self) -> None:
         p = self.params
@@ -401,6 +408,12 @@ class TreeBooster(Learner):
     def accepts_sparse(self) -> bool:
         """The trees take a :class:`~service.features.SparseVector` as is (O(nnz) updates per tree)."""
         return True
+
+    def upgrade_state(self, state: dict[str, Any], version: int) -> None:
+        """Schema 1 (entry keys ``feature * k + class``) to 2: :func:`upgrade_entry_keys`."""
+        if version != 1:
+            super().upgrade_state(state, version)
+        upgrade_entry_keys(state, "trees_.", self.n_features, self.n_labels)
 
     def _weak_distribution(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Class distributions of the trees for ``x`` and the memo entries that let ``learn`` skip

@@ -16,8 +16,11 @@ A dense row and its :class:`~service.features.SparseVector` therefore give the s
 an update costs O(nnz + entries of the leaf) per tree, not O(k d).
 
 Entries live in one pool shared by all leaves: leaf ``r`` owns the segment
-``[start, start + used)`` (capacity ``cap``) of ``key`` (``feature * k + class``, increasing within a
-segment), ``count`` and ``moments`` (``sum w x``, ``sum w x^2``, min, max). A segment that runs out
+``[start, start + used)`` (capacity ``cap``) of ``key`` (``class * d + feature``, increasing within a
+segment), ``count`` and ``moments`` (``sum w x``, ``sum w x^2``, min, max). A class's entries are
+one run of its leaf's segment, so an update scans that run only, not the entries of every class
+(on MNIST a leaf holds thousands of entries, a tenth of them per class), and the split search
+visits the features in increasing order by merging the classes' runs. A segment that runs out
 of room moves to the end of the pool with 25% slack; a split frees its leaf's segment. Freed space is
 reclaimed by compacting the pool (segments slide down in pool order) when it is an eighth of the
 pool; when the pool itself is full the update stops and reports how many entries it needs, and the
@@ -54,7 +57,7 @@ START, USED, CAP = 0, 1, 2
 SUM, SQUARES, LOW, HIGH = 0, 1, 2, 3
 # the split search's scratch, floats ``fs`` and integers ``ks``: one column per observed class
 WEIGHT, WLOGW, A, B, LOW_C, HIGH_C, LEFT, RANGE = 0, 1, 2, 3, 4, 5, 6, 7
-CLASS, POS, NONZERO, KIND = 0, 1, 2, 3
+CLASS, NONZERO, KIND, PTR, LIM, ENTRY = 0, 1, 2, 3, 4, 5
 # kinds of a class's estimate of the feature at hand
 POINT, GAUSSIAN, EXACT = 0, 1, 2
 
@@ -217,6 +220,18 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
         moments[dst, j] = moments[src, j]
 
 
+@njit(inline="always", **_OPTS)
+def _lower(key: np.ndarray, lo: int, hi: int, v: int) -> int:
+    """The first position in ``[lo, hi)`` whose key is at least ``v`` (``hi`` if none; sorted keys)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if key[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})", **_OPTS)
 def _merge(
     r: int,
@@ -224,25 +239,27 @@ def _merge(
     w: float,
     idx: np.ndarray,
     val: np.ndarray,
-    k: int,
+    d: int,
     segment: np.ndarray,
     key: np.ndarray,
     count: np.ndarray,
     moments: np.ndarray,
     pool: np.ndarray,
 ) -> int:
-    """Fold the example's non-zero values into leaf ``r``'s entries of class ``c``.
+    """Fold the example's non-zero values into leaf ``r``'s entries of class ``c`` (``d`` features).
 
     Returns 0, or the number of entries the pool lacks (then nothing changed but a compaction).
     """
     start, used = segment[r, START], segment[r, USED]
     end = start + used
+    base = c * d
+    run = _lower(key, start, end, base)  # class c's run: the scans start there, not at the segment
     new = 0  # keys of x missing from the segment (both sorted: one merge pass)
-    p = start
+    p = run
     for j in range(idx.size):
         if val[j] == 0.0:
             continue
-        kk = idx[j] * k + c
+        kk = base + idx[j]
         while p < end and key[p] < kk:
             p += 1
         if p < end and key[p] == kk:
@@ -250,11 +267,11 @@ def _merge(
         else:
             new += 1
     if new == 0:
-        p = start
+        p = run
         for j in range(idx.size):
             if val[j] == 0.0:
                 continue
-            kk = idx[j] * k + c
+            kk = base + idx[j]
             while key[p] < kk:
                 p += 1
             _add(p, False, w, val[j], count, moments)
@@ -266,7 +283,7 @@ def _merge(
             if val[j] == 0.0:
                 j -= 1
                 continue
-            kk = idx[j] * k + c
+            kk = base + idx[j]
             while p >= start and key[p] > kk:
                 _move(key, count, moments, p, q)
                 p -= 1
@@ -299,7 +316,7 @@ def _merge(
     for j in range(idx.size):
         if val[j] == 0.0:
             continue
-        kk = idx[j] * k + c
+        kk = base + idx[j]
         while p < end and key[p] < kk:
             _move(key, count, moments, p, q)
             p += 1
@@ -322,39 +339,33 @@ def _merge(
 # -- the split search ------------------------------------------------------------------------------
 
 
-@njit(
-    f"boolean(int64, int64, int64, int64, int64, {_I1}, {_I1}, int32[:], {_F2}, boolean, {_S2}, {_K2})",
-    **_OPTS,
-)
+@njit(f"boolean(int64, {_I1}, int32[:], {_F2}, boolean, {_S2}, {_K2})", **_OPTS)
 def _estimates(
-    p0: int,
-    p1: int,
-    f: int,
-    k: int,
     nobs: int,
     n_class: np.ndarray,
-    key: np.ndarray,
     count: np.ndarray,
     moments: np.ndarray,
     binary: bool,
     fs: np.ndarray,
     ks: np.ndarray,
 ) -> bool:
-    """Each observed class's estimate of feature ``f`` at the leaf, from the entries ``[p0, p1)``.
+    """Each observed class's estimate of a feature at the leaf, from its entries ``ks[ENTRY]`` (one
+    position per observed class, -1 where the class saw no non-zero value of the feature).
 
-    Reads the observed classes ``ks[CLASS]`` (their positions ``ks[POS]``), their weights ``fs[WEIGHT]``
+    Reads the observed classes ``ks[CLASS]``, their weights ``fs[WEIGHT]``
     and examples ``n_class``; writes ``ks[KIND]``, ``fs[A]``, ``fs[B]`` per observed class: POINT where
     all its values are equal (at ``A``), EXACT for a 0/1 feature (``A`` is the weight of its zeros),
     else GAUSSIAN from the sums, zeros included (mean ``A``, ``B = 1 / (sd sqrt 2)``). Returns whether
     the feature's observed range at the leaf (zeros included) is non-degenerate; the range goes to
     ``fs[RANGE, :2]``.
     """
-    for j in range(nobs):
-        ks[NONZERO, j] = 0
     lo, hi = np.inf, -np.inf
     nonzero = 0
-    for e in range(p0, p1):
-        j = ks[POS, key[e] - f * k]
+    for j in range(nobs):  # in class order, as the entries of a feature were once stored
+        e = ks[ENTRY, j]
+        if e < 0:
+            ks[NONZERO, j] = 0
+            continue
         ks[NONZERO, j] = count[e]
         fs[A, j] = moments[e, SUM]
         fs[B, j] = moments[e, SQUARES]
@@ -570,7 +581,6 @@ def _try_split(
         total += w
         if w > 0.0:
             ks[CLASS, nobs] = c
-            ks[POS, c] = nobs
             fs[WEIGHT, nobs] = w
             fs[WLOGW, nobs] = _xlnx(w)
             nobs += 1
@@ -580,15 +590,29 @@ def _try_split(
     eps = math.sqrt(bits * bits * math.log(1.0 / delta) / (2.0 * n))  # the Hoeffding bound, in bits
     margin_matters = not eps < tie
     eps_nats = eps / _LOG2E
-    best, second, best_theta, best_p0, best_p1 = -np.inf, -np.inf, 0.0, -1, -1
-    end = segment[r, START] + segment[r, USED]
-    p0 = segment[r, START]
-    while p0 < end:  # features seen non-zero at the leaf; the others have the range [0, 0]
-        f = key[p0] // k
-        p1 = p0 + 1
-        while p1 < end and key[p1] // k == f:
-            p1 += 1
-        if _estimates(p0, p1, f, k, nobs, n_row, key, count, moments, binary[f], fs, ks):
+    best, second, best_theta, best_f = -np.inf, -np.inf, 0.0, -1
+    d = binary.size
+    start = segment[r, START]
+    end = start + segment[r, USED]
+    for j in range(nobs):  # each observed class's run of entries
+        base = ks[CLASS, j] * d
+        ks[PTR, j] = _lower(key, start, end, base)
+        ks[LIM, j] = _lower(key, ks[PTR, j], end, base + d)
+    while True:  # features seen non-zero at the leaf, in increasing order; the others have the range [0, 0]
+        f = d
+        for j in range(nobs):
+            if ks[PTR, j] < ks[LIM, j]:
+                f = min(f, key[ks[PTR, j]] - ks[CLASS, j] * d)
+        if f == d:
+            break
+        for j in range(nobs):
+            e = ks[PTR, j]
+            if e < ks[LIM, j] and key[e] - ks[CLASS, j] * d == f:
+                ks[ENTRY, j] = e
+                ks[PTR, j] = e + 1
+            else:
+                ks[ENTRY, j] = -1
+        if _estimates(nobs, n_row, count, moments, binary[f], fs, ks):
             lo, hi = fs[RANGE, 0], fs[RANGE, 1]
             # A candidate matters only if its gain can beat this feature's best so far and either the
             # best overall, or (when the margin decides) the second best or best - eps. Gains <= 0 never
@@ -607,13 +631,12 @@ def _try_split(
                     if nobs == 1:  # one class: every admissible split has gain h_pre exactly
                         break
             if f_best > best:
-                second, best, best_theta, best_p0, best_p1 = best, f_best, f_theta, p0, p1
+                second, best, best_theta, best_f = best, f_best, f_theta, f
             elif f_best > second:
                 second = f_best
             if nobs == 1 and second > -np.inf:  # best and second are both h_pre: nothing can change
                 break
-        p0 = p1
-    if best_p0 < 0 or not best > 0.0:
+    if best_f < 0 or not best > 0.0:
         return
     margin = (best - max(second, 0.0)) * _LOG2E  # in bits
     if margin_matters and not margin > eps:  # over the second best or "no split"
@@ -622,8 +645,13 @@ def _try_split(
             need = bits * bits * math.log(1.0 / delta) / (2.0 * gap * gap)
             evaluated[r] = seen[r] + max(0.0, need - n - grace)
         return
-    f = key[best_p0] // k
-    _estimates(best_p0, best_p1, f, k, nobs, n_row, key, count, moments, binary[f], fs, ks)
+    f = best_f
+    for j in range(nobs):  # the best feature's entries, found in each class's run
+        base = ks[CLASS, j] * d
+        run = _lower(key, start, end, base)
+        e = _lower(key, run, _lower(key, run, end, base + d), base + f)
+        ks[ENTRY, j] = e if e < end and key[e] == base + f else -1
+    _estimates(nobs, n_row, count, moments, binary[f], fs, ks)
     _split_entropy(best_theta, nobs, -1.0, np.inf, fs, ks)  # the branch weights the children inherit
     _split(
         i, node, r, f, best_theta, nobs, feature, threshold, child, slot, n_nodes, n_leaves,
@@ -715,7 +743,7 @@ def forest_update(
         if nz_val[j] != 0.0 and nz_val[j] != 1.0:
             binary[nz_idx[j]] = False
     fs = np.empty((RANGE + 1, max(k, 2)))
-    ks = np.empty((KIND + 1, k), np.int64)
+    ks = np.empty((ENTRY + 1, k), np.int64)
     for t in range(start, trees.size):
         i, c, w = trees[t], labels[t], weights[t]
         if c < 0 or c >= k or i < 0 or i >= grace.size:
@@ -729,7 +757,7 @@ def forest_update(
         if not active[r]:  # statistics dropped under the memory bound: the leaf only counts classes
             class_w[r, c] += w
             continue
-        lack = _merge(r, c, w, nz_idx, nz_val, k, segment, key, count, moments, pool)
+        lack = _merge(r, c, w, nz_idx, nz_val, binary.size, segment, key, count, moments, pool)
         if lack:
             return t, lack
         stat_w[r, c] += w

@@ -34,6 +34,8 @@ before, but it no longer splits. Streams that stay within the bound never meet t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from service.features import SparseVector
@@ -46,7 +48,7 @@ from service.learners.weak.forest_kernels import (
     forest_update,
 )
 
-__all__ = ["HoeffdingForest", "draw_tree_hyperparameters", "operands"]
+__all__ = ["HoeffdingForest", "draw_tree_hyperparameters", "operands", "upgrade_entry_keys"]
 
 _NONE_F = np.zeros(0)
 _NONE_I = np.zeros(0, dtype=np.int64)
@@ -116,8 +118,10 @@ class HoeffdingForest(Stateful):
     segment_ : ndarray of shape (rows, 3), int
         ``start, used, capacity`` of the leaf's entries in the entry pool.
     key_, count_, moments_ : the entry pool, shapes (entries,) and (entries, 4)
-        ``feature * k + class`` of an entry (increasing within a leaf's segment), the number of
-        non-zero values it saw, and their weighted sum, weighted sum of squares, minimum and maximum.
+        ``class * d + feature`` of an entry (increasing within a leaf's segment: one run per class),
+        the number of non-zero values it saw, and their weighted sum, weighted sum of squares,
+        minimum and maximum. Before schema 2 of the learners that hold a forest the key was
+        ``feature * k + class`` (:func:`upgrade_entry_keys`).
     binary_ : ndarray of shape (d,), bool
         Whether every value seen so far of the feature was 0 or 1.
     pool_ : ndarray of shape (3,), int
@@ -296,3 +300,23 @@ class HoeffdingForest(Stateful):
             table[drop] = 0
         self.active_[:rows] = keep
         compact(self.segment_, self.key_, self.count_, self.moments_, self.pool_)
+
+
+def upgrade_entry_keys(state: dict[str, Any], prefix: str, n_features: int, n_classes: int) -> None:
+    """Rewrite, in ``state``, the entry pool of the forest stored under ``prefix`` from the key
+    ``feature * k + class`` (increasing within a leaf's segment) to ``class * d + feature``.
+
+    Each segment's entries are re-sorted within the segment: positions, capacities and the pool's
+    counters stay, so the forest goes on exactly as it would have (the sums are the same numbers).
+    """
+    key = np.asarray(state[prefix + "key_"], dtype=np.int64).copy()
+    count = np.asarray(state[prefix + "count_"]).copy()
+    moments = np.asarray(state[prefix + "moments_"]).copy()
+    segment = np.asarray(state[prefix + "segment_"])
+    for start, used in segment[segment[:, 1] > 0, :2]:
+        part = slice(int(start), int(start + used))
+        old = key[part]
+        new = (old % n_classes) * n_features + old // n_classes
+        order = np.argsort(new, kind="stable")
+        key[part], count[part], moments[part] = new[order], count[part][order], moments[part][order]
+    state[prefix + "key_"], state[prefix + "count_"], state[prefix + "moments_"] = key, count, moments

@@ -105,12 +105,12 @@ def test_leaf_statistics_are_the_weighted_sums_of_the_non_zero_values() -> None:
     f.update(np.array([4.0, 0.0, 0.0]), np.array([1]), np.array([2.0]))
     f.update(np.array([0.0, 3.0, 0.0]), np.array([0]), np.array([1.0]))
     start, used, _ = f.segment_[0]
-    assert f.key_[start : start + used].tolist() == [0 * 2 + 1, 1 * 2 + 0, 2 * 2 + 1]  # feature * k + class
+    assert f.key_[start : start + used].tolist() == [0 * 3 + 1, 1 * 3 + 0, 1 * 3 + 2]  # class * d + feature
     np.testing.assert_array_equal(
         f.moments_[start : start + used],
-        [[9.0, 34.0, 2.0, 4.0], [3.0, 9.0, 3.0, 3.0], [-0.5, 0.5, -1.0, -1.0]],
+        [[3.0, 9.0, 3.0, 3.0], [9.0, 34.0, 2.0, 4.0], [-0.5, 0.5, -1.0, -1.0]],
     )
-    assert f.count_[start : start + used].tolist() == [2, 1, 1]
+    assert f.count_[start : start + used].tolist() == [1, 2, 1]
     np.testing.assert_array_equal(f.stat_w_[0], [1.0, 2.5])
     assert f.n_class_[0].tolist() == [1, 2]
 
