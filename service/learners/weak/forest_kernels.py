@@ -72,18 +72,24 @@ _TABLES = f"{_I2}, {_F2}, {_I3}, {_I2}"  # feature, threshold, child, slot
 _ENTRIES = f"{_I2}, {_I1}, int32[:], {_F2}"  # segment, key, count, moments
 
 
+@njit(inline="always", **_OPTS)
+def _lower(key: np.ndarray, lo: int, hi: int, v: int) -> int:
+    """The first position in ``[lo, hi)`` whose key is at least ``v`` (``hi`` if none; sorted keys)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if key[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(inline="always", **_OPTS)  # inlined into its caller: a call per node costs more than the read
 def _value(x: np.ndarray, idx: np.ndarray, val: np.ndarray, f: int) -> float:
     """``x[f]`` of a dense row (``x`` non-empty) or of the sparse vector ``(idx, val)`` (binary search)."""
     if x.size:
         return x[f]
-    lo, hi = 0, idx.size
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if idx[mid] < f:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _lower(idx, 0, idx.size, f)
     return val[lo] if lo < idx.size and idx[lo] == f else 0.0
 
 
@@ -218,18 +224,6 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
     count[dst] = count[src]
     for j in range(4):
         moments[dst, j] = moments[src, j]
-
-
-@njit(inline="always", **_OPTS)
-def _lower(key: np.ndarray, lo: int, hi: int, v: int) -> int:
-    """The first position in ``[lo, hi)`` whose key is at least ``v`` (``hi`` if none; sorted keys)."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if key[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @njit(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})", **_OPTS)
