@@ -49,10 +49,12 @@ RUN apt-get update \
     && pip install --no-cache-dir --no-deps . \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
-    && python -c "import service._features, service._decisions; from service.learners import learners; learners.names()"
-# ^ imports every learner, which compiles their numba loops into the package's cache at build time:
-#   a container starts without compiling (numba recompiles, into the user's cache, only on a CPU
-#   of another kind).
+    && python -c "import service._features, service._decisions; from service.learners import learners; learners.names()" \
+    && chown -R 10001:10001 "$(python -c 'import service._jit_cache as j; print(j.ROOT / "__pycache__" / "numba")')"
+# ^ imports every learner, which compiles their numba loops into the package's cache at build time,
+#   and gives that cache to the user the server runs as: numba uses a cache only where it can write,
+#   so a container starts without compiling (it recompiles, into that cache, only on a CPU of
+#   another kind; service/_jit_cache.py).
 
 # Without REDIS_URL the server keeps its models in the SQLite file under /data: mount a volume
 # there to keep them across containers.
