@@ -87,8 +87,10 @@ VERSION: dict[str, str] = {
     # keyed by a hash of their sources, any edit of a module they import (weak/ for cova) threw
     # them away although no number moved
     "banditron": "2026-11-26.1",
-    # .2: "auto" pairs only where they get exact columns (mnist's sparsest rows got hashed pairs)
-    "cova": "2026-11-26.2",
+    # .2: "auto" pairs only where they get exact columns (mnist's sparsest rows got hashed pairs);
+    # 2026-11-27.1: a dense input's sums in index order, compiled, as a sparse one's (numpy's BLAS
+    # order depended on the CPU kind: tests/service/learners/test_cpu_determinism.py)
+    "cova": "2026-11-27.1",
     "perceptron": "2026-11-26.1",
     "adaboost-mh": "2026-11-26.1",
     "squarecb": "2026-11-27.1",

@@ -217,11 +217,11 @@ class ConservativeOVA(Learner):
             return Decision(p, greedy, {"greedy": greedy})
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
-        if isinstance(x, SparseVector):
-            greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
+        if self.params.base in LINEAR_BASES:
+            idx, val = self._columns(x)
+            greedy = sparse_greedy(self.W_, idx, val, rng)
         else:
-            scores = self.W_ @ x if self.params.base in LINEAR_BASES else self.weak_.scores(x)[0]
-            greedy = randargmax(scores, rng)
+            greedy = randargmax(self.weak_.scores(x)[0], rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
         return Decision(p, greedy, {"greedy": greedy})
@@ -244,30 +244,24 @@ class ConservativeOVA(Learner):
             return
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
-        if isinstance(x, SparseVector):  # the same steps, compiled, on the non-zero columns (O(K nnz))
-            base = PA_BASES[self.params.base]
-            pa_update(self.W_, x.idx, x.val, decision.label, reward, base, self.params.C)
-            return
-        W, v = self.W_, x
-        sqnorm = float(v @ v)
-        if sqnorm == 0.0:  # PA is 0/0 here; PA-I and PA-II would not move (ALGORITHMS.md §6)
-            return
-        yhat = decision.label
-        if reward:
-            # Scorer s takes a PA step on (x, +1 if s = yhat else -1). Only scorers with a positive
-            # hinge loss move (usually none once the margins are met): adding the others' zero
-            # steps would not change a single bit, as W starts at +0.0 and never holds -0.0. The K
-            # scores are a Python list because a loop over K values beats a few numpy calls.
-            for s, score in enumerate((W @ v).tolist()):
-                ys = 1.0 if s == yhat else -1.0
-                loss = 1.0 - ys * score
-                if loss > 0.0:
-                    W[s] += (pa_step(loss, sqnorm, self.params.base, self.params.C) * ys) * v
-        else:
-            loss = max(0.0, 1.0 + float(W[yhat] @ v))
-            if loss > 0.0:
-                tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
-                W[yhat] -= float(tau) * v
+        # the steps of seed 004's Algorithm 1 on the non-zero columns, compiled (O(K nnz)); nothing
+        # moves where x = 0 (PA is 0/0 there, PA-I and PA-II would not move: ALGORITHMS.md §6)
+        idx, val = self._columns(x)
+        pa_update(self.W_, idx, val, decision.label, reward, PA_BASES[self.params.base], self.params.C)
+
+    def _columns(self, x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray]:
+        """The non-zero columns of ``x`` for the compiled kernels, a dense ``x`` included: its sums
+        then run in index order, as for a sparse one. numpy's ``W @ x`` would hand them to the BLAS
+        kernel of the CPU at hand, whose order differs between CPU kinds (OpenBLAS for AVX2 and for
+        AVX-512), and replicas on different machines would drift apart
+        (``tests/service/learners/test_cpu_determinism.py``)."""
+        if isinstance(x, SparseVector):
+            return x.idx, x.val
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (self.W_.shape[1],):
+            raise ValueError(f"x has shape {x.shape}, expected ({self.W_.shape[1]},)")
+        idx, val, _ = input_nonzeros(x)
+        return idx, val
 
     def _learn_weak(self, x: np.ndarray, yhat: int, reward: bool) -> None:
         """Seed 004 Algorithm 1 with weak-learner steps: all K models on a click, else model yhat."""

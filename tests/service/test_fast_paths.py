@@ -65,22 +65,30 @@ def test_helpers_equal_numpy_forms() -> None:
         )
 
 
+def _dot(w: np.ndarray, x: np.ndarray) -> float:
+    """``w @ x`` summed in index order (the service's order on every CPU; BLAS's depends on the CPU)."""
+    s = 0.0
+    for j in np.flatnonzero(x):
+        s += float(w[j]) * float(x[j])
+    return s
+
+
 def textbook_cova_learn(self, x: np.ndarray, decision, reward: bool) -> None:
     """Seed 004, Algorithm 1, with every scorer's full PA step applied (zero steps included)."""
     self.t_ += 1
-    sqnorm = float(x @ x)
+    sqnorm = _dot(x, x)
     if sqnorm == 0.0:
         return
     yhat = decision.label
     ys = np.full(self.n_labels, -1.0)
     ys[yhat] = 1.0
     if reward:
-        tau = pa_step(np.maximum(0.0, 1.0 - ys * (self.W_ @ x)), sqnorm, self.params.base, self.params.C)
+        scores = np.array([_dot(w, x) for w in self.W_])
+        tau = pa_step(np.maximum(0.0, 1.0 - ys * scores), sqnorm, self.params.base, self.params.C)
         self.W_ += np.outer(tau * ys, x)
     else:
-        tau = pa_step(
-            np.array(max(0.0, 1.0 + float(self.W_[yhat] @ x))), sqnorm, self.params.base, self.params.C
-        )
+        loss = np.array(max(0.0, 1.0 + _dot(self.W_[yhat], x)))
+        tau = pa_step(loss, sqnorm, self.params.base, self.params.C)
         self.W_[yhat] -= float(tau) * x
 
 
