@@ -46,12 +46,34 @@ PA_BASES = {"pa": 0, "pa1": 1, "pa2": 2, "perceptron": 3}
 def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
     """``W[:, idx] @ val``: the K scores of a sparse input.
 
-    Each score sums its terms in index order, as one loop per label would; the K sums advance
-    together (labels inner), so they are K independent chains of additions instead of one chain
-    after another, and with column-major ``W`` one column's K weights are read together.
+    Each score sums its terms in index order, as one loop per label would, whatever the layout.
+    With column-major ``W`` the K sums advance together (labels inner), so they are K independent
+    chains of additions and one column's K weights are read together. With row-major ``W`` (a
+    dense model) that inner loop would stride across the rows, 6x slower than numpy's BLAS on a
+    dense row of 8,192; there four labels advance together along their own rows instead.
     """
     k_labels = W.shape[0]
     out = np.zeros(k_labels)
+    if W.strides[1] == W.itemsize and W.strides[0] != W.itemsize:  # row-major (K > 1)
+        k = 0
+        while k + 4 <= k_labels:
+            r0, r1, r2, r3 = W[k], W[k + 1], W[k + 2], W[k + 3]
+            s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+            for j in range(idx.size):
+                c, v = idx[j], val[j]
+                s0 += r0[c] * v
+                s1 += r1[c] * v
+                s2 += r2[c] * v
+                s3 += r3[c] * v
+            out[k], out[k + 1], out[k + 2], out[k + 3] = s0, s1, s2, s3
+            k += 4
+        while k < k_labels:
+            row, s = W[k], 0.0
+            for j in range(idx.size):
+                s += row[idx[j]] * val[j]
+            out[k] = s
+            k += 1
+        return out
     for j in range(idx.size):
         c, v = idx[j], val[j]
         for k in range(k_labels):

@@ -196,3 +196,19 @@ def test_kernels_are_compiled_at_import_and_never_at_a_call(name: str) -> None:
                 for a in args
             ]
         )
+
+
+def test_sparse_scores_sum_in_index_order_in_either_layout() -> None:
+    """Row-major models run four labels along their rows, column-major ones all labels per column:
+    every score is still the sum of its terms in index order, bit for bit."""
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        k, d = int(rng.integers(1, 12)), int(rng.integers(1, 60))
+        W = rng.standard_normal((k, d)) * 10.0 ** rng.uniform(-5, 5, (k, 1))
+        idx = np.sort(rng.choice(d, int(rng.integers(0, d + 1)), replace=False)).astype(np.int64)
+        val = rng.standard_normal(idx.size)
+        expected = np.zeros(k)
+        for j in range(idx.size):
+            expected += W[:, idx[j]] * val[j]  # one rounding per term and label, in index order
+        for layout in (W, np.asfortranarray(W)):
+            assert kernels.sparse_scores(layout, idx, val).tobytes() == expected.tobytes()
