@@ -1,5 +1,15 @@
-"""Where numba keeps the compiled kernels: a cache directory per version of their sources.
+"""Compiled kernels: declared at import, compiled when first needed, cached per version of their sources.
 
+**When they compile.** :func:`kernel` is ``numba.njit`` with explicit signatures, compiled on first
+use (or by :func:`warm`) rather than when its module is imported: importing a learner costs nothing,
+and a process compiles only what its learners use. At the first call, every declared signature is
+compiled (from the on-disk cache after the first time) and further compilation is switched off, so
+a kernel dispatches exactly as ``njit(signatures)`` would (same overloads, same conversions, a
+``TypeError`` for other types). The server warms the kernels of its models' learners in a thread
+before it turns ready (:func:`warm`, listed per learner by ``Learner.kernel_modules``), so no
+request pays a compilation.
+
+**Where they are cached.**
 numba keys a cached function by its own source file only. A kernel that calls into another module
 (``booster_kernels.forest_learn_costs`` compiles ``forest_kernels.forest_update`` into itself) would
 otherwise load its old machine code after that module changed, in a checkout that was edited or
@@ -16,10 +26,15 @@ removed.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 #: The modules with ``@njit(cache=True)`` kernels (tests/service/test_jit_cache.py checks the list).
 KERNEL_MODULES = (
@@ -33,6 +48,11 @@ KERNEL_MODULES = (
     "learners/weak/forest_kernels.py",
 )
 ROOT = Path(__file__).resolve().parent
+
+
+def module_names() -> list[str]:
+    """The importable names of :data:`KERNEL_MODULES` (``learners/x.py``: ``service.learners.x``)."""
+    return ["service." + name.removesuffix(".py").replace("/", ".") for name in KERNEL_MODULES]
 
 
 def sources_digest() -> str:
@@ -70,3 +90,76 @@ def writable(path: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+#: numba options of every kernel: cached on disk, the GIL released, no bounds checks. No
+#: ``fastmath`` (no reassociation, no fused multiply-add): sums in index order with IEEE arithmetic,
+#: so replicas applying the same log stay bit-identical.
+OPTS: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
+#: The kernels of each module (``service.kernels`` -> its dispatchers), in definition order.
+KERNELS: dict[str, list[Any]] = {}
+_lock = threading.RLock()
+
+
+def kernel(signatures: str | list[str], **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(signatures, **OPTS)``, compiled at first use instead of at import.
+
+    numba's dispatcher calls its ``_compile_for_args`` when no compiled overload fits the arguments;
+    set on the instance, ours compiles the declared signatures, switches compilation off and hands
+    back the dispatcher, which numba then calls: the call dispatches among exactly the declared
+    overloads (a ``TypeError`` for arguments none of them takes, as ``njit(signatures)``).
+    """
+    from numba import njit
+
+    declared = [signatures] if isinstance(signatures, str) else list(signatures)
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        dispatcher = njit(**{**OPTS, **options})(fn)
+
+        def compile_declared(*args: Any, **kws: Any) -> Any:
+            _compile(dispatcher)
+            return dispatcher  # numba calls what this returns with the arguments: now an overload fits
+
+        dispatcher._compile_for_args = compile_declared
+        dispatcher.declared_signatures = declared
+        KERNELS.setdefault(fn.__module__, []).append(dispatcher)
+        return dispatcher
+
+    return wrap
+
+
+def _compile(dispatcher: Any) -> None:
+    with _lock:  # one thread compiles; another waiting here then finds it done
+        if dispatcher._can_compile:
+            for sig in dispatcher.declared_signatures:
+                dispatcher.compile(sig)
+            dispatcher.disable_compile()
+
+
+def warm(modules: Iterable[str], log: Callable[[str], None] | None = None) -> float:
+    """Compile (or load from the cache) every kernel of ``modules``; seconds it took.
+
+    ``log`` gets a line per module that had anything to compile, with its time.
+    """
+    start = time.perf_counter()
+    for name in modules:
+        importlib.import_module(name)
+        todo = [d for d in KERNELS.get(name, ()) if d._can_compile]
+        if not todo:
+            continue
+        t = time.perf_counter()
+        for dispatcher in todo:
+            _compile(dispatcher)
+        if log is not None:
+            log(f"kernels of {name}: {len(todo)} ready in {time.perf_counter() - t:.1f} s")
+    return time.perf_counter() - start
+
+
+def cold(modules: Iterable[str]) -> list[str]:
+    """The modules among ``modules`` with kernels not compiled or loaded yet in this process."""
+    out = []
+    for name in modules:
+        importlib.import_module(name)
+        if any(d._can_compile for d in KERNELS.get(name, ())):
+            out.append(name)
+    return out

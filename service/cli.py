@@ -74,7 +74,7 @@ def _load(name: str, ep: EntryPoint) -> AddCommand:
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; of the lab's subcommands only the one named in ``argv`` is loaded (all for help)."""
-    from service.commands import evaluate, serve
+    from service.commands import evaluate, serve, warm
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -84,6 +84,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.add(sub)
     evaluate.add(sub)
+    warm.add(sub)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, ep in sorted(lab_commands().items()):
         if chosen is None or chosen == name:

@@ -201,8 +201,19 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(f"bad settings: {problems}") from None
 
 
+#: The served default learner (ours): C-OVA (seed 004) with its pairs where they are exact and an
+#: exploration floor, ``epsilon`` = 0.02 (every label keeps at least 0.02 / K), which makes its
+#: decision log usable for off-policy evaluation. Chosen on the tuning sets only (car, dna, nursery,
+#: digits): ``python -m service bench default-learner`` prints the choice (docs/BENCHMARKS.md).
+DEFAULT_LEARNER: tuple[str, dict[str, Any]] = ("cova", {"epsilon": 0.02})
+
+
 class ModelSpec(BaseModel):
     """How to build a model: the body of ``PUT /models/{name}``.
+
+    Without ``learner`` the model gets :data:`DEFAULT_LEARNER` (``params`` given then set that
+    learner's parameters); the stored spec names the learner and every parameter, so a later
+    release's default never changes a model that exists.
 
     Exactly one of ``n_features`` (dense list input) and ``hashing_bits`` (named features hashed
     into ``2**hashing_bits`` buckets, see :mod:`service.features`); ``labels`` names the labels
@@ -228,7 +239,12 @@ class ModelSpec(BaseModel):
         },
     )
 
-    learner: str = Field(description="A bandit learner's registered name (GET /models lists them).")
+    learner: str = Field(
+        DEFAULT_LEARNER[0],
+        description="A bandit learner's registered name (GET /models lists them). Left out: C-OVA with "
+        f"an exploration floor, {DEFAULT_LEARNER[1]} (README: choosing a learner); the model is stored "
+        "with the learner it got.",
+    )
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The learner's hyperparameters; those left out take the learner's defaults, and the "
@@ -256,6 +272,17 @@ class ModelSpec(BaseModel):
         description="Keep every decision and its outcome in the model's decision log "
         "(GET /models/{name}/log; CLICKBOOST_LOG_RETENTION).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_learner(cls, data: Any) -> Any:
+        """No learner: the default one, with its parameters under those given."""
+        if isinstance(data, dict) and data.get("learner") is None:
+            params = data.get("params") or {}
+            if isinstance(params, dict):  # else the field's validation says what is wrong
+                params = {**DEFAULT_LEARNER[1], **params}
+            data = {**data, "learner": DEFAULT_LEARNER[0], "params": params}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

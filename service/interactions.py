@@ -15,11 +15,10 @@ Deterministic (a fixed integer hash), so replicas expand every input alike.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from service._jit_cache import kernel
 from service.features import SparseVector
-from service.kernels import first_max, merge_buckets, pa_update
-from service.learners.weak.family_kernels import nonzeros
+from service.kernels import first_max, merge_buckets, nonzeros, pa_update
 
 __all__ = [
     "exact_pairs",
@@ -54,7 +53,7 @@ def input_nonzeros(x: np.ndarray | SparseVector) -> tuple[np.ndarray, np.ndarray
     return idx, val, x.shape[0]
 
 
-@njit("uint64(uint64)", **_OPTS)
+@kernel("uint64(uint64)")
 def _mix(z: int) -> int:
     """SplitMix64's finaliser: a well-spread 64-bit hash of a pair's rank."""
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -62,7 +61,7 @@ def _mix(z: int) -> int:
     return z ^ (z >> np.uint64(31))
 
 
-@njit("Tuple((int64[::1], float64[::1]))(int64[:], float64[:], int64, int64)", **_OPTS)
+@kernel("Tuple((int64[::1], float64[::1]))(int64[:], float64[:], int64, int64)")
 def pairs_sparse(idx: np.ndarray, val: np.ndarray, d: int, p: int) -> tuple[np.ndarray, np.ndarray]:
     """The expanded sparse vector of the sparse input ``(idx, val)`` (strictly increasing ``idx``).
 
@@ -124,7 +123,7 @@ def expand_pairs(x: np.ndarray | SparseVector, p: int, max_nnz: int = -1) -> Spa
 _WS = ("float64[::1, :]", "float64[:, :]")  # column-major first (C-OVA's layout with pairs)
 
 
-@njit([f"float64[::1]({w}, int64[:], float64[:], int64)" for w in _WS], **_OPTS)
+@kernel([f"float64[::1]({w}, int64[:], float64[:], int64)" for w in _WS])
 def pair_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> np.ndarray:
     """The K scores of the exact expansion of the sparse input ``(idx, val)`` of dimension ``d``
     (``W`` of shape (K, d + d (d - 1) / 2)), each summed in the expansion's order."""
@@ -148,14 +147,14 @@ def pair_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> np.n
     return out
 
 
-@njit([f"UniTuple(int64, 2)({w}, int64[:], float64[:], int64)" for w in _WS], **_OPTS)
+@kernel([f"UniTuple(int64, 2)({w}, int64[:], float64[:], int64)" for w in _WS])
 def pair_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[int, int]:
     """:func:`service.kernels.sparse_argmax` of the exact expansion: the first maximiser and how
     many labels share its score."""
     return first_max(pair_scores(W, idx, val, d))
 
 
-@njit([f"void({w}, int64[:], float64[:], int64, int64, boolean, int64, float64)" for w in _WS], **_OPTS)
+@kernel([f"void({w}, int64[:], float64[:], int64, int64, boolean, int64, float64)" for w in _WS])
 def pair_pa_update(
     W: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int, yhat: int, click: bool, base: int, C: float
 ) -> None:

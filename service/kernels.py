@@ -20,10 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from service._jit_cache import kernel
+
 __all__ = [
     "banditron_update",
     "gamma_mix_sample",
     "merge_buckets",
+    "nonzeros",
     "pa_update",
     "pcg64_doubles",
     "perceptron_update",
@@ -42,7 +45,7 @@ _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 PA_BASES = {"pa": 0, "pa1": 1, "pa2": 2, "perceptron": 3}
 
 
-@njit([f"float64[::1]({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
+@kernel([f"float64[::1]({w}, {_IDX}, {_VAL})" for w in (_WF, _W)])
 def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
     """``W[:, idx] @ val``: the K scores of a sparse input.
 
@@ -81,7 +84,7 @@ def sparse_scores(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray
     return out
 
 
-@njit("UniTuple(int64, 2)(float64[::1])", **_OPTS)
+@kernel("UniTuple(int64, 2)(float64[::1])")
 def first_max(scores: np.ndarray) -> tuple[int, int]:
     """The first maximiser of ``scores`` and how many share its value (NaN never counts)."""
     best, first, count = -np.inf, 0, 0
@@ -94,14 +97,14 @@ def first_max(scores: np.ndarray) -> tuple[int, int]:
     return first, count
 
 
-@njit([f"UniTuple(int64, 2)({w}, {_IDX}, {_VAL})" for w in (_WF, _W)], **_OPTS)
+@kernel([f"UniTuple(int64, 2)({w}, {_IDX}, {_VAL})" for w in (_WF, _W)])
 def sparse_argmax(W: np.ndarray, idx: np.ndarray, val: np.ndarray) -> tuple[int, int]:
     """The first maximiser of the scores ``W[:, idx] @ val`` and how many labels share its score
     (so a caller draws a tie-break only on a tie, as :func:`service.learners.base.randargmax`)."""
     return first_max(sparse_scores(W, idx, val))
 
 
-@njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64, boolean, float64)", **_OPTS)
+@kernel(f"void({_W}, {_IDX}, {_VAL}, int64, int64, boolean, float64)")
 def banditron_update(
     W: np.ndarray, idx: np.ndarray, val: np.ndarray, greedy: int, label: int, click: bool, p: float
 ) -> None:
@@ -131,7 +134,7 @@ def _draw(p: np.ndarray, u: float) -> int:
     return k - 1
 
 
-@njit("Tuple((int64, float64[::1]))(int64, int64, float64, float64)", **_OPTS)
+@kernel("Tuple((int64, float64[::1]))(int64, int64, float64, float64)")
 def gamma_mix_sample(greedy: int, k_labels: int, gamma: float, u: float) -> tuple[int, np.ndarray]:
     """Banditron's exploration (seed 002): ``p = gamma / K`` everywhere plus ``1 - gamma`` on
     ``greedy``, and the label the uniform draw ``u`` picks from it, with the arithmetic of
@@ -142,7 +145,7 @@ def gamma_mix_sample(greedy: int, k_labels: int, gamma: float, u: float) -> tupl
     return _draw(p, u), p
 
 
-@njit("Tuple((int64, float64[::1]))(int64, int64, float64, float64)", **_OPTS)
+@kernel("Tuple((int64, float64[::1]))(int64, int64, float64, float64)")
 def rho_mix_sample(greedy: int, k_labels: int, rho: float, u: float) -> tuple[int, np.ndarray]:
     """The tree boosters' exploration (Zhang, Jung, Tewari 2019, eq. (2)): ``p = rho / (K - 1)``
     everywhere and ``1 - rho`` on ``greedy``, and the label the uniform draw ``u`` picks from it, as
@@ -152,7 +155,7 @@ def rho_mix_sample(greedy: int, k_labels: int, rho: float, u: float) -> tuple[in
     return _draw(p, u), p
 
 
-@njit(f"void({_W}, {_IDX}, {_VAL}, int64, int64)", **_OPTS)
+@kernel(f"void({_W}, {_IDX}, {_VAL}, int64, int64)")
 def perceptron_update(W: np.ndarray, idx: np.ndarray, val: np.ndarray, y: int, yhat: int) -> None:
     """The multiclass Perceptron's mistake update: row ``y`` gains x, row ``yhat`` loses it."""
     for j in range(idx.size):
@@ -161,7 +164,7 @@ def perceptron_update(W: np.ndarray, idx: np.ndarray, val: np.ndarray, y: int, y
         W[yhat, idx[j]] -= val[j]
 
 
-@njit("float64(float64, float64, int64, float64)", **_OPTS)
+@kernel("float64(float64, float64, int64, float64)")
 def _step(loss: float, sqnorm: float, base: int, C: float) -> float:
     """``tau`` of :func:`service.learners.cova.pa_step` for one hinge loss."""
     if base == 3:
@@ -173,7 +176,7 @@ def _step(loss: float, sqnorm: float, base: int, C: float) -> float:
     return loss / (sqnorm + 1.0 / (2.0 * C))
 
 
-@njit([f"void({w}, {_IDX}, {_VAL}, int64, boolean, int64, float64)" for w in (_WF, _W)], **_OPTS)
+@kernel([f"void({w}, {_IDX}, {_VAL}, int64, boolean, int64, float64)" for w in (_WF, _W)])
 def pa_update(
     W: np.ndarray, idx: np.ndarray, val: np.ndarray, yhat: int, click: bool, base: int, C: float
 ) -> None:
@@ -207,7 +210,7 @@ def pa_update(
                 W[s, idx[j]] += c * val[j]
 
 
-@njit("boolean(int64[:])", **_OPTS)
+@kernel("boolean(int64[:])")
 def sort_distinct(buckets: np.ndarray) -> bool:
     """Sort ``buckets`` in place; whether no two are equal (the featuriser's fast path)."""
     buckets.sort()
@@ -217,7 +220,7 @@ def sort_distinct(buckets: np.ndarray) -> bool:
     return True
 
 
-@njit("Tuple((int64[::1], float64[::1]))(int64[:], float64[:])", **_OPTS)
+@kernel("Tuple((int64[::1], float64[::1]))(int64[:], float64[:])")
 def merge_buckets(buckets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The sparse vector of ``(bucket, value)`` pairs: sorted buckets, colliding values added in
     request order (as a dense ``x[b] += v`` would), zero sums dropped."""
@@ -253,7 +256,7 @@ _U58 = np.uint64(58)
 _U11 = np.uint64(11)
 
 
-@njit("void(uint64[:], float64[:])", **_OPTS)
+@kernel("void(uint64[:], float64[:])")
 def pcg64_doubles(state: np.ndarray, out: np.ndarray) -> None:
     """Fill ``out`` with the doubles numpy's ``PCG64`` draws next (``(next64 >> 11) 2^-53``) and
     advance ``state`` = ``[state_hi, state_lo, inc_hi, inc_lo]`` in place past them."""
@@ -274,3 +277,26 @@ def pcg64_doubles(state: np.ndarray, out: np.ndarray) -> None:
         r = (x >> rot) | (x << ((np.uint64(64) - rot) & _U63))
         out[i] = np.float64(r >> _U11) * (1.0 / 9007199254740992.0)
     state[0], state[1] = hi, lo
+
+
+@njit(**_OPTS)
+def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            n += 1
+    idx = np.empty(n, np.int64)
+    val = np.empty(n)
+    n = 0
+    for j in range(x.size):
+        if x[j] != 0.0:
+            idx[n] = j
+            val[n] = x[j]
+            n += 1
+    return idx, val
+
+
+@kernel(f"Tuple((int64[::1], float64[::1]))({_VAL})")
+def nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse form ``(idx, val)`` of a dense vector: its non-zero entries in index order."""
+    return _nonzeros(x)

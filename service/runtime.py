@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from service import _jit_cache
 from service.config import ModelSpec, Settings, load_model_file
 from service.decision_log import LogRecord, pages
 from service.evaluations import Evaluations
@@ -95,9 +96,7 @@ def _backoff(failures: int) -> float:
     return min(0.1 * 2 ** (failures - 1), 60.0)
 
 
-DEMO_MODEL = ModelSpec(
-    learner="banditron",
-    params={"gamma": 0.05},
+DEMO_MODEL = ModelSpec(  # the default learner
     hashing_bits=10,
     labels=["sports", "politics", "music"],
     reward_window_seconds=600,
@@ -300,6 +299,9 @@ class Runtime:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
+        self.warming: str | None = None  # what compiles now, for /readyz and the log
+        self._warm_lock = asyncio.Lock()
+        self._started_mono = time.monotonic()
         self.replica_id = uuid.uuid4().hex[:12]  # holder name of this process's leases
         self.evaluations = Evaluations(self.replica_id)  # off-policy evaluation jobs of this process
         self.checkpoints_written = 0
@@ -319,11 +321,15 @@ class Runtime:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Import every learner (their compiled loops with them), create the declared models
-        (config file, demo), load all models, start the loops; then the service is ready."""
-        # The registry imports learner modules on first use, and importing one compiles its numba
-        # loops (from the on-disk cache after the first time): done here, before /readyz, so that
-        # no request, e.g. the first PUT /models of a learner, pays for it.
+        """:meth:`open`, then :meth:`load`: the service is ready when this returns."""
+        await self.open()
+        await self.load()
+
+    async def open(self) -> None:
+        """The quick part of start-up, whose failures stop the server: import the learners, prepare
+        the store, validate and create the declared models (config file, demo)."""
+        # Importing a learner compiles nothing (its kernels compile when first needed), so this is
+        # quick; the registry imports the learner modules on first use.
         await asyncio.to_thread(learners.names)
         await self.store.prepare()
         declared: dict[str, ModelSpec] = {}
@@ -336,6 +342,11 @@ class Runtime:
             held += check_budget(name, spec, self.settings, held)  # fail fast: params, size
             with contextlib.suppress(ModelExistsError):
                 await self.store.create_model(name, self._config(spec))
+
+    async def load(self) -> None:
+        """Compile the kernels the models need (a minute on a cold cache: the server answers
+        ``/healthz`` meanwhile, and ``/readyz`` says what it is doing), load every model, start the
+        loops; then the service is ready."""
         await self.sync_models()
         await self.store.heartbeat(await self.heartbeat(), HEARTBEAT_TTL_SECONDS)  # listed once ready
         self._tasks = [
@@ -424,6 +435,31 @@ class Runtime:
             return
         self._load_failures.pop(name, None)
 
+    async def warm(self, spec: ModelSpec) -> None:
+        """Compile (or load from numba's cache) the kernels a model of ``spec`` calls, in a thread,
+        before it serves: no request compiles. :attr:`warming` says what is compiling meanwhile."""
+        modules = _bandit_class(spec).kernel_modules(spec.params)
+        cold = await asyncio.to_thread(_jit_cache.cold, modules)
+        if not cold:
+            return
+        self.warming = f"compiling the kernels of {spec.learner} ({', '.join(cold)})"
+        started = time.monotonic()
+        log.info("%s: once per install, cached afterwards", self.warming)
+        try:
+            async with self._warm_lock:  # one compilation at a time: they share numba's lock anyway
+                await asyncio.to_thread(_jit_cache.warm, cold, log.info)
+        finally:
+            self.warming = None
+        log.info("kernels of %s ready in %.1f s", spec.learner, time.monotonic() - started)
+
+    def status(self) -> tuple[bool, str]:
+        """(ready, what it is doing): ``/readyz``'s answer before the store check."""
+        if self.ready:
+            return True, "ready"
+        if self.warming is not None:
+            return False, f"{self.warming}, {time.monotonic() - self._started_mono:.0f} s since start"
+        return False, "starting: loading models"
+
     def _held(self, name: str) -> int:
         """State bytes the process's models other than ``name`` hold (their estimates)."""
         return sum(m.budget_bytes for n, m in self.models.items() if n != name)
@@ -433,6 +469,7 @@ class Runtime:
         if not config.get("params_complete"):  # stored before parameters were stored complete
             spec = spec.model_copy(update={"params": _bandit_class(spec).Params.legacy(spec.params)})
         need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
+        await self.warm(spec)
         m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)
         await self._from_checkpoint(m)
         await self.catch_up(m)
@@ -805,7 +842,10 @@ class Runtime:
     # -- requests -------------------------------------------------------------------------------
 
     def get(self, name: str | None) -> ModelRuntime:
-        """The model called ``name``, or the default model; :class:`UnknownModelError` if none."""
+        """The model called ``name``, or the default model; :class:`UnknownModelError` if none,
+        :class:`ModelUnavailableError` (503, retry) while the server is starting."""
+        if not self.ready:
+            raise ModelUnavailableError(f"the server is not ready yet ({self.status()[1]}); retry")
         if name is None:
             name = self.settings.default_model or ("demo" if self.settings.demo else None)
             if name is None:

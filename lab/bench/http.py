@@ -48,6 +48,7 @@ the cost of ``sqlite-full`` shows in its rate, not in its CPU column.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -114,7 +115,8 @@ def _cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def _servers(cmds: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[dict[str, tuple[str, int]]]:
-    """Start every ``name: (cmd, settings)`` at once, wait until each answers /openapi.json.
+    """Start every ``name: (cmd, settings)`` at once, wait until each is ready (``/readyz`` 200; the
+    echo app, which has none, 404).
 
     Yields ``name: (base URL, pid)``. ``{port}`` in a command is substituted with a free port; the
     calling environment's ``CLICKBOOST_*`` settings are dropped and ``settings`` added.
@@ -133,16 +135,15 @@ def _servers(cmds: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[dict
                     stderr=subprocess.DEVNULL,
                 ),
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a cold start compiles the kernels first
         for name, (url, proc) in procs.items():
             while True:
-                try:
-                    if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code in (200, 404):
                         break
-                except httpx.TransportError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"server {name} ({cmds[name][0]}) did not start") from None
-                    time.sleep(0.1)
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"server {name} ({cmds[name][0]}) did not start")
+                time.sleep(0.1)
         yield {name: (url, proc.pid) for name, (url, proc) in procs.items()}
     finally:
         for _, proc in procs.values():
@@ -153,7 +154,7 @@ def _servers(cmds: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[dict
 
 @contextmanager
 def _server(cmd: list[str], settings: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
-    """Run ``cmd`` (``{port}`` substituted) until /openapi.json answers; yield (base URL, pid).
+    """Run ``cmd`` (``{port}`` substituted) until it is ready; yield (base URL, pid).
 
     The calling environment's ``CLICKBOOST_*`` settings are dropped; ``settings`` adds some.
     """

@@ -226,10 +226,10 @@ def systems(sweep_store: Path | None = SWEEP_STORE) -> list[System]:
     """Every system compared: ours at defaults, sweep bests that differ from them, VW, references."""
     ours, swept, refs = [], [], []
     for name, cls in learners.items():
-        defaults = cls.Params().model_dump(mode="json")
+        defaults = cls.Params().key()  # the stored runs' keys
         kind = "reference" if cls.full_information else "ours"
         found = None if cls.full_information else sweep_best(name, sweep_store)
-        best, error = (cls.Params(**found[0]).model_dump(mode="json"), found[1]) if found else (None, 0.0)
+        best, error = (cls.Params(**found[0]).key(), found[1]) if found else (None, 0.0)
         system = System(
             name,
             kind,

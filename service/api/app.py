@@ -6,6 +6,11 @@ it from the environment (:class:`service.config.Settings`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +26,8 @@ from service.config import Settings, load_settings
 from service.runtime import Runtime
 from service.store import Store, open_store
 
+log = logging.getLogger("clickboost.app")
+
 DESCRIPTION = """Online multiclass prediction that learns from clicks.
 
 `POST /predict` samples a label and returns it with its probability and a decision id; `POST /feedback`
@@ -28,6 +35,14 @@ reports the click bit for that id, which the model turns into an unbiased update
 models (admin key). Send keys in the `X-API-Key` header when the server has keys configured. The
 dashboard page is at `/dashboard`.
 """
+
+
+def _stop_if_failed(task: asyncio.Task[None]) -> None:
+    """A start-up that failed in the background stops the server, as one that failed in the lifespan."""
+    if task.cancelled() or task.exception() is None:
+        return
+    log.error("start-up failed, stopping: %s", task.exception(), exc_info=task.exception())
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
@@ -39,10 +54,19 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime(store, settings)
         app.state.runtime = runtime
-        await runtime.start()
+        await runtime.open()  # quick; a bad config or store stops the server here
+        # Loading may first compile kernels (a minute on a cold cache): the server answers /healthz
+        # and /readyz (503, saying what it does) meanwhile; other routes 503 until it is ready.
+        loading = asyncio.create_task(runtime.load())
+        loading.add_done_callback(_stop_if_failed)
+        app.state.loading = loading
         try:
             yield
         finally:
+            if not loading.done():
+                loading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loading
             await runtime.stop()
             await store.close()
 

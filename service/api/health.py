@@ -17,10 +17,14 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "Store unreachable or models not loaded yet"}})
+@router.get(
+    "/readyz",
+    responses={503: {"description": "Starting (compiling kernels, loading models) or store unreachable"}},
+)
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
-    if not runtime.ready:
-        return JSONResponse({"status": "starting"}, status_code=503)
+    ready, doing = runtime.status()
+    if not ready:
+        return JSONResponse({"status": "starting", "detail": doing}, status_code=503)
     try:
         await runtime.store.ping()
     except Exception as exc:

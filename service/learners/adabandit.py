@@ -77,6 +77,7 @@ class AdaBandit(TreeBooster):
     """
 
     name = "adabandit"
+    kernels = ("service.kernels", "service.learners.booster_kernels", "service.learners.weak.forest_kernels")
     Params = AdaBanditParams
     params: AdaBanditParams
 

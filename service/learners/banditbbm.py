@@ -104,6 +104,12 @@ class BanditBBM(TreeBooster):
     """
 
     name = "banditbbm"
+    kernels = (
+        "service.kernels",
+        "service.learners.bbm_kernels",
+        "service.learners.booster_kernels",
+        "service.learners.weak.forest_kernels",
+    )
     Params = BanditBBMParams
     params: BanditBBMParams
 

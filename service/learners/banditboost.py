@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from numba import njit
 from pydantic import Field, field_validator, model_validator
 
+from service._jit_cache import kernel
 from service.features import SparseVector
 from service.kernels import gamma_mix_sample
 from service.learners.base import (
@@ -167,6 +167,14 @@ class BanditBoost(Learner):
     """
 
     name = "banditboost"
+    kernels = ("service.kernels", "service.learners.banditboost", "service.learners.weak.family_kernels")
+
+    @classmethod
+    def kernel_modules(cls, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        trees = cls.Params.parse(cls.name, params).weak == "hoeffding_tree"
+        family = "service.learners.weak.forest_kernels" if trees else "service.learners.weak.family_kernels"
+        return (*cls.kernels[:2], family)
+
     Params = BanditBoostParams
     params: BanditBoostParams
     schema_version = 2
@@ -289,7 +297,7 @@ def _lazy_rows(owner: str, p: BanditBoostParams, n_features: int, n_labels: int)
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
 
-@njit("float64[::1](float64[:], float64, float64)", **_OPTS)
+@kernel("float64[::1](float64[:], float64, float64)")
 def osboost_weights(h: np.ndarray, y: float, gamma: float) -> np.ndarray:
     """OSBoost example weights ``w_bar^(i) = min(1, (1-gamma)^(z^(i-1)/2))`` (seed 000 eqs. 2-3).
 
@@ -306,7 +314,7 @@ def osboost_weights(h: np.ndarray, y: float, gamma: float) -> np.ndarray:
     return w
 
 
-@njit("float64[::1](float64[:], float64, float64, float64)", **_OPTS)
+@kernel("float64[::1](float64[:], float64, float64, float64)")
 def hinge_subgradient(h: np.ndarray, y: float, f: float, theta: float) -> np.ndarray:
     """Subgradient of ``max(0, theta - y sum_i alpha_i h_i)`` in alpha at margin ``f`` (seed 000 eq. 5).
 
@@ -323,7 +331,7 @@ def hinge_subgradient(h: np.ndarray, y: float, f: float, theta: float) -> np.nda
 _STEP = "void(float64[:, ::1], float64[:], int64, float64, float64, float64, float64, float64, float64[::1])"
 
 
-@njit(_STEP, **_OPTS)
+@kernel(_STEP)
 def boost_step(
     alpha: np.ndarray,
     h: np.ndarray,
@@ -356,10 +364,9 @@ def boost_step(
             alpha[i, kappa] = a[i] / total
 
 
-@njit(
+@kernel(
     "void(float64[:, ::1], float64[:], int64, float64, float64, float64, float64, float64, "
     "float64[:, :, ::1], float64[:, ::1], float64[:, ::1], int64[:, ::1], float64[:])",
-    **_OPTS,
 )
 def boost_perceptron_learn(
     alpha: np.ndarray,
@@ -384,10 +391,9 @@ def boost_perceptron_learn(
     perceptron_update_dense(V, scale, sqnorm, n, x, kappa, y, w)
 
 
-@njit(
+@kernel(
     "Tuple((int64, int64, float64[::1], float64[::1], float64))"
     "(float64[:, :, ::1], float64[:, ::1], float64[:, :], float64[:], float64, float64)",
-    **_OPTS,
 )
 def boost_perceptron_decide(
     V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, delta: float, u: float

@@ -72,6 +72,7 @@ class Banditron(Learner):
     """
 
     name = "banditron"
+    kernels = ("service.kernels",)
     Params = BanditronParams
     params: BanditronParams
 

@@ -32,10 +32,7 @@ import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    model_serializer,
 )
 
 from service.kernels import sparse_argmax, sparse_scores
@@ -182,29 +179,32 @@ class Decision:
 
 
 class Params(BaseModel):
-    """Base class of every learner's hyperparameters: frozen, no unknown keys, validated."""
+    """Base class of every learner's hyperparameters: frozen, no unknown keys, validated.
+
+    ``model_dump()`` gives every parameter, so ``parse(p.model_dump())`` is ``p`` for every learner
+    (tests/service/test_params_stored.py). Older stored forms are read where they are read:
+    :meth:`legacy` for models stored before parameters were stored complete, :meth:`key` for the
+    lab's run keys.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-    #: Fields left out of a dump while at these values: parameters added after runs were stored
-    #: under the older dumps, so every setting that existed before them dumps (and keys) as it did.
+    #: Parameters added after runs were stored, at the values they had before they existed: left out
+    #: of :meth:`key`, so a stored run of a setting that existed before them keeps its key.
     omit_at: ClassVar[dict[str, Any]] = {}
 
-    @model_serializer(mode="wrap")
-    def _omit_new_defaults(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        out = handler(self)
-        if isinstance(info.context, dict) and info.context.get("complete"):
-            return out
-        for key, value in self.omit_at.items():
-            if key in out and out[key] == value:
-                del out[key]
-        return out
-
     def complete(self) -> dict[str, Any]:
-        """Every parameter as JSON, none omitted: what a served model is stored with, so that a later
-        change of a default never changes a model that exists."""
-        return self.model_dump(mode="json", context={"complete": True})
+        """Every parameter as JSON: what a served model is stored with, so that a later change of a
+        default never changes a model that exists."""
+        return self.model_dump(mode="json")
+
+    def key(self) -> dict[str, Any]:
+        """The parameters as JSON without those at their :attr:`omit_at` value: the form the lab's
+        stored runs are keyed by (``bench quality``), never used to rebuild a learner."""
+        out = self.complete()
+        for name, value in self.omit_at.items():
+            if name in out and out[name] == value:
+                del out[name]
+        return out
 
     @classmethod
     def legacy(cls, values: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -366,6 +366,16 @@ class Learner(Stateful, abc.ABC):
     schema_version: ClassVar[int] = 1
     #: State arrays of shape (K, d) stored column-major for sparse input (:meth:`use_sparse_layout`).
     _column_major: ClassVar[tuple[str, ...]] = ()
+    #: The modules of the compiled kernels the learner calls at its defaults (:meth:`kernel_modules`).
+    kernels: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def kernel_modules(cls, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """The modules whose kernels a learner with ``params`` calls: what the server compiles (or
+        loads from numba's cache) before such a model serves (:func:`service._jit_cache.warm`), so
+        no request compiles. ``tests/service/test_jit_cache.py`` runs every learner after warming
+        only these and checks that nothing else compiled."""
+        return cls.kernels
 
     @property
     def accepts_sparse(self) -> bool:

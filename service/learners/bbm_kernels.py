@@ -45,7 +45,8 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
+
+from service._jit_cache import kernel
 
 __all__ = ["MEMO_BYTES", "TABLE_BYTES", "CostMemo", "bbm_cost_vectors", "bbm_gamma_matrix"]
 
@@ -65,7 +66,7 @@ _I = "int64[::1]"
 # --------------------------------------------------------------------------------------------
 
 
-@njit(f"int64({_V}, int64, {_V}, int64, {_V}, int64)", **_OPTS)
+@kernel(f"int64({_V}, int64, {_V}, int64, {_V}, int64)")
 def _mul(a: np.ndarray, da: int, b: np.ndarray, db: int, out: np.ndarray, deg: int) -> int:
     """``out = a b`` truncated at degree ``deg``; returns the degree of the result."""
     if da < 0 or db < 0 or deg < 0:
@@ -79,7 +80,7 @@ def _mul(a: np.ndarray, da: int, b: np.ndarray, db: int, out: np.ndarray, deg: i
     return top
 
 
-@njit(f"float64({_V}, int64, {_V}, int64, int64)", **_OPTS)
+@kernel(f"float64({_V}, int64, {_V}, int64, int64)")
 def _coef(a: np.ndarray, da: int, b: np.ndarray, db: int, y: int) -> float:
     """``[x^y] a b``, one coefficient of a product (a dot product)."""
     if da < 0 or db < 0 or y < 0:
@@ -90,7 +91,7 @@ def _coef(a: np.ndarray, da: int, b: np.ndarray, db: int, y: int) -> float:
     return acc
 
 
-@njit(f"int64({_M}, {_V}, int64, int64, float64, int64, {_V})", **_OPTS)
+@kernel(f"int64({_M}, {_V}, int64, int64, float64, int64, {_V})")
 def _tilde_power(
     powers: np.ndarray, e: np.ndarray, t: int, mu: int, w: float, deg: int, out: np.ndarray
 ) -> int:
@@ -119,7 +120,7 @@ def _tilde_power(
     return top
 
 
-@njit(f"int64({_M}, {_M}, {_V}, int64, int64, float64, int64, {_V})", **_OPTS)
+@kernel(f"int64({_M}, {_M}, {_V}, int64, int64, float64, int64, {_V})")
 def _tilde_bumped(
     powers: np.ndarray,
     powers2: np.ndarray,
@@ -166,7 +167,7 @@ def _tilde_bumped(
     return top
 
 
-@njit(f"void({_M}, {_M}, int64, int64, {_V}, int64)", **_OPTS)
+@kernel(f"void({_M}, {_M}, int64, int64, {_V}, int64)")
 def _fill_powers(powers: np.ndarray, powers2: np.ndarray, t: int, mu: int, e: np.ndarray, deg: int) -> None:
     """``powers[p] = E_t^p`` (``p <= mu``) and ``powers2[p] = E_t^p E_{t-1}`` (``p < mu``), truncated
     at ``deg``: the table's rows, multiplied out."""
@@ -180,7 +181,7 @@ def _fill_powers(powers: np.ndarray, powers2: np.ndarray, t: int, mu: int, e: np
             powers2[p, 0] = 0.0
 
 
-@njit(f"int64({_I}, int64, {_I}, {_I}, int64, int64)", **_OPTS)
+@kernel(f"int64({_I}, int64, {_I}, {_I}, int64, int64)")
 def _tie_degree(act: np.ndarray, nact: int, mo: np.ndarray, vals: np.ndarray, c: int, M: int) -> int:
     """Degree in ``w`` of the products at one ``(truth group, j)``: the most labels that can tie with
     the truth at ``c`` within degree ``M`` (diagonal) or ``M - 1`` with one label bumped (off-diagonal).
@@ -210,7 +211,7 @@ def _tie_degree(act: np.ndarray, nact: int, mo: np.ndarray, vals: np.ndarray, c:
     return best
 
 
-@njit(f"UniTuple(float64, 3)({_V}, int64, {_M}, {_M}, {_V}, int64, int64, boolean, int64)", **_OPTS)
+@kernel(f"UniTuple(float64, 3)({_V}, int64, {_M}, {_M}, {_V}, int64, int64, boolean, int64)")
 def _one_group(
     f0: np.ndarray,
     df: int,
@@ -264,7 +265,7 @@ def _one_group(
 # --------------------------------------------------------------------------------------------
 
 
-@njit(f"Tuple(({_T}, {_T}, {_M}, {_V}, {_V}))(int64, int64, boolean)", **_OPTS)
+@kernel(f"Tuple(({_T}, {_T}, {_M}, {_V}, {_V}))(int64, int64, boolean)")
 def _build_tables(
     k: int, top: int, with_powers: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -316,7 +317,7 @@ def _tables(k: int, top: int) -> tuple[np.ndarray, ...]:
 # --------------------------------------------------------------------------------------------
 
 
-@njit("int64(int64[::1], int64[::1], int64[::1], int64[::1])", **_OPTS)
+@kernel("int64(int64[::1], int64[::1], int64[::1], int64[::1])")
 def _groups(s: np.ndarray, grp: np.ndarray, vals: np.ndarray, mult: np.ndarray) -> int:
     """Labels grouped by equal counts: ``vals`` (increasing) and ``mult`` of each group, ``grp[l]``
     the group of label ``l``; returns the number of groups (insertion: k is small)."""
@@ -344,10 +345,9 @@ def _groups(s: np.ndarray, grp: np.ndarray, vals: np.ndarray, mult: np.ndarray) 
     return D
 
 
-@njit(
+@kernel(
     f"void(int64, int64, float64, boolean, int64[::1], int64[::1], int64, int64[::1], {_T}, {_T}, {_M}, "
     f"{_V}, {_V}, {_M}, {_M}, {_V}, {_M}, {_T}, {_M}, int64[:, ::1], {_M})",
-    **_OPTS,
 )
 def _state_gamma(
     n: int,
@@ -519,7 +519,7 @@ def _state_gamma(
             off[a, b] = min(max(1.0 - oacc[b], 0.0), 1.0)
 
 
-@njit(f"Tuple(({_T}, {_M}, int64[:, ::1], {_M}))(int64, int64, boolean)", **_OPTS)
+@kernel(f"Tuple(({_T}, {_M}, int64[:, ::1], {_M}))(int64, int64, boolean)")
 def _workspace(k: int, top: int, tabulated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Scratch of :func:`_state_gamma`: polynomial rows per group, power rows (without a table),
     integer rows and float rows (the binomial pmf, the leave-one-out sums, the accumulators)."""
@@ -530,7 +530,7 @@ def _workspace(k: int, top: int, tabulated: bool) -> tuple[np.ndarray, np.ndarra
     return ws, pwbuf, iw, fw
 
 
-@njit("int64(int64, int64[::1], int64[::1], int64, int64[:, ::1])", **_OPTS)
+@kernel("int64(int64, int64[::1], int64[::1], int64, int64[:, ::1])")
 def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndarray) -> int:
     """The row of the memo (:class:`CostMemo`) that holds the state ``(n, groups)``: found, or newly
     claimed (the table is emptied first when it is half full); -1 without a memo.
@@ -569,10 +569,9 @@ def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndar
     return slot
 
 
-@njit(
+@kernel(
     f"float64[:, ::1](int64[::1], int64, float64, boolean, {_V}, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
     f"int64[:, ::1], {_M}, {_T})",
-    **_OPTS,
 )
 def _cost_vectors(
     weak: np.ndarray,
@@ -674,9 +673,8 @@ def _cost_vectors(
     return out
 
 
-@njit(
+@kernel(
     f"float64[:, ::1](int64, int64[::1], float64, boolean, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M})",
-    **_OPTS,
 )
 def _gamma_matrix(
     n: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from service._jit_cache import kernel
 from service.kernels import _draw, rho_mix_sample
 from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution, forest_update
 
@@ -38,7 +39,7 @@ __all__ = [
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
 
-@njit("int64(float64[:, :], int64, float64[:], int64)", **_OPTS)
+@kernel("int64(float64[:, :], int64, float64[:], int64)")
 def _row_argmax(V: np.ndarray, i: int, U: np.ndarray, offset: int) -> int:
     """Index of a maximum of row ``i`` of ``V``, the one with the largest ``U[offset + c]`` among ties
     (the first on equal draws), as ``argmax(where(row == max, u, -1))``."""
@@ -55,7 +56,7 @@ def _row_argmax(V: np.ndarray, i: int, U: np.ndarray, offset: int) -> int:
     return pick
 
 
-@njit("int64[::1](float64[:, :], float64[:])", **_OPTS)
+@kernel("int64[::1](float64[:, :], float64[:])")
 def rows_argmax(V: np.ndarray, U: np.ndarray) -> np.ndarray:
     """Row-wise random argmax of ``V`` (N, k), ties broken by the uniform draws ``U`` (N k, C order):
     :func:`service.learners.booster_costs.rand_rows_argmax` with its draws given."""
@@ -66,7 +67,7 @@ def rows_argmax(V: np.ndarray, U: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit("Tuple((int64[::1], float64[:, ::1], int64[::1]))(float64[:, :], float64[:], float64[:])", **_OPTS)
+@kernel("Tuple((int64[::1], float64[:, ::1], int64[::1]))(float64[:, :], float64[:], float64[:])")
 def adabandit_votes(
     dist: np.ndarray, alpha: np.ndarray, U: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -88,7 +89,7 @@ def adabandit_votes(
     return weak, votes, experts
 
 
-@njit("Tuple((int64[::1], int64[::1], int64))(float64[:, :], float64[:])", **_OPTS)
+@kernel("Tuple((int64[::1], int64[::1], int64))(float64[:, :], float64[:])")
 def bbm_majority(dist: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """BanditBBM's weak predictions (:func:`rows_argmax` with the draws ``U``), their vote counts
     (``np.bincount``) and the majority label when it is unique, else -1: the caller then draws
@@ -163,7 +164,7 @@ def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
     return vals[0]
 
 
-@njit("float64(float64[:, :], int64, float64)", **_OPTS)
+@kernel("float64(float64[:, :], int64, float64)")
 def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
     """``(A[i] - shift).sum()`` in numpy's order (:func:`_pairwise_sum`)."""
     row = np.empty(A.shape[1])
@@ -172,13 +173,13 @@ def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
     return _pairwise_sum(row, 0, row.size)
 
 
-@njit("float64(float64[::1])", **_OPTS)
+@kernel("float64(float64[::1])")
 def pairwise_sum(a: np.ndarray) -> float:
     """``a.sum()`` of a contiguous vector, numpy's bits (:func:`_pairwise_sum`; for the tests)."""
     return _pairwise_sum(a, 0, a.size)
 
 
-@njit("int64(float64[::1], float64)", **_OPTS)
+@kernel("int64(float64[::1], float64)")
 def hedge_draw(v: np.ndarray, u: float) -> int:
     """An expert drawn with probability ``v / v.sum()`` by the uniform draw ``u``: ``sample(v /
     v.sum(), rng)`` of :mod:`service.learners.base` (CDF summed left to right, the first value
@@ -190,7 +191,7 @@ def hedge_draw(v: np.ndarray, u: float) -> int:
     return _draw(p, u)
 
 
-@njit("Tuple((int64[::1], float64[::1]))(float64[:, :], float64, float64[:], int64, boolean)", **_OPTS)
+@kernel("Tuple((int64[::1], float64[::1]))(float64[:, :], float64, float64[:], int64, boolean)")
 def cost_examples(
     C: np.ndarray, clip: float, U: np.ndarray, prefer: int, divide: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +225,7 @@ def cost_examples(
 # round, and with them the stored runs. One tanh call and two products replace ~40 small numpy calls.
 
 
-@njit("float64[::1](float64[:, :], int64[:], float64[:])", **_OPTS)
+@kernel("float64[::1](float64[:, :], int64[:], float64[:])")
 def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """The arguments ``z / 2`` of the sigmoids of AdaBandit's round, for one ``np.tanh`` call.
 
@@ -252,7 +253,7 @@ def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarr
     return z
 
 
-@njit("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)", **_OPTS)
+@kernel("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)")
 def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple[np.ndarray, np.ndarray]:
     """The loss estimate (4) of :func:`service.learners.booster_costs.loss_estimate`, its floats bit
     for bit (the same operations in the same order), and ``iota = 1 - ell`` (eq. (5)'s input)."""
@@ -272,10 +273,9 @@ def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple
     return ell, iota
 
 
-@njit(
+@kernel(
     "Tuple((float64[::1], float64[::1], float64[::1]))"
     "(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:])",
-    **_OPTS,
 )
 def adabandit_learn_args(
     probs: np.ndarray,
@@ -292,7 +292,7 @@ def adabandit_learn_args(
     return ell, iota, adabandit_logistic_args(votes, weak, alpha)
 
 
-@njit("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)", **_OPTS)
+@kernel("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)")
 def adabandit_logistic_parts(
     t: np.ndarray, weak: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -331,10 +331,9 @@ def adabandit_logistic_parts(
     return G, off, onsum
 
 
-@njit(
+@kernel(
     "void(float64[::1], float64[::1], float64[::1], float64[::1], float64[:], int64[:], float64, "
     "float64[:], int64[:])",
-    **_OPTS,
 )
 def adabandit_step(
     alpha: np.ndarray,
@@ -371,10 +370,9 @@ _ROUTING = (
 )
 
 
-@njit(
+@kernel(
     "Tuple((int64, float64[::1], int64, int64, int64[::1], float64[:, ::1], int64[::1], int64[::1]))"
     f"({_ROUTING}, float64[:], float64[::1], float64[:], float64)",
-    **_OPTS,
 )
 def adabandit_decide(
     routing: tuple, alpha: np.ndarray, v: np.ndarray, U: np.ndarray, rho: float
@@ -398,10 +396,9 @@ def adabandit_decide(
     return label, p, greedy, expert, weak, votes, experts, nodes
 
 
-@njit(
+@kernel(
     "Tuple((int64, float64[::1], int64, int64[::1], int64[::1], int64[::1]))"
     f"({_ROUTING}, float64[:], float64, float64)",
-    **_OPTS,
 )
 def bbm_decide(
     routing: tuple, U: np.ndarray, rho: float, u: float
@@ -422,11 +419,10 @@ def bbm_decide(
     return label, p, greedy, weak, counts, nodes
 
 
-@njit(
+@kernel(
     "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
     f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], boolean, float64[:, :], "
     "float64, float64[:], int64, boolean, int64[::1])",
-    **_OPTS,
 )
 def forest_learn_costs(
     forest: tuple,

@@ -23,7 +23,16 @@ from service.interactions import (
     pair_scores,
 )
 from service.kernels import PA_BASES, pa_update
-from service.learners.base import Decision, Learner, Params, learners, randargmax, sparse_greedy
+from service.learners.base import (
+    Decision,
+    Learner,
+    Params,
+    gamma_mix,
+    learners,
+    randargmax,
+    sample,
+    sparse_greedy,
+)
 from service.learners.weak import BinaryFamily, weak_families
 
 LINEAR_BASES = frozenset({"pa", "pa1", "pa2", "perceptron"})
@@ -68,6 +77,12 @@ class COVAParams(Params):
         (``"pairs"`` only) they are hashed into ``2**interaction_bits`` columns.
     pair_max_nnz : int, default 64
         ``"auto"``'s bound on an input's non-zeros (64: at most 2,016 products).
+    epsilon : float, default 0
+        Ours (seed 004 never explores): an exploration floor, ``p(r) = (1 - epsilon) 1[r = greedy]
+        + epsilon / K``, so every label keeps probability at least ``epsilon / K`` and the decision
+        log supports off-policy evaluation. The update is unchanged: Algorithm 1's conservative
+        step on the label shown, whichever drew it. 0 is the paper's learner; the served default
+        learner (:data:`service.config.DEFAULT_LEARNER`) sets it.
 
     ``interactions``, ``interaction_bits`` and ``pair_max_nnz`` are left out of the dumped
     parameters at the values they had before they existed (``"none"``, 18, 64; :attr:`omit_at`), so
@@ -81,6 +96,7 @@ class COVAParams(Params):
     interactions: Literal["none", "auto", "pairs"] = "auto"
     interaction_bits: int = Field(DEFAULT_INTERACTION_BITS, ge=1, le=28)
     pair_max_nnz: int = Field(DEFAULT_PAIR_MAX_NNZ, ge=2)
+    epsilon: float = Field(0.0, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _pairs_need_linear(self) -> COVAParams:
@@ -92,6 +108,7 @@ class COVAParams(Params):
         "interactions": "none",
         "interaction_bits": DEFAULT_INTERACTION_BITS,
         "pair_max_nnz": DEFAULT_PAIR_MAX_NNZ,
+        "epsilon": 0.0,
     }
 
     def pairs(self, n_features: int) -> bool:
@@ -125,8 +142,9 @@ class ConservativeOVA(Learner):
     """Conservative OVA: K binary linear scorers updated only from what a click reveals.
 
     Prediction is loss-based decoding with the hinge loss, ``argmin_r d_L(M(r), f(x))``, which
-    equals ``argmax_r f_r(x)`` (ALGORITHMS.md §6, verified identity); ties at random. There is no
-    exploration: the greedy label is shown with probability 1. Update (seed 004, Algorithm 1):
+    equals ``argmax_r f_r(x)`` (ALGORITHMS.md §6, verified identity); ties at random. Seed 004 does
+    not explore: the greedy label is shown with probability 1 (``epsilon = 0``, the default of this
+    class); ``epsilon > 0`` (ours) mixes in a uniform floor. Update (seed 004, Algorithm 1):
 
     * click (``yhat = y``): every scorer s takes a PA step on ``(x, +1 if s = yhat else -1)``;
     * no click: only scorer ``yhat`` takes a PA step on ``(x, -1)``.
@@ -163,6 +181,13 @@ class ConservativeOVA(Learner):
     name = "cova"
     Params = COVAParams
     params: COVAParams
+    kernels = ("service.kernels", "service.interactions")
+
+    @classmethod
+    def kernel_modules(cls, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        if cls.Params.parse(cls.name, params).base in LINEAR_BASES:
+            return cls.kernels
+        return ("service.kernels", "service.learners.weak.family_kernels")
 
     _column_major = ("W_",)
 
@@ -212,9 +237,7 @@ class ConservativeOVA(Learner):
                     greedy = randargmax(pair_scores(self.W_, idx, val, self.n_features), rng)
             else:
                 greedy = sparse_greedy(self.W_, idx, val, rng)
-            p = np.zeros(self.n_labels)
-            p[greedy] = 1.0
-            return Decision(p, greedy, {"greedy": greedy})
+            return self._explore(greedy, rng)
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
         if self.params.base in LINEAR_BASES:
@@ -222,9 +245,17 @@ class ConservativeOVA(Learner):
             greedy = sparse_greedy(self.W_, idx, val, rng)
         else:
             greedy = randargmax(self.weak_.scores(x)[0], rng)
-        p = np.zeros(self.n_labels)
-        p[greedy] = 1.0
-        return Decision(p, greedy, {"greedy": greedy})
+        return self._explore(greedy, rng)
+
+    def _explore(self, greedy: int, rng: np.random.Generator) -> Decision:
+        """The greedy label with probability 1 (seed 004), or with the ``epsilon`` floor mixed in
+        and the label drawn from ``rng`` after the tie-break's draws."""
+        if self.params.epsilon == 0.0:
+            p = np.zeros(self.n_labels)
+            p[greedy] = 1.0
+            return Decision(p, greedy, {"greedy": greedy})
+        p = gamma_mix(self.n_labels, greedy, self.params.epsilon)
+        return Decision(p, sample(p, rng), {"greedy": greedy})
 
     def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         if self.params.base not in LINEAR_BASES:

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 from pydantic import Field
 
+from service._jit_cache import kernel
 from service.kernels import _draw
 from service.learners.base import Decision, Learner, Params, learners
 
@@ -31,8 +32,8 @@ def _score(theta: np.ndarray, a: int, x: np.ndarray, constant: bool) -> float:
     return s
 
 
-@njit(
-    "Tuple((int64, int64, float64[::1]))(float64[:, ::1], float64[::1], boolean, float64, float64)", **_OPTS
+@kernel(
+    "Tuple((int64, int64, float64[::1]))(float64[:, ::1], float64[::1], boolean, float64, float64)",
 )
 def igw_sample(
     theta: np.ndarray, x: np.ndarray, constant: bool, gamma: float, u: float
@@ -59,7 +60,7 @@ def igw_sample(
     return best, _draw(p, u), p
 
 
-@njit("void(float64[:, :, ::1], float64[:, ::1], int64, float64[::1], boolean, float64)", **_OPTS)
+@kernel("void(float64[:, :, ::1], float64[:, ::1], int64, float64[::1], boolean, float64)")
 def ridge_update(
     A_inv: np.ndarray, theta: np.ndarray, a: int, x: np.ndarray, constant: bool, y: float
 ) -> None:
@@ -157,6 +158,7 @@ class SquareCB(Learner):
     """
 
     name = "squarecb"
+    kernels = ("service.learners.squarecb",)
     Params = SquareCBParams
     params: SquareCBParams
 

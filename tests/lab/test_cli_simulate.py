@@ -108,3 +108,14 @@ def test_real_process_exit_code() -> None:
         timeout=120,
     )
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+
+
+def test_a_parameter_set_to_an_old_default_is_run_as_set(capsys: pytest.CaptureFixture[str]) -> None:
+    # interactions="none" was C-OVA's default once; the dump that rebuilds the learner keeps it
+    args = ("--learner", "cova", "--dataset", "car", "--limit", "1000")
+    none = simulate_json(capsys, *args, "--set", "interactions=none")
+    auto = simulate_json(capsys, *args, "--set", "interactions=auto")
+    assert none["params"]["interactions"] == "none" and auto["params"]["interactions"] == "auto"
+    assert none["errors"] != auto["errors"]
+    runs = run_seeds("cova", {"interactions": "none"}, load_dataset("car"), [0], limit=1000)
+    assert none["errors"] == [metrics.online_error(c) for c in runs.correct]

@@ -99,17 +99,19 @@ def test_pairs_learn_what_a_linear_model_cannot() -> None:
     assert errors["pairs"] < 0.3 < 0.45 < errors["none"], errors
 
 
-def test_dumps_name_the_interactions_and_pairs_need_a_linear_base() -> None:
+def test_run_keys_name_the_interactions_and_pairs_need_a_linear_base() -> None:
     default = make_learner("cova", 4, 3).params
-    assert default.model_dump(mode="json") == {"base": "pa1", "C": 0.1, "interactions": "auto"}
+    assert default.key() == {"base": "pa1", "C": 0.1, "interactions": "auto"}
     none = make_learner("cova", 4, 3, {"interactions": "none"})
-    assert none.params.model_dump(mode="json") == {"base": "pa1", "C": 0.1}  # dumps as before pairs
+    assert none.params.key() == {"base": "pa1", "C": 0.1}  # keyed as before pairs
+    assert none.params.model_dump()["interactions"] == "none"
     assert none.params.complete() == {
         "base": "pa1",
         "C": 0.1,
         "interactions": "none",
         "interaction_bits": 18,
         "pair_max_nnz": 64,
+        "epsilon": 0.0,
     }
     # a model stored before the default moved (no "interactions") is a model without pairs
     assert COVAParams.legacy({"C": 1.0}) == {
@@ -117,6 +119,7 @@ def test_dumps_name_the_interactions_and_pairs_need_a_linear_base() -> None:
         "interactions": "none",
         "interaction_bits": 18,
         "pair_max_nnz": 64,
+        "epsilon": 0.0,
     }
     with pytest.raises(ValueError, match="linear base"):
         make_learner("cova", 4, 3, {"interactions": "pairs", "base": "naive_bayes"})

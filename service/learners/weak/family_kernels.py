@@ -4,8 +4,8 @@ BanditBoost scores all N x K binary models of a family every round and updates t
 class (ALGORITHMS.md §4.1); in numpy that is a dozen calls of a few microseconds each per event, in
 Python loops far more. These loops do a round's work in one call each, on the non-zero features of
 the input only: a :class:`service.features.SparseVector` as ``idx``/``val``, a dense vector reduced
-to its non-zeros first (:func:`nonzeros`; inside the compiled call on the hot paths), so both forms
-go through the same arithmetic and give the same bits.
+to its non-zeros first (:func:`service.kernels.nonzeros`; inside the compiled call on the hot
+paths), so both forms go through the same arithmetic and give the same bits.
 
 Conventions of :mod:`service.kernels`: explicit signatures, so everything compiles when the module
 is imported (from the on-disk cache after the first time); ``cache=True, nogil=True``; no
@@ -25,12 +25,14 @@ import math
 import numpy as np
 from numba import njit
 
+from service._jit_cache import kernel
+from service.kernels import _nonzeros
+
 __all__ = [
     "nb_refresh",
     "nb_scores",
     "nb_update",
     "nb_votes",
-    "nonzeros",
     "perceptron_lazy_scores",
     "perceptron_lazy_start",
     "perceptron_lazy_update",
@@ -55,29 +57,6 @@ _ALPHA = "float64[:, :]"
 SCALE_FLOOR = 1e-100
 #: Naive Bayes variance floor: absolute, plus this times the model's overall feature variance (§4.3).
 VAR_FLOOR = 1e-9
-
-
-@njit(**_OPTS)
-def _nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = 0
-    for j in range(x.size):
-        if x[j] != 0.0:
-            n += 1
-    idx = np.empty(n, np.int64)
-    val = np.empty(n)
-    n = 0
-    for j in range(x.size):
-        if x[j] != 0.0:
-            idx[n] = j
-            val[n] = x[j]
-            n += 1
-    return idx, val
-
-
-@njit(f"Tuple((int64[::1], float64[::1]))({_VAL})", **_OPTS)
-def nonzeros(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sparse form ``(idx, val)`` of a dense vector: its non-zero entries in index order."""
-    return _nonzeros(x)
 
 
 @njit(**_OPTS)
@@ -152,7 +131,7 @@ def _perceptron_scores(
             h[k, i] *= scale[k, i]
 
 
-@njit(f"float64[:, ::1](float64[:, :, ::1], float64[:, ::1], {_IDX}, {_VAL})", **_OPTS)
+@kernel(f"float64[:, ::1](float64[:, :, ::1], float64[:, ::1], {_IDX}, {_VAL})")
 def perceptron_scores(V: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
     """Scores ``<u_k^(i), x / max(1, ||x||)>`` of all models, shape (K, N); ``u = scale V``."""
     h = np.empty(scale.shape)
@@ -164,7 +143,7 @@ _PV = f"float64[:, :, ::1], float64[:, ::1], {_ALPHA}"
 _OUT = "float64[:, ::1], float64[::1]"
 
 
-@njit(f"void({_PV}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"void({_PV}, {_IDX}, {_VAL}, {_OUT})")
 def perceptron_votes(
     V: np.ndarray,
     scale: np.ndarray,
@@ -183,7 +162,7 @@ def perceptron_votes(
     _votes(alpha, h, f)
 
 
-@njit(f"void({_PV}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"void({_PV}, {_VAL}, {_OUT})")
 def perceptron_votes_dense(
     V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, h: np.ndarray, f: np.ndarray
 ) -> None:
@@ -193,7 +172,7 @@ def perceptron_votes_dense(
     _votes(alpha, h, f)
 
 
-@njit(f"int64({_PV}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"int64({_PV}, {_VAL}, {_OUT})")
 def perceptron_votes_greedy_dense(
     V: np.ndarray, scale: np.ndarray, alpha: np.ndarray, x: np.ndarray, h: np.ndarray, f: np.ndarray
 ) -> int:
@@ -273,7 +252,7 @@ def _renormalise(V: np.ndarray, scale: np.ndarray, sqnorm: np.ndarray, k: int, i
 _PU = "float64[:, :, ::1], float64[:, ::1], float64[:, ::1], int64[:, ::1]"
 
 
-@njit(f"void({_PU}, {_IDX}, {_VAL}, int64, float64, float64[:])", **_OPTS)
+@kernel(f"void({_PU}, {_IDX}, {_VAL}, int64, float64, float64[:])")
 def perceptron_update(
     V: np.ndarray,
     scale: np.ndarray,
@@ -294,7 +273,7 @@ def perceptron_update(
     _perceptron_update(V, scale, sqnorm, n, idx, val, k, y, w)
 
 
-@njit(f"void({_PU}, {_VAL}, int64, float64, float64[:])", **_OPTS)
+@kernel(f"void({_PU}, {_VAL}, int64, float64, float64[:])")
 def perceptron_update_dense(
     V: np.ndarray,
     scale: np.ndarray,
@@ -355,7 +334,7 @@ def _start_row(seed: np.uint64, j: int, sigma: float, out: np.ndarray) -> None:
             out[2 * p + 1] = sigma * (r * math.sin(t))
 
 
-@njit("float64[::1](uint64, int64, float64, int64)", **_OPTS)
+@kernel("float64[::1](uint64, int64, float64, int64)")
 def perceptron_lazy_start(seed: int, j: int, sigma: float, m: int) -> np.ndarray:
     """The random start of feature j in the m = K N models (model ``k N + i``), see :func:`_start_row`."""
     out = np.empty(m)
@@ -400,7 +379,7 @@ def _lazy_scores(
 _SLOT = "int32[::1], float64[:, :, ::1]"
 
 
-@njit(f"float64[:, ::1]({_SLOT}, float64[:, ::1], {_IDX}, {_VAL})", **_OPTS)
+@kernel(f"float64[:, ::1]({_SLOT}, float64[:, ::1], {_IDX}, {_VAL})")
 def perceptron_lazy_scores(
     slot: np.ndarray, rows: np.ndarray, scale: np.ndarray, idx: np.ndarray, val: np.ndarray
 ) -> np.ndarray:
@@ -417,7 +396,7 @@ def perceptron_lazy_scores(
 _LV = f"{_SLOT}, float64[:, ::1], {_ALPHA}"
 
 
-@njit(f"void({_LV}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"void({_LV}, {_IDX}, {_VAL}, {_OUT})")
 def perceptron_lazy_votes(
     slot: np.ndarray,
     rows: np.ndarray,
@@ -433,7 +412,7 @@ def perceptron_lazy_votes(
     _votes(alpha, h, f)
 
 
-@njit(f"void({_LV}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"void({_LV}, {_VAL}, {_OUT})")
 def perceptron_lazy_votes_dense(
     slot: np.ndarray,
     rows: np.ndarray,
@@ -561,7 +540,7 @@ _LU = f"{_SLOT}, int64, float64[:, ::1], float64[:, ::1], int64[:, ::1]"
 _LU_TAIL = "int64, float64, float64[:], uint64, float64, int64"
 
 
-@njit(f"UniTuple(int64, 3)({_LU}, {_IDX}, {_VAL}, {_LU_TAIL})", **_OPTS)
+@kernel(f"UniTuple(int64, 3)({_LU}, {_IDX}, {_VAL}, {_LU_TAIL})")
 def perceptron_lazy_update(
     slot: np.ndarray,
     rows: np.ndarray,
@@ -598,7 +577,7 @@ def perceptron_lazy_update(
     )
 
 
-@njit(f"UniTuple(int64, 3)({_LU}, {_VAL}, {_LU_TAIL})", **_OPTS)
+@kernel(f"UniTuple(int64, 3)({_LU}, {_VAL}, {_LU_TAIL})")
 def perceptron_lazy_update_dense(
     slot: np.ndarray,
     rows: np.ndarray,
@@ -681,7 +660,7 @@ def _nb_scores(
 _NB_SCORE = "float64[:, :, ::1], float64[:, ::1], int64[::1], float64[:, :, :, ::1]"
 
 
-@njit(f"float64[:, ::1]({_NB_SCORE}, {_IDX}, {_VAL})", **_OPTS)
+@kernel(f"float64[:, ::1]({_NB_SCORE}, {_IDX}, {_VAL})")
 def nb_scores(
     slope: np.ndarray,
     offset: np.ndarray,
@@ -696,7 +675,7 @@ def nb_scores(
     return h
 
 
-@njit(f"void({_NB_SCORE}, {_ALPHA}, {_IDX}, {_VAL}, {_OUT})", **_OPTS)
+@kernel(f"void({_NB_SCORE}, {_ALPHA}, {_IDX}, {_VAL}, {_OUT})")
 def nb_votes(
     slope: np.ndarray,
     offset: np.ndarray,
@@ -786,7 +765,7 @@ def _nb_refresh_class(
         offset[k, i] = prior + zeros[k, i, 0] - zeros[k, i, 1] - 0.5 * log_var
 
 
-@njit(f"void({_NB_STATS}, {_NB_CACHE}, int64)", **_OPTS)
+@kernel(f"void({_NB_STATS}, {_NB_CACHE}, int64)")
 def nb_refresh(
     W: np.ndarray,
     S: np.ndarray,
@@ -806,7 +785,7 @@ def nb_refresh(
     _nb_refresh_class(W, S, M2, binary, numeric, ratio, zeros, slope, offset, gauss, k)
 
 
-@njit(f"boolean({_NB_STATS}, {_NB_CACHE}, {_IDX}, {_VAL}, int64, int64, float64[:])", **_OPTS)
+@kernel(f"boolean({_NB_STATS}, {_NB_CACHE}, {_IDX}, {_VAL}, int64, int64, float64[:])")
 def nb_update(
     W: np.ndarray,
     S: np.ndarray,

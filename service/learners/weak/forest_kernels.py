@@ -34,6 +34,8 @@ import math
 import numpy as np
 from numba import njit
 
+from service._jit_cache import kernel
+
 __all__ = [
     "FOREST",
     "GROW_NODES",
@@ -140,12 +142,11 @@ _C_TABLES = "int64[:, ::1], float64[:, ::1], int64[:, :, ::1], int64[:, ::1]"
 _DIST = "Tuple((float64[:, ::1], int64[::1]))"
 
 
-@njit(
+@kernel(
     [
         f"{_DIST}({_C_TABLES}, float64[:, ::1], float64[::1], int64[::1], float64[::1])",
         f"{_DIST}({_TABLES}, {_F2}, {_F1}, {_I1}, {_F1})",
     ],
-    **_OPTS,
 )
 def forest_distribution(
     feature: np.ndarray,
@@ -162,7 +163,7 @@ def forest_distribution(
     return distribution((feature, threshold, child, slot, class_w, x, idx, val))
 
 
-@njit("float64(float64)", **_OPTS)
+@kernel("float64(float64)")
 def _xlnx(v: float) -> float:
     return v * math.log(v) if v > 0.0 else 0.0  # natural log: math.log2 is 2.5x slower in numba
 
@@ -170,7 +171,7 @@ def _xlnx(v: float) -> float:
 # -- the entry pool --------------------------------------------------------------------------------
 
 
-@njit(f"void({_ENTRIES}, {_I1})", **_OPTS)
+@kernel(f"void({_ENTRIES}, {_I1})")
 def compact(
     segment: np.ndarray, key: np.ndarray, count: np.ndarray, moments: np.ndarray, pool: np.ndarray
 ) -> None:
@@ -200,7 +201,7 @@ def compact(
     pool[GARBAGE] = 0
 
 
-@njit(f"void(int64, int64, float64, float64, int32[:], {_F2})", **_OPTS)
+@kernel(f"void(int64, int64, float64, float64, int32[:], {_F2})")
 def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np.ndarray) -> None:
     """Fold the non-zero value ``v`` with weight ``w`` into entry ``e`` (a new one if ``first``)."""
     wv = w * v
@@ -218,7 +219,7 @@ def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np
         moments[e, HIGH] = max(moments[e, HIGH], v)
 
 
-@njit(f"void({_I1}, int32[:], {_F2}, int64, int64)", **_OPTS)
+@kernel(f"void({_I1}, int32[:], {_F2}, int64, int64)")
 def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst: int) -> None:
     key[dst] = key[src]
     count[dst] = count[src]
@@ -226,7 +227,7 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
         moments[dst, j] = moments[src, j]
 
 
-@njit(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})", **_OPTS)
+@kernel(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})")
 def _merge(
     r: int,
     c: int,
@@ -333,7 +334,7 @@ def _merge(
 # -- the split search ------------------------------------------------------------------------------
 
 
-@njit(f"boolean(int64, {_I1}, int32[:], {_F2}, boolean, {_S2}, {_K2})", **_OPTS)
+@kernel(f"boolean(int64, {_I1}, int32[:], {_F2}, boolean, {_S2}, {_K2})")
 def _estimates(
     nobs: int,
     n_class: np.ndarray,
@@ -399,7 +400,7 @@ def _estimates(
     return True
 
 
-@njit(f"float64(float64, int64, float64, float64, {_S2}, {_K2})", **_OPTS)
+@kernel(f"float64(float64, int64, float64, float64, {_S2}, {_K2})")
 def _split_entropy(
     theta: float, nobs: int, floor: float, cut: float, fs: np.ndarray, ks: np.ndarray
 ) -> float:
@@ -445,10 +446,9 @@ def _split_entropy(
     return hl + hr
 
 
-@njit(
+@kernel(
     f"void(int64, int64, int64, int64, float64, int64, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, {_I2}, "
     f"{_F1}, {_F1}, {_I2}, {_I1}, {_S2}, {_K2})",
-    **_OPTS,
 )
 def _split(
     i: int,
@@ -504,10 +504,9 @@ def _split(
         class_w[new, c] = fs[WEIGHT, j] - fs[LEFT, j]
 
 
-@njit(
+@kernel(
     f"void(int64, int64, int64, float64, float64, float64, boolean, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, "
     f"{_I2}, {_F1}, {_F1}, {_ENTRIES}, boolean[:], {_I1}, {_S2}, {_K2})",
-    **_OPTS,
 )
 def _try_split(
     i: int,
@@ -656,7 +655,7 @@ def _try_split(
 # -- the update --------------------------------------------------------------------------------------
 
 
-@njit(f"Tuple(({_I1}, {_F1}))({_F1}, {_I1}, {_F1}, int64)", **_OPTS)
+@kernel(f"Tuple(({_I1}, {_F1}))({_F1}, {_I1}, {_F1}, int64)")
 def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     """The non-zero entries of a dense row ``x`` (or the sparse ``(idx, val)`` as is), checked against d."""
     if x.size == 0:
@@ -688,7 +687,7 @@ FOREST = (
 OPERANDS = f"{_F1}, {_I1}, {_F1}"
 
 
-@njit(f"UniTuple(int64, 2)({FOREST}, {OPERANDS}, {_I1}, {_I1}, {_F1}, {_I1}, int64, boolean)", **_OPTS)
+@kernel(f"UniTuple(int64, 2)({FOREST}, {OPERANDS}, {_I1}, {_I1}, {_F1}, {_I1}, int64, boolean)")
 def forest_update(
     feature: np.ndarray,
     threshold: np.ndarray,

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from service.features import SparseVector
+from service.kernels import nonzeros
 from service.learners.weak import BinaryFamily, weak_families
-from service.learners.weak.family_kernels import nb_refresh, nb_scores, nb_update, nb_votes, nonzeros
+from service.learners.weak.family_kernels import nb_refresh, nb_scores, nb_update, nb_votes
 
 
 @weak_families.register("naive_bayes")

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from service.features import SparseVector
+from service.kernels import nonzeros
 from service.learners.weak import BinaryFamily, weak_families
 from service.learners.weak.family_kernels import (
-    nonzeros,
     perceptron_lazy_scores,
     perceptron_lazy_update,
     perceptron_lazy_update_dense,

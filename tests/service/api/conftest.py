@@ -34,6 +34,7 @@ def make_app(**settings: Any) -> FastAPI:
 async def app_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client talking to ``app`` in-process, with its lifespan (runtime) running."""
     async with app.router.lifespan_context(app):
+        await app.state.loading  # the models loaded (kernels compiled) in the background
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client

@@ -335,9 +335,9 @@ def test_auto_is_dense_below_two_to_the_sixteen_and_for_other_families() -> None
     for d in (6, 784):
         m = make_learner("banditboost", d, 10, {"n_learners": 5})
         assert m.store == "dense" and type(m.weak_) is PerceptronFamily
-        assert "store" not in m.params.model_dump(mode="json")  # the dumped parameters of existing settings
-    dumped = m.params.model_dump(mode="json")
-    assert dumped == {"weak": "perceptron", "n_learners": 5, "delta": 0.01, "gamma": 0.1}
+        assert "store" not in m.params.key()  # the run keys of existing settings
+    assert m.params.key() == {"weak": "perceptron", "n_learners": 5, "delta": 0.01, "gamma": 0.1}
+    assert m.params.model_dump(mode="json")["store"] == "auto"  # the dump that rebuilds: everything
     assert m.config()["params"]["store"] == "auto"  # a copy's configuration names every parameter
     lazy = make_learner("banditboost", 6, 3, {"store": "lazy"})
     assert lazy.config()["params"]["store"] == "lazy"

@@ -195,8 +195,10 @@ async def test_concurrent_duplicates_across_replicas_are_learned_exactly_once(
 
 # The answers a client may see while replicas or Redis fail (docs/ARCHITECTURE.md, "When Redis is down"):
 # predictions keep being served; a feedback is recorded (200), was recorded by an earlier attempt whose
-# answer was lost (409 with the first outcome), or is refused for now (503 with Retry-After: 1).
-DOCUMENTED = {"predict 200", "feedback 200", "feedback 409", "feedback 503"}
+# answer was lost (409 with the first outcome), or is refused for now (503 with Retry-After: 1). A
+# replica that is starting (loading models, compiling kernels) refuses both with 503 and Retry-After: 1
+# until /readyz says ready: nothing was recorded.
+DOCUMENTED = {"predict 200", "predict 503", "feedback 200", "feedback 409", "feedback 503"}
 FAILED = {"transport error", "timeout"}  # no HTTP answer at all
 
 
