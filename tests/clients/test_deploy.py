@@ -54,7 +54,7 @@ def test_dockerfile_is_hadolint_clean() -> None:
 
 def test_dockerfile_runs_the_service_as_non_root_with_a_healthcheck() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim AS base$", text, re.M)
+    assert re.search(r"^FROM python:3\.11\.\d+-slim-bookworm AS base$", text, re.M)
     server = text[text.index("FROM base AS server") :]  # the last stage: what `docker build .` gives
     assert "FROM" not in server[1:]
     assert set(re.findall(r"^COPY (\S+)", server, re.M)) == {"pyproject.toml", "README.md", "service"}
@@ -63,6 +63,47 @@ def test_dockerfile_runs_the_service_as_non_root_with_a_healthcheck() -> None:
     assert '\nENTRYPOINT ["python", "-m", "service", "serve"]\n' in text
     # dependency layer before the code layer: installing deps must not depend on service/ or clients/
     assert server.index("-r /tmp/requirements.txt") < server.index("COPY service")
+
+
+# A full version and the base system's release: a tag that moves (3.11-slim, 7.2-alpine) gives
+# another image the next time it is pulled.
+PINNED = re.compile(r"[a-z]+:\d+\.\d+\.\d+-(slim-bookworm|alpine\d+\.\d+)")
+
+
+def test_base_images_are_pinned_to_exact_versions(compose: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, re.M))
+    bases = set(re.findall(r"^FROM (\S+)", dockerfile, re.M)) - stages
+    pulled = {svc["image"] for svc in compose["services"].values() if "build" not in svc}
+    assert bases == {"python:3.11.16-slim-bookworm"}
+    assert pulled == {"redis:7.2.16-alpine3.21", "nginx:1.30.4-alpine3.24"}
+    for image in bases | pulled:
+        assert PINNED.fullmatch(image), image
+
+
+def seconds(duration: str) -> float:
+    """A compose/Docker duration ("1m30s", "300s") in seconds."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", duration)
+    assert "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[u] for n, u in parts)
+
+
+# A cold compile of every numba kernel takes about 110 s of one core; two replicas compiling at once
+# on a 2-core machine take about twice that: a replica must not be marked unhealthy meanwhile.
+COLD_START_SECONDS = 300
+
+
+def test_replica_healthchecks_wait_for_readyz_through_a_cold_compile(compose: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image = re.search(r"^HEALTHCHECK .*--start-period=(\S+) .*\n(.*)$", dockerfile, re.M)
+    assert image is not None and "/readyz" in image.group(2)
+    assert seconds(image.group(1)) >= COLD_START_SECONDS
+    servers = {n: s for n, s in compose["services"].items() if s.get("build", {}).get("target") == "server"}
+    assert set(servers) == {"api1", "api2", "api-cluster-1", "api-cluster-2"}
+    for name, svc in servers.items():
+        check = svc["healthcheck"]
+        assert check["test"][0] == "CMD" and "/readyz'" in check["test"][-1], name
+        assert seconds(check["start_period"]) >= COLD_START_SECONDS, name
 
 
 def test_dockerignore_admits_exactly_what_the_dockerfile_copies() -> None:
