@@ -179,6 +179,13 @@ def test_nginx_balances_over_the_compose_replicas(compose: dict[str, Any]) -> No
     assert upstream is not None
     servers = re.findall(r"^\s*server (\S+):8000\b", upstream.group(1), re.M)
     assert servers == ["api1", "api2"] and all(name in compose["services"] for name in servers)
+    # a replica recreated with a new address is found again: its name is asked of Docker's DNS again
+    # (`resolve`, in open-source nginx from 1.27.3 on, with the group in shared memory)
+    assert re.search(r"^\s*resolver 127\.0\.0\.11 valid=\d+s ipv6=off;", conf, re.M)
+    assert re.findall(r"^\s*server (\S+):8000 resolve\b", upstream.group(1), re.M) == servers
+    assert re.search(r"^\s*zone clickboost \d+k;", upstream.group(1), re.M)
+    version = re.fullmatch(r"nginx:(\d+)\.(\d+)\.(\d+)-.*", compose["services"]["lb"]["image"])
+    assert version is not None and tuple(map(int, version.groups())) >= (1, 27, 3)
     assert re.search(r"^\s*listen 8000;", conf, re.M)
     assert "non_idempotent" not in conf  # a POST that reached a replica is never re-sent
     mounted = compose["services"]["lb"]["volumes"]
