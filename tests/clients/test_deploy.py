@@ -1,5 +1,6 @@
-"""Deployment files: Dockerfile (hadolint), docker-compose.yml (the compose JSON schema + topology),
-nginx.conf and the declared models. No Docker engine runs here, so these are static checks."""
+"""Deployment files: Dockerfile (hadolint), docker-compose.yml (the compose JSON schema + topology,
+its variables resolved from the .env that scripts/docker-env writes), nginx.conf and the declared
+models. No Docker engine runs here, so these are static checks."""
 
 from __future__ import annotations
 
@@ -171,6 +172,78 @@ def test_compose_secrets_are_required_variables(compose: dict[str, Any]) -> None
         assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", value), (
             f"{name} must be ${{VAR:?message}}, is {value!r}"
         )
+
+
+# Compose's variable syntax (compose specification, "Interpolation"): $$ is a dollar; ${VAR}, $VAR;
+# ${VAR:-default} and ${VAR-default}; ${VAR:?message} and ${VAR?message} refuse to go on without it.
+VARIABLE = re.compile(
+    r"\$(?:(?P<dollar>\$)|\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_]\w*))"
+)
+
+
+def interpolate(node: Any, env: dict[str, str], missing: list[str]) -> Any:
+    """``node`` with the variables of its strings replaced from ``env``, as compose does before
+    anything else; each required one that ``env`` lacks is added to ``missing`` (compose stops)."""
+    if isinstance(node, dict):
+        return {k: interpolate(v, env, missing) for k, v in node.items()}
+    if isinstance(node, list):
+        return [interpolate(v, env, missing) for v in node]
+    if not isinstance(node, str):
+        return node
+
+    def value(m: re.Match[str]) -> str:
+        if m["dollar"]:
+            return "$"
+        name, op = m["name"] or m["bare"], m["op"] or ""
+        unset = name not in env or (op.startswith(":") and env[name] == "")
+        if unset and op.endswith("?"):
+            missing.append(name)
+        if unset:
+            return m["arg"] if op.endswith("-") else ""
+        return env[name]
+
+    return VARIABLE.sub(value, node)
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines, as compose reads .env (comments and blank lines skipped)."""
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_compose_reads_its_keys_from_the_env_file_that_scripts_docker_env_writes(
+    compose: dict[str, Any], validator: jsonschema.Validator, tmp_path: Path
+) -> None:
+    """`docker compose ps/logs/down` in a new shell: the keys come from .env (compose reads it from
+    the project directory), not from variables exported in the shell that ran `up`; with neither,
+    compose refuses to start anything."""
+    missing: list[str] = []
+    interpolate(compose, {}, missing)  # a new shell, no .env
+    assert sorted(set(missing)) == ["CLICKBOOST_ADMIN_KEY", "CLICKBOOST_API_KEY"]
+
+    env_file = tmp_path / ".env"
+    script = ROOT / "scripts" / "docker-env"
+    done = subprocess.run([str(script), str(env_file)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    env = read_env_file(env_file)
+    assert set(env) == {"CLICKBOOST_API_KEY", "CLICKBOOST_ADMIN_KEY"}
+    assert all(re.fullmatch(r"[0-9a-f]{48}", key) for key in env.values())
+    assert env["CLICKBOOST_API_KEY"] != env["CLICKBOOST_ADMIN_KEY"]
+
+    missing = []
+    resolved = interpolate(compose, env, missing)  # the same shell, with the .env written
+    assert missing == [] and list(validator.iter_errors(resolved)) == []
+    services = resolved["services"]
+    for name in ("api1", "api2", "api-cluster-1", "api-cluster-2", "replay"):
+        assert services[name]["environment"]["CLICKBOOST_API_KEY"] == env["CLICKBOOST_API_KEY"], name
+    assert services["api1"]["environment"]["CLICKBOOST_ADMIN_KEY"] == env["CLICKBOOST_ADMIN_KEY"]
+
+    again = subprocess.run([str(script), str(env_file)], capture_output=True, text=True, timeout=30)
+    assert again.returncode != 0 and "kept" in again.stderr  # the running services' keys stay
+    assert read_env_file(env_file) == env
+    # never committed (the .dockerignore test shows it is never sent to an image build either)
+    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", ".env"], cwd=ROOT).returncode == 0
 
 
 def test_nginx_balances_over_the_compose_replicas(compose: dict[str, Any]) -> None:
