@@ -2,7 +2,9 @@
 #   server (the default, last stage): `python -m service serve` on port 8000, the server package and
 #          its dependencies alone (docker-compose.yml runs two of these behind nginx, with Redis);
 #   replay: the replay load-test client with the lab that reads the datasets (compose's replay profile).
-FROM python:3.11-slim AS base
+# The full Python version and Debian release: a rebuild gets the same ones (3.11-slim moved from
+# bookworm to trixie with Debian 13).
+FROM python:3.11.16-slim-bookworm AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -66,8 +68,11 @@ VOLUME ["/data"]
 USER 10001:10001
 EXPOSE 8000
 
-# Ready = store reachable and models loaded: what the load balancer's depends_on waits for.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+# Ready = store reachable and models loaded: what the load balancer's depends_on waits for. The start
+# period covers a cold compile of the numba loops (about 2 min of one core, more with two replicas on
+# two cores), which a CPU of another kind than the build's needs: failures in it do not count, and
+# the first success ends it.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
 
 ENTRYPOINT ["python", "-m", "service", "serve"]

@@ -7,7 +7,8 @@ as are its files; every number on it comes from the two admin routes here and ``
 asked with the key that the page's form keeps in the browser's session storage.
 
 Where the numbers come from: counts from the store's counters (the same as ``GET /models``); the
-per-minute history from the store's activity (:meth:`service.store.Store.read_activity`), which
+per-minute history and the cumulative click rate over it from the store's activity alone
+(:meth:`service.store.Store.read_activity`; the counters run up to a second ahead of it), which
 every replica adds to, so every replica shows the same history; version, apply lag, checkpoint,
 memory and evaluation jobs from the replica that answers (``replica`` in the answer); replicas from
 their heartbeats (:meth:`service.store.Store.replicas`).
@@ -92,7 +93,8 @@ class MinuteStats(BaseModel):
         description="clicks / (clicks + no_clicks) of the minute; null without answers."
     )
     cumulative_ctr: float | None = Field(
-        description="The model's clicks / answered decisions up to the end of the minute (all time)."
+        description="Clicks / answered decisions of the minutes held up to the end of this one: since the "
+        "model was created, or over the last 24 h for an older model; null before the first answer."
     )
     exploration: float | None = Field(
         description="Mean over the minute's decisions of 1 - max(probabilities): the share of traffic "
@@ -199,15 +201,17 @@ async def model_stats(
     current = math.floor(now / 60)
     held = await store.read_activity(m.name, current - ACTIVITY_MINUTES + 1)
 
-    # Cumulative CTR at the end of each minute: the all-time counters less what came after it.
+    # Cumulative CTR at the end of each minute, from the history alone: the counters take an answer
+    # at once and the history at the replica's next flush, so an answer is nearly always in one and
+    # not the other, and their difference (issue 37) was drawn in every minute before the first.
     first = current - minutes + 1
-    clicks_after = sum(a.clicks for t, a in held.items() if t >= first)
-    answered_after = sum(a.clicks + a.no_clicks for t, a in held.items() if t >= first)
+    clicks = sum(a.clicks for t, a in held.items() if t < first)
+    answered = sum(a.clicks + a.no_clicks for t, a in held.items() if t < first)
     series = []
     for t in range(first, current + 1):
         a = held.get(t, Activity())
-        clicks_after -= a.clicks
-        answered_after -= a.clicks + a.no_clicks
+        clicks += a.clicks
+        answered += a.clicks + a.no_clicks
         series.append(
             MinuteStats(
                 start=60.0 * t,
@@ -216,7 +220,7 @@ async def model_stats(
                 no_clicks=a.no_clicks,
                 expired=a.expired,
                 ctr=_ratio(a.clicks, a.clicks + a.no_clicks),
-                cumulative_ctr=_ratio(c.clicks - clicks_after, c.clicks + c.no_clicks - answered_after),
+                cumulative_ctr=_ratio(clicks, answered),
                 exploration=_ratio(a.exploration, a.decisions),
             )
         )

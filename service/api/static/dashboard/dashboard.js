@@ -182,7 +182,7 @@
       "figcaption",
       {},
       el("span", { class: "k-minute" }, "click rate per minute"),
-      el("span", { class: "k-cumulative" }, "cumulative click rate"),
+      el("span", { class: "k-cumulative" }, "cumulative click rate (24 h)"),
       el("span", { class: "k-ceiling" }, "ceiling under exploration"),
       el("span", { class: "k-bar" }, "decisions per minute"),
     );
