@@ -51,12 +51,13 @@ RUN apt-get update \
     && pip install --no-cache-dir --no-deps . \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
-    && python -c "import service._features, service._decisions; from service.learners import learners; learners.names()" \
+    && python -c "import service._features, service._decisions" \
+    && python -m service warm \
     && chown -R 10001:10001 "$(python -c 'import service._jit_cache as j; print(j.ROOT / "__pycache__" / "numba")')"
-# ^ imports every learner, which compiles their numba loops into the package's cache at build time,
-#   and gives that cache to the user the server runs as: numba uses a cache only where it can write,
-#   so a container starts without compiling (it recompiles, into that cache, only on a CPU of
-#   another kind; service/_jit_cache.py).
+# ^ compiles every kernel into the package's numba cache at build time (`clickboost warm`; a server
+#   compiles only its learners' kernels, when first needed), and gives that cache to the user the
+#   server runs as: numba uses a cache only where it can write, so a container starts without
+#   compiling (it recompiles, into that cache, only on a CPU of another kind; service/_jit_cache.py).
 
 # Without REDIS_URL the server keeps its models in the SQLite file under /data: mount a volume
 # there to keep them across containers.
@@ -68,10 +69,10 @@ VOLUME ["/data"]
 USER 10001:10001
 EXPOSE 8000
 
-# Ready = store reachable and models loaded: what the load balancer's depends_on waits for. The start
-# period covers a cold compile of the numba loops (about 2 min of one core, more with two replicas on
-# two cores), which a CPU of another kind than the build's needs: failures in it do not count, and
-# the first success ends it.
+# Ready = store reachable and models loaded: what the load balancer's depends_on waits for (/healthz
+# answers at once; /readyz is 503 while the kernels compile). The start period covers a cold compile
+# of every kernel (about 2 min of one core, more with two replicas on two cores), which a CPU of
+# another kind than the build's needs: failures in it do not count, and the first success ends it.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
 

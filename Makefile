@@ -5,30 +5,40 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
+SOURCES := pyproject.toml clients/pyproject.toml setup.py service/_features.c service/_decisions.c
+# What `make run` needs (the server and the SDK), and what the tests and benchmarks add.
 STAMP := $(VENV)/.installed-stamp
+DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: install run test lint format clean
+.PHONY: install install-dev run test lint format clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml clients/pyproject.toml setup.py service/_features.c service/_decisions.c
+install-dev: $(DEV_STAMP)
+
+$(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./clients -e '.[dev,lab,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ./clients -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,lab,bench]'
+	touch $(DEV_STAMP)
+
+# The first start compiles the default learner's kernels (about 20 s, cached afterwards); the
+# server answers /healthz at once and /readyz once ready.
 run: install
 	$(PY) -m service serve --host $(HOST) --port $(PORT) --demo
 
-test: install
+test: install-dev
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
-lint: install
+lint: install-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-format: install
+format: install-dev
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
