@@ -24,15 +24,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.commands.evaluate import evaluate, parse_policy, read_log
 from service.learners.base import ParamError, make_learner
+from service.ope import EvaluationError, evaluate, parse_policy, read_log
 
 KEEP_SECONDS = 24 * 3600.0
 MAX_POLICIES = 20
-
-
-class EvaluationError(ValueError):
-    """A request for an evaluation that cannot run; the message says why."""
 
 
 @dataclass

@@ -38,29 +38,40 @@ C-OVA) supports no other policy at all.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from service.features import SparseVector
-from service.learners.base import Decision, Learner
+from service.learners.base import Decision, Learner, make_learner
 
 __all__ = [
     "Estimate",
+    "EvaluationError",
     "LoggedData",
     "dm_cross_fit",
     "dr",
+    "evaluate",
     "evaluate_stationary",
     "ips",
+    "parse_policy",
+    "read_log",
     "replay",
     "replay_once",
     "snips",
 ]
 
 Z95 = 1.959963984540054  # the 97.5 % quantile of the standard normal
+
+
+class EvaluationError(ValueError):
+    """An evaluation that cannot run (a policy that does not parse or fit the log, a log that cannot
+    be read); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -374,3 +385,93 @@ def _wilson(k: int, n: int, extra: dict[str, float]) -> Estimate:
     centre = (m + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(m * (1 - m) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return Estimate(m, centre - half, centre + half, n, extra)
+
+
+# -- policies named by text, on a log file: what `clickboost evaluate` and the evaluation jobs run --
+
+
+def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
+    """``name[:k=v,...]`` -> (name, params); values parsed as JSON where they parse (numbers,
+    booleans), else kept as strings. ``constant:LABEL_INDEX`` gives ``{"label": LABEL_INDEX}``."""
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    if name == "model":  # model:NAME, a service model's snapshot
+        return name, {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            if name == "constant" and key.strip().isdigit():
+                params["label"] = int(key)
+                continue
+            raise EvaluationError(f"policy {text!r}: expected constant:LABEL_INDEX or name:param=value,...")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return name.strip(), params
+
+
+def read_log(path: Path) -> LoggedData:
+    """The decisions of a JSON-lines decision log that have a reward."""
+    try:
+        with path.open() as f:
+            return LoggedData.from_records(json.loads(line) for line in f if line.strip())
+    except (OSError, ValueError, KeyError) as exc:
+        raise EvaluationError(f"cannot read the decision log {path}: {exc}") from None
+
+
+def evaluate(
+    data: LoggedData,
+    policies: list[str],
+    runs: int,
+    seed: int,
+    snapshots: Mapping[str, Learner] | None = None,
+) -> dict[str, dict[str, Estimate]]:
+    """Estimates of the logging policy (``"logged"``) and every policy: name -> estimator -> estimate.
+
+    ``uniform`` and ``constant:LABEL_INDEX`` are stationary (IPS, SNIPS, DR); ``model:NAME`` is
+    the frozen learner ``snapshots[NAME]`` (a service's model, passed by the evaluation jobs), its
+    ``decide`` pmf on every logged context, the model unchanged; any other name is a learner
+    (:func:`~service.learners.base.make_learner`'s name and parameters), replayed ``runs`` times.
+    """
+    stationary: dict[str, np.ndarray] = {}
+    learning: dict[str, tuple[str, dict[str, Any]]] = {}
+    for text in policies:
+        name, params = parse_policy(text)
+        if name == "model":
+            model = (snapshots or {}).get(text.partition(":")[2])
+            if model is None:
+                raise EvaluationError(
+                    f"policy {text!r}: a model snapshot needs the service (POST /models/NAME/evaluations)"
+                )
+            sparse = model.accepts_sparse
+            stationary[text] = policy_pmfs(
+                data,
+                lambda x, rng, m=model, sp=sparse: m.decide(
+                    x if sp or not isinstance(x, SparseVector) else x.dense(), rng
+                ),
+                seed,
+            )
+            continue
+        if name == "uniform":
+            stationary[text] = uniform_pmfs(data)
+        elif name == "constant":
+            label = int(params.get("label", -1))
+            if not 0 <= label < data.n_labels:
+                raise EvaluationError(
+                    f"policy {text!r}: constant:LABEL_INDEX with 0 <= LABEL_INDEX < {data.n_labels}"
+                )
+            stationary[text] = constant_pmfs(data, label)
+        else:
+            make_learner(name, data.dim, data.n_labels, params)  # a bad name or parameter fails here
+            learning[text] = (name, params)
+    out = {"logged": evaluate_stationary(data, {"logged": data.probs})["logged"]}
+    if stationary:
+        out |= evaluate_stationary(data, stationary)
+    for text, (name, params) in learning.items():
+
+        def make(s: int, name: str = name, params: dict[str, Any] = params) -> Learner:
+            return make_learner(name, data.dim, data.n_labels, params, seed=s)
+
+        out[text] = {"replay": replay(data, make, runs=runs, seed=seed)}
+    return out

@@ -18,8 +18,9 @@ from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
 from service.decision_log import LogRecord
-from service.evaluations import MAX_POLICIES, EvaluationError, check_policies
+from service.evaluations import MAX_POLICIES, check_policies
 from service.learners.base import learners
+from service.ope import EvaluationError
 from service.runtime import ModelRuntime, Runtime
 from service.store.base import Counts
 
