@@ -78,13 +78,16 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
             raise EvaluationError(f"policy {text!r}: the model has no input dimension")
 
 
-def _background() -> None:
+def _background(parent: int) -> None:
     """The worker yields the CPU to the server's requests (nice +10) where the OS allows it, and
-    exits when its server is gone (killed, or shut down during a job): an evaluation nobody can
-    read must not go on using a core."""
+    exits when its server ``parent`` is gone (killed, or shut down during a job): an evaluation
+    nobody can read must not go on using a core.
+
+    ``parent`` is passed, not read here: a server killed while the worker was still importing
+    (seconds on a loaded machine) has already re-parented it, and its own ``getppid()`` would then
+    name init, which never goes away."""
     with contextlib.suppress(OSError):  # not permitted here: normal priority
         os.nice(10)
-    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:  # re-parented (to init or a subreaper) once the server dies
@@ -123,7 +126,10 @@ class Evaluations:
         if self._pool is None:
             # spawn: a fork of a process running an event loop and threads is not safe
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_background
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_background,
+                initargs=(os.getpid(),),
             )
         return self._pool
 
