@@ -69,7 +69,15 @@ async def test_bad_requests_are_refused() -> None:
     async with app_client(make_app(demo=True)) as client:
         other = {"learner": "banditron", "n_features": 3, "n_labels": 3}
         assert (await client.put("/models/other", json=other)).status_code == 201
-        for policies in (["nosuchlearner"], ["constant:7"], ["banditron:gamma=2"], [], ["model:other"]):
+        for policies in (
+            ["nosuchlearner"],
+            ["constant:7"],
+            ["constant:x"],  # a parse error is the request's fault too, not a 500
+            ["banditron:gamma"],
+            ["banditron:gamma=2"],
+            [],
+            ["model:other"],
+        ):
             r = await client.post("/models/demo/evaluations", json={"policies": policies})
             assert r.status_code == 422, (policies, r.text)
         assert (
