@@ -46,7 +46,7 @@ class Job:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     events: int = 0
-    results: dict[str, dict[str, dict[str, float]]] | None = None
+    results: dict[str, dict[str, dict[str, Any]]] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:

@@ -11,8 +11,11 @@ and estimates the click rate of each ``--policy`` on that traffic, with 95 % int
     a learning policy: rejection-sampling replay over the log in order, as if it had served that
     traffic (several runs; the accepted count is printed beside the estimate).
 
-The logging policy's own click rate (what the model earned) is printed first. The log needs
-exploration: a policy that shows one label with probability 1 (C-OVA) supports no other policy.
+The logging policy's own click rate (what the model earned) is printed first. Each estimate has
+its effective sample size (ESS: the importance weights' (sum w)^2 / sum w^2, or a replay's
+accepted events); one below 100 (service.ope.MIN_ESS) is marked ! and a warning below the table
+says it cannot tell. The log needs exploration: a policy that shows one label with probability 1
+(C-OVA) supports no other policy.
 """
 
 from __future__ import annotations
@@ -38,11 +41,19 @@ def run(args: argparse.Namespace) -> int:
         f"{data.n:,} logged decisions with a reward, K={data.n_labels}, d={data.dim}; observed click rate "
         f"{data.rewards.mean():.4f}; smallest logged propensity {data.propensities.min():.4g}"
     )
-    print(f"{'policy':<32} {'estimator':<8} {'click rate':>10}  {'95% interval':<19} {'events':>7}")
+    print(
+        f"{'policy':<32} {'estimator':<8} {'click rate':>10}  {'95% interval':<19} {'events':>7} {'ESS':>9}"
+    )
+    warnings = []
     for policy, by in results.items():
         for est, e in by.items():
             interval = f"[{e.low:.4f}, {e.high:.4f}]"
-            print(f"{policy:<32} {est:<8} {e.value:>10.4f}  {interval:<19} {e.n:>7,}")
+            flag = " !" if e.warning else ""
+            print(f"{policy:<32} {est:<8} {e.value:>10.4f}  {interval:<19} {e.n:>7,} {e.ess:>9,.1f}{flag}")
+            if e.warning:
+                warnings.append(f"! {policy} {est}: {e.warning}")
+    for line in warnings:  # after the table, which stays one line per estimate
+        print(line)
     return 0
 
 

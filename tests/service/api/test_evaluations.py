@@ -63,6 +63,11 @@ async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> N
         se = (u["high"] - u["low"]) / (2 * 1.96)
         assert abs(u["value"] - 0.25) <= 3.3 * se, u
         assert 0 < res["cova"]["replay"]["n"] < 400
+        # every estimate says how many events it effectively rests on, and says so when too few
+        assert res["logged"]["ips"]["ess"] == pytest.approx(400) and res["logged"]["ips"]["warning"] is None
+        cova = res["cova"]["replay"]
+        assert cova["ess"] < 100 and "cannot tell" in cova["warning"] and cova["runs"] == 2
+        assert all(0 <= e["low"] <= e["high"] <= 1 for by in res.values() for e in by.values())
 
 
 async def test_bad_requests_are_refused() -> None:
