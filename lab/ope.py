@@ -209,12 +209,16 @@ def render(
             f"{ess} | {r.truth:.4f} | {cov} | {r.seconds:.1f} |"
         )
     cov = ", ".join(f"{k} {v:.0%}" for k, v in stationary["coverage"].items())
-    told = sum(r.estimate.warning is None for r in rows)
+    weak = sum(r.estimate.warning is not None for r in rows)
+    told = (
+        f"{weak} of the {len(rows)} estimates rest on fewer and carry the warning that they cannot tell "
+        "(marked **cannot tell**)"
+        if weak
+        else "none rests on fewer, so none carries the warning that it cannot tell"
+    )
     lines += [
         "",
-        f"ESS is the effective sample size; {told} of the {len(rows)} estimates rest on at least "
-        f"{ope.MIN_ESS} effective events, and the others carry the warning that they cannot tell "
-        "(marked **cannot tell**).",
+        f"ESS: the effective sample size of each estimate (below {ope.MIN_ESS} it cannot tell); {told}.",
         "",
         f"![estimates and truths]({plot})",
         "",
