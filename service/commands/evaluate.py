@@ -42,14 +42,14 @@ def run(args: argparse.Namespace) -> int:
         f"{data.rewards.mean():.4f}; smallest logged propensity {data.propensities.min():.4g}"
     )
     print(
-        f"{'policy':<32} {'estimator':<8} {'click rate':>10}  {'95% interval':<19} {'events':>7} {'ESS':>9}"
+        f"{'policy':<32} {'estimator':<9} {'click rate':>10}  {'95% interval':<19} {'events':>7} {'ESS':>9}"
     )
     warnings = []
     for policy, by in results.items():
         for est, e in by.items():
             interval = f"[{e.low:.4f}, {e.high:.4f}]"
             flag = " !" if e.warning else ""
-            print(f"{policy:<32} {est:<8} {e.value:>10.4f}  {interval:<19} {e.n:>7,} {e.ess:>9,.1f}{flag}")
+            print(f"{policy:<32} {est:<9} {e.value:>10.4f}  {interval:<19} {e.n:>7,} {e.ess:>9,.1f}{flag}")
             if e.warning:
                 warnings.append(f"! {policy} {est}: {e.warning}")
     for line in warnings:  # after the table, which stays one line per estimate
