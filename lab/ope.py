@@ -197,18 +197,28 @@ def render(
         "on the same data set for as many decisions as the replay accepted (20 runs); uniform and "
         "constant policies by IPS, SNIPS and DR, their truth exact.",
         "",
-        "| policy | estimator | estimate | 95 % interval | events | truth | covered | CPU s |",
-        "|---|---|---:|---|---:|---:|---|---:|",
+        "| policy | estimator | estimate | 95 % interval | events | ESS | truth | covered | CPU s |",
+        "|---|---|---:|---|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         e = r.estimate
         cov = "yes" if e.low <= r.truth <= e.high else "**no**"
+        ess = f"{e.ess:,.1f}" + (" **cannot tell**" if e.warning else "")
         lines.append(
             f"| {r.policy} | {r.estimator} | {e.value:.4f} | [{e.low:.4f}, {e.high:.4f}] | {e.n:,} | "
-            f"{r.truth:.4f} | {cov} | {r.seconds:.1f} |"
+            f"{ess} | {r.truth:.4f} | {cov} | {r.seconds:.1f} |"
         )
     cov = ", ".join(f"{k} {v:.0%}" for k, v in stationary["coverage"].items())
+    weak = sum(r.estimate.warning is not None for r in rows)
+    told = (
+        f"{weak} of the {len(rows)} estimates rest on fewer and carry the warning that they cannot tell "
+        "(marked **cannot tell**)"
+        if weak
+        else "none rests on fewer, so none carries the warning that it cannot tell"
+    )
     lines += [
+        "",
+        f"ESS: the effective sample size of each estimate (below {ope.MIN_ESS} it cannot tell); {told}.",
         "",
         f"![estimates and truths]({plot})",
         "",

@@ -24,15 +24,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.commands.evaluate import evaluate, parse_policy, read_log
 from service.learners.base import ParamError, make_learner
+from service.ope import EvaluationError, evaluate, parse_policy, read_log
 
 KEEP_SECONDS = 24 * 3600.0
 MAX_POLICIES = 20
-
-
-class EvaluationError(ValueError):
-    """A request for an evaluation that cannot run; the message says why."""
 
 
 @dataclass
@@ -50,7 +46,7 @@ class Job:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     events: int = 0
-    results: dict[str, dict[str, dict[str, float]]] | None = None
+    results: dict[str, dict[str, dict[str, Any]]] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,13 +78,16 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
             raise EvaluationError(f"policy {text!r}: the model has no input dimension")
 
 
-def _background() -> None:
+def _background(parent: int) -> None:
     """The worker yields the CPU to the server's requests (nice +10) where the OS allows it, and
-    exits when its server is gone (killed, or shut down during a job): an evaluation nobody can
-    read must not go on using a core."""
+    exits when its server ``parent`` is gone (killed, or shut down during a job): an evaluation
+    nobody can read must not go on using a core.
+
+    ``parent`` is passed, not read here: a server killed while the worker was still importing
+    (seconds on a loaded machine) has already re-parented it, and its own ``getppid()`` would then
+    name init, which never goes away."""
     with contextlib.suppress(OSError):  # not permitted here: normal priority
         os.nice(10)
-    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:  # re-parented (to init or a subreaper) once the server dies
@@ -127,7 +126,10 @@ class Evaluations:
         if self._pool is None:
             # spawn: a fork of a process running an event loop and threads is not safe
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_background
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_background,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

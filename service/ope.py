@@ -34,33 +34,60 @@ events) and its interval is a prediction interval from the spread between runs (
 The price is the accepted count, about ``c n``: a log of an ε-greedy policy over K labels
 keeps about ``ε/K`` of its events, and a log without exploration (``p = 1`` for the shown label:
 C-OVA) supports no other policy at all.
+
+**When an estimate cannot tell** (issue 37). Every estimate carries its *effective sample size*:
+for importance weights ``w`` (IPS, SNIPS, DR) Kish's ``ESS = (sum w)^2 / sum w^2``, the number of
+equally weighted events that would give the same variance (``n`` when the target is the logging
+policy, far fewer when a few heavy weights carry the sum); for a replay the number of events it
+matched (accepted). Below :data:`MIN_ESS` the estimate has a ``warning`` saying it cannot tell.
+Intervals are clipped to the reward range [0, 1], where every click rate lies; the value is the
+estimator's own (IPS on a few heavy weights can exceed 1, with a warning beside it).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from service.features import SparseVector
-from service.learners.base import Decision, Learner
+from service.learners.base import Decision, Learner, make_learner
 
 __all__ = [
+    "MIN_ESS",
     "Estimate",
+    "EvaluationError",
     "LoggedData",
     "dm_cross_fit",
     "dr",
+    "effective_sample_size",
+    "evaluate",
     "evaluate_stationary",
     "ips",
+    "parse_policy",
+    "read_log",
     "replay",
     "replay_once",
     "snips",
 ]
 
 Z95 = 1.959963984540054  # the 97.5 % quantile of the standard normal
+
+#: Below 100 effective events an estimate cannot tell: the 95 % interval of a click rate near 0.5
+#: is then at least ±0.1 wide (1.96 sqrt(0.25 / 100)), wider than the differences between the
+#: policies one compares, and the normal approximation behind it rests on a handful of heavy
+#: weights (issue 37's example: learners judged on 21-23 events, an IPS upper bound of 1.08).
+MIN_ESS = 100
+
+
+class EvaluationError(ValueError):
+    """An evaluation that cannot run (a policy that does not parse or fit the log, a log that cannot
+    be read); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -135,16 +162,19 @@ class LoggedData:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A value estimate with its 95 % interval.
+    """A value estimate with its 95 % interval and effective sample size.
 
     Attributes
     ----------
     value : float
         The estimated click rate.
     low, high : float
-        The 95 % confidence interval.
+        The 95 % confidence interval, within [0, 1].
     n : int
         Events it rests on (logged events, or accepted ones for a replay).
+    ess : float
+        Effective sample size: ``(sum w)^2 / sum w^2`` of the importance weights, or the matched
+        events of a replay (module docstring).
     extra : dict
         Estimator-specific figures (e.g. the replay's acceptance rate).
     """
@@ -153,18 +183,43 @@ class Estimate:
     low: float
     high: float
     n: int
+    ess: float
     extra: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def warning(self) -> str | None:
+        """Why the estimate cannot tell, when its effective sample size is below :data:`MIN_ESS`."""
+        if self.ess >= MIN_ESS:
+            return None
+        return (
+            f"effective sample size {self.ess:.1f} is below {MIN_ESS}: this estimate cannot tell "
+            "(too few logged events support it; log more traffic, or explore more)"
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, **self.extra}
+        fields = {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "ess": self.ess}
+        return {**fields, "warning": self.warning, **self.extra}
 
 
-def _normal(terms: np.ndarray, value: float | None = None) -> Estimate:
-    """``mean(terms)`` (or ``value``) ± 1.96 sd(terms) / sqrt(n)."""
+def effective_sample_size(w: np.ndarray) -> float:
+    """Kish's ``(sum w)^2 / sum w^2`` of importance weights ``w``; 0 when every weight is 0 (the
+    target never shows a logged label: no event supports it)."""
+    squares = float((w * w).sum())
+    return float(w.sum()) ** 2 / squares if squares > 0.0 else 0.0
+
+
+def _clipped(low: float, high: float) -> tuple[float, float]:
+    """An interval within the reward range [0, 1], where every click rate lies."""
+    return min(max(low, 0.0), 1.0), min(max(high, 0.0), 1.0)
+
+
+def _normal(terms: np.ndarray, w: np.ndarray, value: float | None = None) -> Estimate:
+    """``mean(terms)`` (or ``value``) ± 1.96 sd(terms) / sqrt(n), clipped to [0, 1]; the ESS of
+    the importance weights ``w``."""
     n = terms.size
     v = float(terms.mean()) if value is None else value
     half = Z95 * float(terms.std(ddof=1)) / math.sqrt(n) if n > 1 else math.inf
-    return Estimate(v, v - half, v + half, n)
+    return Estimate(v, *_clipped(v - half, v + half), n, effective_sample_size(w))
 
 
 def _weights(data: LoggedData, pi: np.ndarray) -> np.ndarray:
@@ -177,7 +232,8 @@ def _weights(data: LoggedData, pi: np.ndarray) -> np.ndarray:
 
 def ips(data: LoggedData, pi: np.ndarray) -> Estimate:
     """Inverse propensity scoring of the target pmfs ``pi`` (shape (n, K))."""
-    return _normal(_weights(data, pi) * data.rewards)
+    w = _weights(data, pi)
+    return _normal(w * data.rewards, w)
 
 
 def snips(data: LoggedData, pi: np.ndarray) -> Estimate:
@@ -185,9 +241,9 @@ def snips(data: LoggedData, pi: np.ndarray) -> Estimate:
     w = _weights(data, pi)
     total = float(w.sum())
     if total == 0.0:
-        return Estimate(math.nan, -math.inf, math.inf, data.n)
+        return Estimate(math.nan, 0.0, 1.0, data.n, 0.0)
     v = float((w * data.rewards).sum()) / total
-    return _normal(w * (data.rewards - v) / w.mean() + v, value=v)
+    return _normal(w * (data.rewards - v) / w.mean() + v, w, value=v)
 
 
 def dm_cross_fit(
@@ -227,7 +283,7 @@ def dr(data: LoggedData, pi: np.ndarray, q: np.ndarray | None = None) -> Estimat
     rows = np.arange(data.n)
     w = _weights(data, pi)
     terms = (pi * q).sum(axis=1) + w * (data.rewards - q[rows, data.actions])
-    return _normal(terms)
+    return _normal(terms, w)
 
 
 def evaluate_stationary(
@@ -348,7 +404,8 @@ def replay(
     decisions varies from one learning path to another far more than the binomial noise of m
     clicks (Banditron on car, m = 300: 0.072 between runs against 0.029), so an interval that
     ignores the path covers the policy's expected click rate about half the time. The spread
-    between replays of the same log measures that variation. ``n`` is the mean accepted count.
+    between replays of the same log measures that variation. ``n`` is the mean accepted count
+    (rounded; ``ess`` is that mean).
     """
     if runs < 2:
         raise ValueError("replay needs at least 2 runs for its interval")
@@ -356,21 +413,111 @@ def replay(
     values = np.array([r.value for r in results])
     mean, sd = float(values.mean()), float(values.std(ddof=1))
     t = _T95[runs - 2] if runs - 1 <= len(_T95) else Z95
-    half = t * sd * math.sqrt(1.0 + 1.0 / runs)  # then clipped to [0, 1], where click rates lie
+    half = t * sd * math.sqrt(1.0 + 1.0 / runs)
     accepted = float(np.mean([r.n for r in results]))
     extra = {
         "runs": float(runs),
         "spread": sd,
         "acceptance": float(np.mean([r.extra["acceptance"] for r in results])),
     }
-    return Estimate(mean, max(0.0, mean - half), min(1.0, mean + half), round(accepted), extra)
+    return Estimate(mean, *_clipped(mean - half, mean + half), round(accepted), accepted, extra)
 
 
 def _wilson(k: int, n: int, extra: dict[str, float]) -> Estimate:
     if n == 0:
-        return Estimate(math.nan, 0.0, 1.0, 0, extra)
+        return Estimate(math.nan, 0.0, 1.0, 0, 0.0, extra)
     m = k / n
     z2 = Z95 * Z95
     centre = (m + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(m * (1 - m) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return Estimate(m, centre - half, centre + half, n, extra)
+    return Estimate(m, centre - half, centre + half, n, float(n), extra)
+
+
+# -- policies named by text, on a log file: what `clickboost evaluate` and the evaluation jobs run --
+
+
+def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
+    """``name[:k=v,...]`` -> (name, params); values parsed as JSON where they parse (numbers,
+    booleans), else kept as strings. ``constant:LABEL_INDEX`` gives ``{"label": LABEL_INDEX}``."""
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    if name == "model":  # model:NAME, a service model's snapshot
+        return name, {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            if name == "constant" and key.strip().isdigit():
+                params["label"] = int(key)
+                continue
+            raise EvaluationError(f"policy {text!r}: expected constant:LABEL_INDEX or name:param=value,...")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return name.strip(), params
+
+
+def read_log(path: Path) -> LoggedData:
+    """The decisions of a JSON-lines decision log that have a reward."""
+    try:
+        with path.open() as f:
+            return LoggedData.from_records(json.loads(line) for line in f if line.strip())
+    except (OSError, ValueError, KeyError) as exc:
+        raise EvaluationError(f"cannot read the decision log {path}: {exc}") from None
+
+
+def evaluate(
+    data: LoggedData,
+    policies: list[str],
+    runs: int,
+    seed: int,
+    snapshots: Mapping[str, Learner] | None = None,
+) -> dict[str, dict[str, Estimate]]:
+    """Estimates of the logging policy (``"logged"``) and every policy: name -> estimator -> estimate.
+
+    ``uniform`` and ``constant:LABEL_INDEX`` are stationary (IPS, SNIPS, DR); ``model:NAME`` is
+    the frozen learner ``snapshots[NAME]`` (a service's model, passed by the evaluation jobs), its
+    ``decide`` pmf on every logged context, the model unchanged; any other name is a learner
+    (:func:`~service.learners.base.make_learner`'s name and parameters), replayed ``runs`` times.
+    """
+    stationary: dict[str, np.ndarray] = {}
+    learning: dict[str, tuple[str, dict[str, Any]]] = {}
+    for text in policies:
+        name, params = parse_policy(text)
+        if name == "model":
+            model = (snapshots or {}).get(text.partition(":")[2])
+            if model is None:
+                raise EvaluationError(
+                    f"policy {text!r}: a model snapshot needs the service (POST /models/NAME/evaluations)"
+                )
+            sparse = model.accepts_sparse
+            stationary[text] = policy_pmfs(
+                data,
+                lambda x, rng, m=model, sp=sparse: m.decide(
+                    x if sp or not isinstance(x, SparseVector) else x.dense(), rng
+                ),
+                seed,
+            )
+            continue
+        if name == "uniform":
+            stationary[text] = uniform_pmfs(data)
+        elif name == "constant":
+            label = int(params.get("label", -1))
+            if not 0 <= label < data.n_labels:
+                raise EvaluationError(
+                    f"policy {text!r}: constant:LABEL_INDEX with 0 <= LABEL_INDEX < {data.n_labels}"
+                )
+            stationary[text] = constant_pmfs(data, label)
+        else:
+            make_learner(name, data.dim, data.n_labels, params)  # a bad name or parameter fails here
+            learning[text] = (name, params)
+    out = {"logged": evaluate_stationary(data, {"logged": data.probs})["logged"]}
+    if stationary:
+        out |= evaluate_stationary(data, stationary)
+    for text, (name, params) in learning.items():
+
+        def make(s: int, name: str = name, params: dict[str, Any] = params) -> Learner:
+            return make_learner(name, data.dim, data.n_labels, params, seed=s)
+
+        out[text] = {"replay": replay(data, make, runs=runs, seed=seed)}
+    return out

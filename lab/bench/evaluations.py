@@ -114,9 +114,9 @@ def bench_evaluations(quick: bool) -> str:
     rows = []
     for policy, by in job["results"].items():
         for est, e in by.items():
-            rows.append(
-                [policy, est, f"{e['value']:.4f}", f"[{e['low']:.4f}, {e['high']:.4f}]", f"{int(e['n']):,}"]
-            )
+            ess = f"{e['ess']:,.1f}" + (" (cannot tell)" if e["warning"] else "")
+            interval = f"[{e['low']:.4f}, {e['high']:.4f}]"
+            rows.append([policy, est, f"{e['value']:.4f}", interval, f"{int(e['n']):,}", ess])
     flag = " --quick" if quick else ""
     verdict = "met" if ratio <= TARGET else "MISSED"
     return "\n\n".join(
@@ -140,6 +140,6 @@ def bench_evaluations(quick: bool) -> str:
             ),
             f"predict p99 during / idle: {ratio:.2f} x (target <= {TARGET:g} x): {verdict}. The job read "
             f"{job['events']:,} logged decisions with a reward and finished in {job_s:.0f} s.",
-            report.table(["policy", "estimator", "click rate", "95 % interval", "events"], rows),
+            report.table(["policy", "estimator", "click rate", "95 % interval", "events", "ESS"], rows),
         ]
     )

@@ -7,7 +7,8 @@ position P (time ``t_ack``, when the answer arrived), then replica B's ``GET /mo
 polled back to back until its version is >= P (time ``t_seen``, when that answer arrived). The
 staleness ``t_seen - t_ack`` is an upper bound: it includes up to one polling round trip, whose
 median is reported alongside. Target: p99 < 100 ms. The table is returned; ``bench`` writes it to
-the ``staleness`` section of BENCHMARKS.md (``$BENCH_DIR`` or docs/, as every part).
+the ``staleness`` section of BENCHMARKS.md (out/docs/, docs/ with ``--write-docs``, or
+``$BENCH_DIR``, as every part).
 """
 
 from __future__ import annotations

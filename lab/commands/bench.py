@@ -1,9 +1,9 @@
-"""``python -m service bench NAME [--quick]``: run one benchmark part, or ``all`` of them in turn.
+"""``python -m service bench NAME [--quick] [--write-docs]``: run one benchmark part, or ``all``.
 
-Each part's markdown is printed and replaces that part's section of ``BENCHMARKS.md`` in
-``$BENCH_DIR`` (default ``docs/``), so ``bench all`` regenerates the whole file. A ``--quick`` run
-without ``$BENCH_DIR`` writes to ``out/bench-quick/`` instead: its small numbers never replace the
-committed tables.
+Each part's markdown is printed and replaces that part's section of ``BENCHMARKS.md`` (plots beside
+it) in out/docs/, which git ignores; ``--write-docs`` writes into docs/ instead (``bench all
+--write-docs`` regenerates the committed file), ``$BENCH_DIR`` into any directory. A ``--quick``
+run writes to out/bench-quick/: its small numbers never mix with a full run's.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lab import docs
 from lab.bench import benches, report
 from service.cli import plain_text
 
@@ -24,15 +25,18 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("name", help="benchmark part (learners, ...) or 'all'")
     p.add_argument("--quick", action="store_true", help="small bounded runs (seconds)")
+    p.add_argument("--write-docs", action="store_true", help=docs.WRITE_DOCS_HELP)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.write_docs:
+        report.write_docs()
     parts = [name for name, _ in benches.items()] if args.name == "all" else [args.name]
     for name in parts:
         markdown = benches.get(name)(args.quick)
         print(markdown, flush=True)
-        out = report.out_dir(args.quick)  # docs/, $BENCH_DIR, or out/bench-quick/ for --quick
+        out = report.out_dir(args.quick)  # out/docs/, docs/, $BENCH_DIR, or out/bench-quick/
         report.write(name, markdown, out)  # its section of BENCHMARKS.md
         print(f"written to {out / 'BENCHMARKS.md'}", file=sys.stderr)
     return 0

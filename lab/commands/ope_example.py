@@ -3,23 +3,22 @@
 A Banditron serves and logs simulated traffic of a data set; five learners are evaluated on the log
 by replay and stationary policies by IPS/SNIPS/DR, each beside its truth (the simulator knows the
 labels); the coverage of the intervals is measured as in ``tests/service/test_ope.py``. Writes the
-generated section of docs/OFFLINE_EVALUATION.md (or ``--out DIR``) and its plot.
+generated section of OFFLINE_EVALUATION.md and its plot under out/docs/ (git-ignored), under
+docs/ with ``--write-docs``, or under ``--out DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from lab import docs
 from lab.ope import plot, render, replay_coverage, stationary_coverage, worked_example
 from lab.repro import write_section
 from service.cli import plain_text
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out or DOCS
+    out = docs.out_dir(args)
     n, runs = (3000, 20) if args.quick else (args.n, 100)
     rows, info = worked_example(args.dataset, n)
     stationary = stationary_coverage(runs=runs, n=4000)
@@ -42,5 +41,5 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default="car")
     p.add_argument("--n", type=int, default=20_000, help="logged visits (default 20,000)")
     p.add_argument("--quick", action="store_true", help="a small run (seconds), for trying it")
-    p.add_argument("--out", type=Path, help="directory of OFFLINE_EVALUATION.md (default docs/)")
+    docs.add_out_arguments(p, "OFFLINE_EVALUATION.md and its plot")
     p.set_defaults(func=run)

@@ -3,16 +3,17 @@
 Every setting of each learner's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. ``vw``
 sweeps Vowpal Wabbit alike (the race's ``vw@sweep``; its default is what ``--cbify K`` does alone).
-The runs are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable); a run of every grid
-(no argument) writes the ``sweep-defaults`` section of docs/BENCHMARKS.md (``$BENCH_DIR``
-overrides), a run of some prints their tables only.
+The runs are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable: a run already stored
+is read, not run again); a run of every grid (no argument) writes the ``sweep-defaults`` section of
+BENCHMARKS.md in out/docs/ (git-ignored), in docs/ with ``--write-docs`` or in ``$BENCH_DIR``; a
+run of some prints their tables only.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from lab import docs
 from lab.bench import report
 from lab.runcache import progress
 from lab.sweep import GRIDS, ROUNDS, SEEDS, TUNING, VW, VW_DEFAULT, render, sweep
@@ -20,7 +21,7 @@ from service.cli import CLIError, plain_text
 from service.learners.base import learners
 
 #: Every run's result, committed (as seed 001's runs): the sweep resumes across sessions and machines.
-STORE = Path(__file__).resolve().parents[2] / "docs" / "repro" / "sweep-runs.jsonl"
+STORE = docs.DOCS / "repro" / "sweep-runs.jsonl"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(chosen) - set(GRIDS))
     if unknown:
         raise CLIError(f"no sweep grid for {', '.join(unknown)}; grids: {', '.join(GRIDS)}")
+    if args.write_docs:
+        report.write_docs()
     results = {name: sweep(name, STORE, progress) for name in chosen}
     # every field's value, also those a dump leaves out at their defaults (C-OVA's interactions)
     defaults = {name: VW_DEFAULT if name == VW else dict(learners.get(name).Params()) for name in chosen}
@@ -61,4 +64,5 @@ def add(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("learner", nargs="*", help=f"learners to sweep: {', '.join(GRIDS)} (default: all)")
+    p.add_argument("--write-docs", action="store_true", help=docs.WRITE_DOCS_HELP)
     p.set_defaults(func=run)

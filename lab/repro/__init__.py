@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from lab.docs import DOCS
 from service.registry import Registry
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 REPRODUCTION_MD = DOCS / "REPRODUCTION.md"
 
 # A reproduction takes (quick: bool, out_dir: Path) and returns the markdown it wrote.

@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.repro import DOCS, reproductions
+from lab.docs import DOCS
+from lab.repro import reproductions
 from lab.runcache import cached, lookup, progress
 from lab.sim.datasets import load_dataset
 from lab.sim.metrics import last20_accuracy

@@ -18,8 +18,9 @@ from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
 from service.decision_log import LogRecord
-from service.evaluations import MAX_POLICIES, EvaluationError, check_policies
+from service.evaluations import MAX_POLICIES, check_policies
 from service.learners.base import learners
+from service.ope import MIN_ESS, EvaluationError
 from service.runtime import ModelRuntime, Runtime
 from service.store.base import Counts
 
@@ -217,9 +218,35 @@ class EvaluationRequest(BaseModel):
     )
 
 
+class PolicyEstimate(BaseModel):
+    """One policy's click rate by one estimator (service.ope.Estimate)."""
+
+    value: float = Field(
+        description="Estimated click rate: the estimator's own value "
+        "(IPS on a few heavy weights can exceed 1)."
+    )
+    low: float = Field(description="95 % interval, lower end, within [0, 1].")
+    high: float = Field(description="95 % interval, upper end, within [0, 1].")
+    n: int = Field(
+        description="Events it rests on: logged decisions, or a replay's accepted ones (mean over runs)."
+    )
+    ess: float = Field(
+        description="Effective sample size: (Σw)²/Σw² of the importance weights (IPS, SNIPS, DR), "
+        "or the events a replay matched (mean over runs)."
+    )
+    warning: str | None = Field(
+        description=f"Set when `ess` is below {MIN_ESS}: too few logged events support the estimate "
+        "for it to tell; null otherwise."
+    )
+    runs: int | None = Field(None, description="Replay: replays run.")
+    spread: float | None = Field(
+        None, description="Replay: standard deviation of the click rate between runs."
+    )
+    acceptance: float | None = Field(None, description="Replay: share of the logged events accepted.")
+
+
 class Evaluation(BaseModel):
-    """An evaluation job and, once done, its estimates (policy -> estimator -> value, 95 % interval,
-    events it rests on)."""
+    """An evaluation job and, once done, its estimates (policy -> estimator -> estimate)."""
 
     id: str
     model: str
@@ -232,7 +259,7 @@ class Evaluation(BaseModel):
     created_at: float
     finished_at: float | None
     events: int = Field(description="Logged decisions with a reward the estimates rest on.")
-    results: dict[str, dict[str, dict[str, float]]] | None
+    results: dict[str, dict[str, PolicyEstimate]] | None
     error: str | None
 
 

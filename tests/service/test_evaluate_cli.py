@@ -59,9 +59,20 @@ def test_evaluate_prints_estimates_for_stationary_and_learning_policies(
     assert all(u[e]["low"] <= uniform_truth <= u[e]["high"] for e in ("ips", "snips", "dr"))
     r = out["cova:base=pa"]["replay"]
     assert 0 < r["n"] < 3000 and r["runs"] == 3 and r["low"] <= r["value"] <= r["high"]
+    # weights 1: every event counts; a replay's ESS is the events it accepted (about 225 here)
+    assert out["logged"]["ips"]["ess"] == pytest.approx(3000) and out["logged"]["ips"]["warning"] is None
+    assert r["ess"] == pytest.approx(r["n"], abs=0.5) and r["warning"] is None
     assert main(["evaluate", "--log", str(log), "--policy", "uniform"]) == 0  # the table
     table = capsys.readouterr().out
-    assert "uniform" in table and "dr" in table and "95% interval" in table
+    assert "uniform" in table and "dr" in table and "95% interval" in table and "ESS" in table
+    assert "!" not in table
+    short = tmp_path / "short.jsonl"  # 300 events: a replay accepts about 22, too few to tell
+    write_log(short, 300)
+    assert main(["evaluate", "--log", str(short), "--policy", "cova:base=pa", "--runs", "2"]) == 0
+    table = capsys.readouterr().out
+    (row,) = [line for line in table.splitlines() if line.startswith("cova:base=pa ")]
+    assert row.endswith(" !") and "! cova:base=pa replay: effective sample size" in table
+    assert "cannot tell" in table
 
 
 def test_evaluate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """The server apart from the lab: imports go one way, and the server's dependencies are what it imports.
 
-``service/`` never imports ``lab/`` (statically or by a module-name string), and
+``service/`` never imports ``lab/`` (statically or by a module-name string); the server's library
+never imports its own command line (``cli.py``, ``commands/``), which calls the library; and
 ``[project.dependencies]`` of pyproject.toml is exactly the set of distributions that importing every
 module of the server loads (with their own requirements), no more and no less. The install tests
 (tests/test_install.py) check the same on fresh virtual environments.
@@ -32,6 +33,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module))
+            # `from service import cli` imports service.cli
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
         elif (  # a module-name string, as importlib.import_module("lab...") would take
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
@@ -49,6 +52,26 @@ def test_no_module_of_the_service_imports_the_lab() -> None:
         for path in files
         for line, module in _imports(path)
         if module == "lab" or module.startswith("lab.")
+    ]
+    assert offenders == []
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    """Issue 37: the command line parses arguments and calls the library (runtime, stores, OPE),
+    never the reverse. ``__main__.py`` is the command line's entry point (``python -m service``)."""
+    command_line = {SERVICE / "cli.py", SERVICE / "__main__.py"}
+    library = [
+        p
+        for p in sorted(SERVICE.rglob("*.py"))
+        if p not in command_line and p.relative_to(SERVICE).parts[0] != "commands"
+    ]
+    assert SERVICE / "ope.py" in library and SERVICE / "evaluations.py" in library
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} {module}"
+        for path in library
+        for line, module in _imports(path)
+        if module in ("service.cli", "service.commands")
+        or module.startswith(("service.cli.", "service.commands."))
     ]
     assert offenders == []
 

@@ -137,3 +137,62 @@ def test_replay_refuses_what_it_cannot_do() -> None:
     )
     with pytest.raises(ValueError, match="probability 0"):
         ope.ips(bad, bad.probs)
+
+
+# -- when an estimate cannot tell (issue 37, part 5) --------------------------------------------
+
+
+def test_effective_sample_size_is_kish_s_formula() -> None:
+    """Logged uniformly over 2 labels (p = 1/2); the target shows label 0 with probability 1 on the
+    first three contexts, 1/2 on the fourth, never on the fifth: weights 2, 2, 2, 1, 0 on the shown
+    label 0, so ESS = (2 + 2 + 2 + 1 + 0)^2 / (4 + 4 + 4 + 1 + 0) = 49 / 13."""
+    probs = np.full((5, 2), 0.5)
+    pi = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
+    data = ope.LoggedData([np.zeros(1)] * 5, probs, np.zeros(5, dtype=int), np.ones(5), 1)
+    assert ope.effective_sample_size(np.array([2.0, 2.0, 2.0, 1.0, 0.0])) == pytest.approx(49 / 13)
+    q = np.full((5, 2), 0.5)
+    for e in (ope.ips(data, pi), ope.snips(data, pi), ope.dr(data, pi, q)):
+        assert e.ess == pytest.approx(49 / 13) and e.n == 5
+    assert ope.ips(data, data.probs).ess == pytest.approx(5.0)  # weights 1: every event counts
+    assert ope.effective_sample_size(np.zeros(3)) == 0.0  # no event supports the target
+
+
+def test_a_warning_below_the_threshold_and_none_above() -> None:
+    def estimate(ess: float) -> ope.Estimate:
+        return ope.Estimate(0.5, 0.4, 0.6, 1000, ess)
+
+    assert estimate(ope.MIN_ESS).warning is None and estimate(5000.0).warning is None
+    low = estimate(ope.MIN_ESS - 0.5)
+    assert (
+        low.warning is not None and "cannot tell" in low.warning and f"{ope.MIN_ESS - 0.5:.1f}" in low.warning
+    )
+    assert low.as_dict()["warning"] == low.warning and estimate(5000.0).as_dict()["warning"] is None
+    # on logs: the logging policy itself on 2,000 events (ESS 2,000) against a constant target
+    # that a uniform logger over K = 4 labels showed a quarter of the time, on 300 events (ESS 75)
+    data = random_log(2000, 7)
+    assert ope.ips(data, data.probs).warning is None
+    rng = np.random.default_rng(8)
+    n = 300
+    actions = rng.integers(K, size=n)
+    uniform = ope.LoggedData([np.zeros(1)] * n, np.full((n, K), 1 / K), actions, np.ones(n), 1)
+    e = ope.ips(uniform, ope.constant_pmfs(uniform, 0))
+    assert e.ess == pytest.approx(np.sum(actions == 0)) and e.ess < ope.MIN_ESS and e.warning
+    # a replay's ESS is the events it matched: few on a short log
+    r = ope.replay(data, lambda s: make_learner("banditron", 6, K, seed=s), runs=2, max_accepted=40)
+    assert r.ess == pytest.approx(40.0) and r.warning
+
+
+def test_intervals_stay_within_the_reward_range() -> None:
+    """Five events, every one a click, logged uniformly over 2 labels; the target always shows label
+    0: IPS terms 2, 2, 2, 0, 0, whose normal interval 1.2 ± 1.96 * 1.095 / sqrt(5) = [0.24, 2.16]
+    goes past 1. Every estimator's interval is clipped into [0, 1]."""
+    data = ope.LoggedData([np.zeros(1)] * 5, np.full((5, 2), 0.5), np.array([0, 0, 0, 1, 1]), np.ones(5), 1)
+    pi = ope.constant_pmfs(data, 0)
+    terms = np.array([2.0, 2.0, 2.0, 0.0, 0.0])
+    assert terms.mean() + ope.Z95 * terms.std(ddof=1) / math.sqrt(5) > 1.0  # unclipped: past 1
+    for e in (ope.ips(data, pi), ope.snips(data, pi), ope.dr(data, pi, np.full((5, 2), 0.9))):
+        assert 0.0 <= e.low <= e.high <= 1.0, e
+    e = ope.ips(data, pi)
+    assert e.value == pytest.approx(1.2) and e.high == 1.0  # the value is the estimator's own
+    never = ope.snips(data, ope.constant_pmfs(data, 1) * 0.0)  # no weight at all: no estimate
+    assert math.isnan(never.value) and (never.low, never.high) == (0.0, 1.0) and never.ess == 0.0

@@ -12,3 +12,4 @@ def test_quick_evaluations_bench_reports_latency_and_estimates() -> None:
     for policy in ("banditron", "cova", "banditboost", "adabandit", "banditbbm", "logged"):
         assert f"| {policy} |" in markdown
     assert "2,000 logged decisions" in markdown
+    assert "| events | ESS |" in markdown  # every estimate with its effective sample size

@@ -332,6 +332,14 @@ def test_the_page_shows_what_models_says_and_follows_the_clicks(tmp_path: Path) 
             assert after["ctr"] != before
             wait_text(page, 'article[data-model="news"] [data-field="ctr"]', after["ctr"])  # next poll
             assert shown(page, "news") == after
+            # an evaluation on 36 decisions: the replay matches a handful, and the cell says it cannot tell
+            body = {"policies": ["cova"], "runs": 2}
+            job = httpx.post(f"{url}/models/news/evaluations", json=body).json()
+            cell = f'table[data-job="{job["id"]}"] tr[data-policy="cova"] td.cannot-tell'
+            page.wait_for_selector(cell, timeout=60_000)
+            title = page.locator(cell).get_attribute("title") or ""
+            assert "effective sample size" in title and "cannot tell" in title, title
+            assert page.locator(cell).inner_text().endswith(" !")
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         assert outside == [], f"requests leaving the machine: {outside}"
         assert errors == [], errors

@@ -63,13 +63,26 @@ async def test_an_evaluation_job_estimates_policies_on_the_logged_traffic() -> N
         se = (u["high"] - u["low"]) / (2 * 1.96)
         assert abs(u["value"] - 0.25) <= 3.3 * se, u
         assert 0 < res["cova"]["replay"]["n"] < 400
+        # every estimate says how many events it effectively rests on, and says so when too few
+        assert res["logged"]["ips"]["ess"] == pytest.approx(400) and res["logged"]["ips"]["warning"] is None
+        cova = res["cova"]["replay"]
+        assert cova["ess"] < 100 and "cannot tell" in cova["warning"] and cova["runs"] == 2
+        assert all(0 <= e["low"] <= e["high"] <= 1 for by in res.values() for e in by.values())
 
 
 async def test_bad_requests_are_refused() -> None:
     async with app_client(make_app(demo=True)) as client:
         other = {"learner": "banditron", "n_features": 3, "n_labels": 3}
         assert (await client.put("/models/other", json=other)).status_code == 201
-        for policies in (["nosuchlearner"], ["constant:7"], ["banditron:gamma=2"], [], ["model:other"]):
+        for policies in (
+            ["nosuchlearner"],
+            ["constant:7"],
+            ["constant:x"],  # a parse error is the request's fault too, not a 500
+            ["banditron:gamma"],
+            ["banditron:gamma=2"],
+            [],
+            ["model:other"],
+        ):
             r = await client.post("/models/demo/evaluations", json={"policies": policies})
             assert r.status_code == 422, (policies, r.text)
         assert (

@@ -206,15 +206,23 @@
         ...estimators.map((name) => {
           const e = by[name];
           if (!e) return el("td", { class: "num muted" }, "–");
-          const interval = `${pct(Math.max(e.low, 0))} – ${pct(Math.min(e.high, 1))}`;
-          return el("td", { class: "num", title: `95 % interval ${interval}, n = ${e.n}` }, pct(e.value), el("span", { class: "muted" }, ` (${interval})`));
+          // intervals come clipped to [0, 1]; an estimate on too few effective events says so (its warning)
+          const interval = `${pct(e.low)} – ${pct(e.high)}`;
+          const title = `95 % interval ${interval}, n = ${e.n}, effective sample size ${e.ess.toFixed(1)}`;
+          return el(
+            "td",
+            { class: e.warning ? "num cannot-tell" : "num", title: e.warning ? `${title}\n${e.warning}` : title },
+            pct(e.value),
+            el("span", { class: "muted" }, ` (${interval})`),
+            e.warning ? " !" : null,
+          );
         }),
       ),
     );
     return el(
       "table",
       { class: "evaluations", "data-job": job.id },
-      el("caption", {}, `Estimated click rate of each policy on this model's decision log (${when}); 95 % intervals`),
+      el("caption", {}, `Estimated click rate of each policy on this model's decision log (${when}); 95 % intervals; ! too few effective events to tell (hover for the effective sample size)`),
       el("thead", {}, head),
       el("tbody", {}, ...rows),
     );
