@@ -16,13 +16,18 @@ install: $(STAMP)
 
 install-dev: $(DEV_STAMP)
 
+# uv (PyPI's `uv`, a binary wheel) installs the same packages as pip about ten times faster
+# (5 s instead of 50 s for the server here): most of a first `make run` was pip.
+UV := $(VENV)/bin/uv pip install --quiet --python $(PY)
+
 $(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ./clients -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	$(UV) -e ./clients -e .
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,lab,bench]'
+	$(UV) -e ./clients -e '.[dev,lab,bench]'
 	touch $(DEV_STAMP)
 
 # The first start compiles the default learner's kernels (about 20 s, cached afterwards); the

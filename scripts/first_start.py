@@ -93,7 +93,7 @@ def main() -> int:
             got = make_run(clone, env, args.limit)
             shown = {k: "never" if v is None else f"{v:.1f} s" for k, v in got.items()}
             print(
-                f"{attempt} make run: /healthz 200 after {shown['healthz']}, /readyz 200 after {shown['readyz']}"
+                f"{attempt} make run: /healthz 200 after {shown['healthz']}, /readyz after {shown['readyz']}"
             )
             if got["readyz"] is None:
                 return 1
