@@ -3,8 +3,8 @@
 nothing (virtual environment, install, the default learner's kernels compiled), the first 200 on
 ``/healthz`` and on ``/readyz``; then a second ``make run`` in the same clone.
 
-    python3 scripts/first_start.py            # pip's cache as it is (the packages downloaded before)
-    python3 scripts/first_start.py --cold     # an empty pip cache: every package downloaded
+    python3 scripts/first_start.py            # the package caches as they are (downloaded before)
+    python3 scripts/first_start.py --cold     # empty pip and uv caches: every package downloaded
 
 Standard library only (it runs before any virtual environment exists). The clone goes to a
 temporary directory, removed at the end; nothing in this checkout is written.
@@ -75,20 +75,21 @@ def make_run(clone: Path, env: dict[str, str], limit: float) -> dict[str, float 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cold", action="store_true", help="an empty pip cache (every package downloaded)")
+    parser.add_argument("--cold", action="store_true", help="empty pip and uv caches (all downloaded)")
     parser.add_argument("--limit", type=float, default=600.0, help="give up after this many seconds")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="clickboost-first-start-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLICKBOOST_", "NUMBA_", "VIRTUAL_ENV"))}
     if args.cold:
-        env["PIP_CACHE_DIR"] = str(work / "pip-cache")
+        env["PIP_CACHE_DIR"] = env["UV_CACHE_DIR"] = str(work / "package-cache")
     try:
         clone = work / "clickboost"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=clone, text=True, capture_output=True
         )
-        print(f"fresh clone of {head.stdout.strip()}, pip cache {'empty' if args.cold else 'as it is'}")
+        caches = "empty" if args.cold else "as they are"
+        print(f"fresh clone of {head.stdout.strip()}, package caches {caches}")
         for attempt in ("first", "second"):
             got = make_run(clone, env, args.limit)
             shown = {k: "never" if v is None else f"{v:.1f} s" for k, v in got.items()}
