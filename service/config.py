@@ -226,8 +226,6 @@ class ModelSpec(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "learner": "banditron",
-                    "params": {"gamma": 0.05},
                     "hashing_bits": 12,
                     "labels": ["sports", "politics", "music"],
                     "seed": 0,

@@ -471,7 +471,7 @@ async def exercise_models(api: Api) -> None:
         _, got = await api.call("get", "/models/{name}", name=name, expect=200)
         assert got == info
         _, listing = await api.call("get", "/models", expect=200)
-        assert info in listing["models"] and example["learner"] in listing["learners"]
+        assert info in listing["models"] and info["config"]["learner"] in listing["learners"]
         _, taken = await api.call("put", "/models/{name}", name=name, json=example, expect=409)
         assert name in taken["detail"]
 
