@@ -1,0 +1,192 @@
+"""Nothing one request can do stalls a replica (issue 42): fault tests against real uvicorn servers on
+loopback, each printing what it measured.
+
+The SQLite store's 100,000 logged decisions are made fast: a model created through the API, 2,000
+decisions (a third with feedback) stored through the store's own methods in one transaction, then
+copied 50 times in SQL with later times and their own record bytes, as the store keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import httpx
+import numpy as np
+import pytest
+
+from lab.sim.datasets import load_dataset
+from service.learners import make_learner
+from service.sampling import decision_rng
+from service.store import SQLITE_FILE, DecisionRecord, SQLiteStore
+from tests.service.api.conftest import app_client, make_app, uvicorn_server
+
+LOGGED = 100_000
+STORED = 2_000  # through the store's API; the rest are copies of these
+CAR = {"learner": "banditron", "params": {"gamma": 0.3}, "n_features": 21, "n_labels": 4}
+
+
+def p99(latencies: list[float]) -> float:
+    """The 99th percentile, in milliseconds."""
+    return 1000 * float(np.percentile(latencies, 99))
+
+
+async def _build_log(data: Path) -> None:
+    async with app_client(make_app(store="sqlite", data_dir=data)) as client:
+        assert (await client.put("/models/car", json=CAR)).status_code == 201
+    car = load_dataset("car")
+    learner = make_learner("banditron", car.d, car.n_labels, CAR["params"])
+    store = SQLiteStore(data / SQLITE_FILE)
+    db = store._conn()
+    start = time.time() - 3600.0
+    db.execute("BEGIN")
+    # One transaction for all: every store method's own transaction is this one.
+    with mock.patch.object(store, "_write", lambda level: contextlib.nullcontext(db)):
+        for i in range(STORED):
+            x = car.X[i % car.n]
+            decision_id = f"d{i:06d}"
+            d = learner.decide(x, decision_rng(decision_id))
+            at = start + i * 0.01
+            record = DecisionRecord(decision_id, "car", x, d.to_state(), 0, at, at + 1e6, True)
+            await store.put_decision(record)
+            if i % 3 == 0:
+                await store.claim_and_append(decision_id, d.label == int(car.y[i % car.n]), at)
+    for copy in range(1, LOGGED // STORED):
+        db.execute(
+            "INSERT INTO blobs (id, x, decision, logged) SELECT id + ?, x, decision, 1 FROM blobs "
+            "WHERE id <= ?",
+            (copy * STORED, STORED),
+        )
+        db.execute(
+            "INSERT INTO decision_log (model, created_at, blob, id, model_version, outcome, reward, "
+            "outcome_at) SELECT model, created_at + ?, blob + ?, id || ?, model_version, outcome, reward, "
+            "outcome_at FROM decision_log WHERE blob <= ?",
+            (copy * STORED * 0.01, copy * STORED, f"-{copy}", STORED),
+        )
+    db.execute("UPDATE models SET logged = ?", (LOGGED,))
+    db.execute("COMMIT")
+    await store.close()
+
+
+@pytest.fixture(scope="module")
+def car_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose model ``car`` has ``LOGGED`` logged decisions (copy it before use)."""
+    data = tmp_path_factory.mktemp("car-log")
+    asyncio.run(_build_log(data))
+    with sqlite3.connect(data / SQLITE_FILE) as db:
+        assert db.execute("SELECT count(*) FROM decision_log").fetchone()[0] == LOGGED
+    return data
+
+
+@contextlib.contextmanager
+def sqlite_server(template: Path, tmp_path: Path, **env: str) -> Iterator[str]:
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
+    full = {
+        "CLICKBOOST_STORE": "sqlite",
+        "CLICKBOOST_DATA_DIR": str(data),
+        "CLICKBOOST_LOG_RETENTION": "7d,1000000",  # the predicts below trim nothing
+        **env,
+    }
+    with uvicorn_server(full) as url:
+        yield url
+
+
+def predicts(url: str, seconds: float, stop: threading.Event | None = None) -> list[float]:
+    """Latencies of back-to-back predicts from one fresh client for ``seconds`` (or until ``stop``)."""
+    car = load_dataset("car")
+    out = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        end = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < end and not (stop and stop.is_set()):
+            t = time.perf_counter()
+            r = client.post("/predict", json={"model": "car", "features": car.X[i % car.n].tolist()})
+            out.append(time.perf_counter() - t)
+            assert r.status_code == 200, r.text
+            i += 1
+    return out
+
+
+def exports(url: str, n: int, tmp_path: Path) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    """``n`` exports of car's log, each read by its own curl process (no client in this process)."""
+    started = []
+    for i in range(n):
+        out = tmp_path / f"export-{n}-{i}.jsonl"
+        started.append((subprocess.Popen(["curl", "-sf", "-o", str(out), f"{url}/models/car/log"]), out))
+    return started
+
+
+@pytest.mark.slow
+def test_exports_of_a_large_sqlite_log_do_not_hold_predicts(car_log: Path, tmp_path: Path) -> None:
+    with sqlite_server(car_log, tmp_path) as url:
+        predicts(url, 0.5)  # warm
+        before = p99(predicts(url, 3.0))
+        during = {}
+        for n in (1, 4):
+            running = exports(url, n, tmp_path)
+            time.sleep(0.3)  # the exports are streaming
+            during[n] = p99(predicts(url, 3.0))
+            for proc, out in running:
+                assert proc.poll() is None, "an export ended before the measurement did"
+                assert out.stat().st_size > 0, "an export sent nothing"
+                proc.kill()
+                proc.wait()
+        after = p99(predicts(url, 3.0))
+    print(
+        f"\npredict p99 with {LOGGED:,} logged decisions (SQLite): idle {before:.1f} ms (after the exports "
+        f"{after:.1f}), during one export {during[1]:.1f} ms, during four {during[4]:.1f} ms"
+    )
+    idle = max(before, after)  # the machine's own noise, measured on both sides
+    for n, ms in during.items():
+        assert ms <= max(3 * idle, 5.0) and ms < 100, (n, ms, idle)
+
+
+def _eval_files(tmp: Path) -> list[int]:
+    return [p.stat().st_size for p in tmp.glob("clickboost-eval-*")]
+
+
+@pytest.mark.slow
+def test_queued_evaluations_hold_one_copy_of_the_log_and_can_be_cancelled(
+    car_log: Path, tmp_path: Path
+) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with sqlite_server(car_log, tmp_path, TMPDIR=str(tmp)) as url, httpx.Client(base_url=url) as client:
+        t = time.perf_counter()
+        jobs = []
+        for _ in range(10):
+            r = client.post("/models/car/evaluations", json={"policies": ["uniform"], "runs": 2})
+            assert r.status_code == 202, r.text
+            jobs.append(r.json())
+        posted = time.perf_counter() - t
+        assert [j["state"] for j in jobs] == ["running"] + ["queued"] * 9
+        files, largest = 0, 0
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            sizes = _eval_files(tmp)
+            files, largest = max(files, len(sizes)), max(largest, sum(sizes))
+            time.sleep(0.05)
+        # the cap: MAX_JOBS (16) queued or running
+        more = [client.post("/models/car/evaluations", json={"policies": ["uniform"]}) for _ in range(7)]
+        assert [r.status_code for r in more] == [202] * 6 + [429]
+        assert "Retry-After" in more[-1].headers
+        jobs += [r.json() for r in more[:6]]
+        for job in jobs:
+            assert client.delete(f"/models/car/evaluations/{job['id']}").status_code == 204
+            assert client.get(f"/models/car/evaluations/{job['id']}").status_code == 404
+        time.sleep(0.5)
+        left = _eval_files(tmp)
+    print(
+        f"\n10 evaluation jobs posted in {posted:.2f} s; temporary files at once: at most {files}, "
+        f"{largest / 1e6:.1f} MB; after cancelling all: {len(left)}"
+    )
+    assert files == 1 and left == []
