@@ -7,7 +7,8 @@ request), writes it to a temporary JSON-lines file, and evaluates the policies i
 process** (one worker, spawned on first use, at a lower priority: nice 10): the estimators and
 learner replays are CPU-bound Python and numba, and in a thread they would hold the interpreter lock
 the request handlers need. A queued job holds its request only, so the temporary directory holds one
-copy of a log at most. Jobs live in the process that started them (their results are small,
+copy of a log at most. The worker dies with its server however that goes (a parent-death signal
+and a check of its parent). Jobs live in the process that started them (their results are small,
 kept for ``KEEP_SECONDS``): ask that replica for them (its id is in the answer).
 """
 
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +39,7 @@ MAX_POLICIES = 20
 #: Jobs queued or running in one process at most (``POST`` answers 429 beyond): each waiting job
 #: keeps the model snapshots its policies name until it runs.
 MAX_JOBS = 16
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 
 Records = Callable[[], AsyncIterator[list[Any]]]
 Snapshots = dict[str, tuple[dict[str, Any], bytes]]
@@ -97,19 +102,22 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
             raise EvaluationError(f"policy {text!r}: the model has no input dimension")
 
 
-def _background() -> None:
+def _background(parent: int) -> None:
     """The worker yields the CPU to the server's requests (nice +10) where the OS allows it, and
-    exits when its server is gone (killed, or shut down during a job): an evaluation nobody can
-    read must not go on using a core."""
+    exits when its server ``parent`` is gone (killed, or shut down during a job): an evaluation
+    nobody can read must not go on using a core."""
     with contextlib.suppress(OSError):  # not permitted here: normal priority
         os.nice(10)
-    parent = os.getppid()
+    if sys.platform == "linux":  # killed by the kernel the moment the server dies, however it dies
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
     def watch() -> None:
         while os.getppid() == parent:  # re-parented (to init or a subreaper) once the server dies
             time.sleep(1.0)
         os._exit(0)
 
+    # The server's pid comes from the server: a worker that starts after its server died (stopped
+    # as its first job came) is re-parented already, and exits at once.
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
@@ -151,6 +159,7 @@ class Evaluations:
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_background,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

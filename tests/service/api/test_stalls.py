@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +30,7 @@ from lab.sim.datasets import load_dataset
 from service.learners import make_learner
 from service.sampling import decision_rng
 from service.store import SQLITE_FILE, DecisionRecord, SQLiteStore
+from tests.conftest import free_port
 from tests.service.api.conftest import app_client, make_app, uvicorn_server
 
 LOGGED = 100_000
@@ -190,3 +194,78 @@ def test_queued_evaluations_hold_one_copy_of_the_log_and_can_be_cancelled(
         f"{largest / 1e6:.1f} MB; after cancelling all: {len(left)}"
     )
     assert files == 1 and left == []
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie has exited)."""
+    out = set()
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.add(pid)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("how", ["sigterm-at-once", "sigterm-later", "kill-9"])
+def test_no_evaluation_worker_outlives_its_server(how: str) -> None:
+    """An evaluation posted, then the server stopped at once (its worker still starting), later (the
+    worker computing) or killed: within 5 s of the server's end no process it started is left."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env |= {"CLICKBOOST_STORE": "memory"}
+    cmd = [sys.executable, "-m", "service", "serve", "--port", str(port), "--log-level", "warning"]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    seen: set[int] = set()
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get("/readyz").status_code == 200:
+                        break
+                assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+                time.sleep(0.05)
+            assert client.put("/models/car", json=CAR).status_code == 201
+            car = load_dataset("car")
+            for i in range(200):
+                d = client.post("/predict", json={"model": "car", "features": car.X[i].tolist()}).json()
+                client.post("/feedback", json={"decision_id": d["decision_id"], "click": i % 2 == 0})
+            body = {"policies": ["banditboost", "adabandit"], "runs": 50}  # seconds of work
+            assert client.post("/models/car/evaluations", json=body).status_code == 202
+            if how != "sigterm-at-once":  # until the worker runs
+                deadline = time.monotonic() + 60
+                while not (seen := seen | _children(server.pid)) - {server.pid}:
+                    assert time.monotonic() < deadline, "no worker started"
+                    time.sleep(0.05)
+                time.sleep(1.0)
+        seen |= _children(server.pid)
+        server.send_signal(signal.SIGKILL if how == "kill-9" else signal.SIGTERM)
+        while server.poll() is None:  # children started while it stops
+            seen |= _children(server.pid)
+            time.sleep(0.01)
+        ended = time.monotonic()
+        while _alive(seen) and time.monotonic() - ended < 5.0:
+            time.sleep(0.05)
+        left = _alive(seen)
+        print(f"\n{how}: {len(seen)} processes started by the server, {len(left)} left 5 s after it ended")
+        assert not left, f"still running: {left}"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        for pid in _alive(seen):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
