@@ -27,7 +27,9 @@ import numpy as np
 import pytest
 
 from lab.sim.datasets import load_dataset
-from service.learners import make_learner
+from service.config import ModelSpec, Settings
+from service.learners import learners, make_learner
+from service.runtime import BudgetError, check_budget, check_event_budget
 from service.sampling import decision_rng
 from service.store import SQLITE_FILE, DecisionRecord, SQLiteStore
 from tests.conftest import free_port
@@ -269,3 +271,78 @@ def test_no_evaluation_worker_outlives_its_server(how: str) -> None:
         for pid in _alive(seen):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _admitted(name: str, k: int, settings: Settings) -> bool:
+    spec = ModelSpec(learner=name, n_features=21, n_labels=k)
+    try:
+        check_budget("m", spec, settings)
+        check_event_budget("m", spec, settings)
+    except BudgetError:
+        return False
+    return True
+
+
+BANDITS = sorted(n for n, c in learners.items() if not c.full_information)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BANDITS)
+def test_every_learner_at_the_largest_label_count_its_budget_admits_learns_in_under_100_ms(name: str) -> None:
+    """d = 21 (car's width), default parameters and budgets: the largest K admitted (bisected up to
+    10,000, the most labels a spec may have); its first and later events each take < 100 ms."""
+    settings = Settings(store="memory")
+    low, high = 2, 10_000
+    assert _admitted(name, low, settings)
+    if _admitted(name, high, settings):
+        low = high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if _admitted(name, mid, settings) else (low, mid)
+    k = low
+    learner = make_learner(name, 21, k, {})
+    t = time.perf_counter()
+    learner.prepare()  # in a thread, off the event loop, before the model serves
+    prepared = time.perf_counter() - t
+    rng = np.random.default_rng(0)
+    times = []
+    for i in range(6):
+        x = (rng.random(21) < 0.4) * rng.integers(1, 3, 21).astype(float)
+        t = time.perf_counter()
+        learner.learn(x, learner.decide(x, decision_rng(str(i))), i % 2 == 0)
+        times.append(1000 * (time.perf_counter() - t))
+    later = max(times[1:])
+    print(
+        f"\n{name}: largest K admitted {k:,}; first event {times[0]:.1f} ms, later at most {later:.1f} ms "
+        f"(tables built off the loop in {prepared:.2f} s)"
+    )
+    assert max(times) < 100
+
+
+@pytest.mark.anyio
+async def test_a_spec_over_the_event_budget_is_refused_naming_the_number() -> None:
+    async with app_client(make_app()) as client:
+        spec = {"learner": "adabandit", "n_features": 21, "n_labels": 2000}
+        r = await client.put("/models/big", json=spec)
+        assert r.status_code == 422
+        assert "steps per event" in r.text and "CLICKBOOST_MAX_EVENT_STEPS" in r.text, r.text
+        spec = {"learner": "banditbbm", "n_features": 21, "n_labels": 1000}
+        r = await client.put("/models/big", json=spec)
+        steps = learners.get("banditbbm").event_steps(21, 1000)
+        assert r.status_code == 422 and f"about {steps:,} steps" in r.text, r.text
+
+
+@pytest.mark.anyio
+async def test_an_event_that_fails_here_is_never_answered_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    """feedback?wait=true and reset on a model whose learn raises: stored, answered 200, and the model
+    reports its failure (as the background loop isolates it)."""
+    async with app_client(make_app(demo=True)) as client:
+        runtime = client._transport.app.state.runtime  # type: ignore[attr-defined]
+        failing = mock.Mock(side_effect=RuntimeError("boom"))
+        monkeypatch.setattr(runtime.models["demo"].learner, "learn", failing)
+        d = (await client.post("/predict", json={"features": {"a": 1.0}})).json()
+        r = await client.post("/feedback?wait=true", json={"decision_id": d["decision_id"], "click": True})
+        assert r.status_code == 200, r.text
+        assert (await client.post("/models/demo/reset")).status_code == 200
+        info = (await client.get("/models/demo")).json()
+        assert info["counts"]["clicks"] == 1
