@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -20,11 +21,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import httpx
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from lab.sim.datasets import load_dataset
 from service.config import ModelSpec, Settings
@@ -346,3 +349,69 @@ async def test_an_event_that_fails_here_is_never_answered_500(monkeypatch: pytes
         assert (await client.post("/models/demo/reset")).status_code == 200
         info = (await client.get("/models/demo")).json()
         assert info["counts"]["clicks"] == 1
+
+
+def _rss() -> int:
+    """This process's resident memory, in bytes (Linux)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _http_series() -> int:
+    lines = generate_latest(REGISTRY).decode().splitlines()
+    return sum(line.startswith("clickboost_http_request_duration_seconds_count") for line in lines)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc")
+async def test_unknown_paths_add_no_metric_series() -> None:
+    """20,000 requests for distinct unknown paths (half under the dashboard's static mount, and
+    unknown methods): the latency histogram keeps its series, and memory does not grow with them."""
+    app = make_app(demo=True)
+
+    async def call(method: str, path: str) -> int:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"host", b"test")],
+            "client": ("127.0.0.1", 1),
+            "server": ("test", 80),
+        }
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        return int(sent[0]["status"])
+
+    async with app_client(app):
+        for i in range(2):  # every label this test produces, once
+            assert await call("GET", f"/dashboard/static/warm{i}") == 404
+            assert await call("GET", f"/no/such/warm{i}") == 404
+            await call(f"WARM{i}", f"/no/such/warm{i}")
+        gc.collect()
+        series, rss = _http_series(), _rss()
+        for i in range(10_000):
+            assert await call("GET", f"/dashboard/static/{i}.js") == 404
+            assert await call("GET" if i % 2 else f"M{i}", f"/no/such/path/{i}") in (404, 405)
+        gc.collect()
+        grown, after = _rss() - rss, _http_series()
+        t = time.perf_counter()
+        metrics = generate_latest(REGISTRY)
+        rendered = time.perf_counter() - t
+    print(
+        f"\n20,000 unknown paths: latency series {series} -> {after}, memory +{grown / 2**20:.1f} MiB, "
+        f"metrics {len(metrics) / 1000:.0f} kB rendered in {1000 * rendered:.1f} ms"
+    )
+    assert after == series
+    assert grown < 5 * 2**20
