@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -77,6 +78,21 @@ class Job:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
+def _check_syntax(text: str) -> None:
+    """:class:`EvaluationError` where ``parse_policy`` would fail on ``text``: ``constant:`` takes a
+    whole number, and a learner's parameters are ``key=value`` pairs."""
+    name, _, rest = text.partition(":")
+    if name == "model":
+        return
+    if name == "constant":
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", rest):
+            raise EvaluationError(f"policy {text!r}: constant:LABEL_INDEX with a whole number")
+        return
+    for item in filter(None, rest.split(",")):
+        if "=" not in item:
+            raise EvaluationError(f"policy {text!r}: expected {name}:param=value,... ({item!r} has no =)")
+
+
 def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> None:
     """Every policy parses and its learner accepts its parameters at this model's size."""
     if not policies:
@@ -84,6 +100,7 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
     if len(policies) > MAX_POLICIES:
         raise EvaluationError(f"policies: at most {MAX_POLICIES}")
     for text in policies:
+        _check_syntax(text)
         name, params = parse_policy(text)
         if name in ("uniform", "model"):  # a model snapshot is checked by the caller
             continue

@@ -211,8 +211,12 @@ class EvaluationRequest(BaseModel):
         "LEARNER[:param=value,...] (a learner: replayed)",
         examples=[["uniform", "cova", "banditboost:delta=0.05"]],
     )
-    since: float | None = Field(None, description="Decisions made at or after this time (Unix seconds).")
-    until: float | None = Field(None, description="Decisions made before this time (Unix seconds).")
+    since: float | None = Field(
+        None, allow_inf_nan=False, description="Decisions made at or after this time (Unix seconds)."
+    )
+    until: float | None = Field(
+        None, allow_inf_nan=False, description="Decisions made before this time (Unix seconds)."
+    )
     runs: int = Field(
         5, ge=2, le=50, description="Replays per learning policy (their spread gives its interval)."
     )

@@ -415,3 +415,22 @@ async def test_unknown_paths_add_no_metric_series() -> None:
     )
     assert after == series
     assert grown < 5 * 2**20
+
+
+@pytest.mark.anyio
+async def test_evaluation_times_and_policies_are_validated() -> None:
+    """Times that are not finite numbers and policies that do not parse: 422, never a 500."""
+    async with app_client(make_app(demo=True)) as client:
+        for body in (
+            b'{"policies": ["uniform"], "since": NaN}',
+            b'{"policies": ["uniform"], "until": Infinity}',
+            b'{"policies": ["uniform"], "since": -Infinity}',
+            b'{"policies": ["uniform"], "until": 1e400}',
+        ):
+            r = await client.post(
+                "/models/demo/evaluations", content=body, headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 422, (body, r.text)
+        for policy in ("cova:C", "constant:abc", "constant:1.5", "constant:", "banditron:gamma=0.1,x"):
+            r = await client.post("/models/demo/evaluations", json={"policies": [policy]})
+            assert r.status_code == 422 and policy in r.text, (policy, r.text)
