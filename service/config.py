@@ -161,6 +161,12 @@ class Settings(BaseSettings):
     # hashed linear model at the largest b = 22 with K = 10 holds 320 MiB of float64 weights.
     max_model_bytes: int = Field(512 * 2**20, ge=1024)
     max_total_model_bytes: int = Field(2 * 2**30, ge=1024)
+    # Budget of one event's work on the event loop, checked at creation (422 when over): every
+    # replica applies every event where requests wait (issue 42). Steps of Learner.event_steps, one
+    # or two nanoseconds each on a loaded 2-core machine (20 M: 20-40 ms); bytes of
+    # Learner.event_nbytes.
+    max_event_steps: int = Field(20_000_000, ge=1)
+    max_event_bytes: int = Field(64 * 2**20, ge=1024)
     # The decision log's retention per model (parse_retention): an age, a count or both. A week, and
     # 100,000 decisions so that the Redis store's memory stays bounded (a few hundred bytes each for
     # hashed contexts, 8 d bytes for dense ones).

@@ -1,24 +1,32 @@
 """Off-policy evaluation jobs of a running service (``POST /models/{name}/evaluations``, issue 22).
 
-A job reads a model's decision log over a time range from the store (pages, on the event loop,
-awaiting the store like any request), writes it to a temporary JSON-lines file, and evaluates the
-policies in a **separate process** (one worker, spawned on first use, at a lower priority: nice
-10): the estimators and learner replays are CPU-bound Python and numba, and in a thread they would
-hold the interpreter lock the request handlers need. Jobs live in the process that started them
-(their results are small, kept for ``KEEP_SECONDS``): ask that replica for them (its id is in the
-answer).
+Jobs run one at a time, in the order they came (at most ``MAX_JOBS`` queued or running per
+process: 429 beyond; ``DELETE`` cancels one). The running job reads the model's decision log over
+its time range from the store (pages, on the event loop, awaiting the store between pages like any
+request), writes it to a temporary JSON-lines file, and evaluates the policies in a **separate
+process** (one worker, spawned on first use, at a lower priority: nice 10): the estimators and
+learner replays are CPU-bound Python and numba, and in a thread they would hold the interpreter lock
+the request handlers need. A queued job holds its request only, so the temporary directory holds one
+copy of a log at most. The worker dies with its server however that goes (a parent-death signal
+and a check of its parent). Jobs live in the process that started them (their results are small,
+kept for ``KEEP_SECONDS``): ask that replica for them (its id is in the answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import re
+import signal
+import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +37,17 @@ from service.ope import EvaluationError, evaluate, parse_policy, read_log
 
 KEEP_SECONDS = 24 * 3600.0
 MAX_POLICIES = 20
+#: Jobs queued or running in one process at most (``POST`` answers 429 beyond): each waiting job
+#: keeps the model snapshots its policies name until it runs.
+MAX_JOBS = 16
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+Records = Callable[[], AsyncIterator[list[Any]]]
+Snapshots = dict[str, tuple[dict[str, Any], bytes]]
+
+
+class TooManyJobsError(Exception):
+    """``MAX_JOBS`` jobs are queued or running in this process already (429)."""
 
 
 @dataclass
@@ -42,15 +61,32 @@ class Job:
     until: float | None
     runs: int
     replica: str
-    state: str = "running"  # running | done | failed
+    state: str = "queued"  # queued | running | done | failed
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     events: int = 0
     results: dict[str, dict[str, dict[str, Any]]] | None = None
     error: str | None = None
+    _records: Records | None = field(default=None, repr=False)
+    _snapshots: Snapshots | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def _check_syntax(text: str) -> None:
+    """:class:`EvaluationError` where ``parse_policy`` would fail on ``text``: ``constant:`` takes a
+    whole number, and a learner's parameters are ``key=value`` pairs."""
+    name, _, rest = text.partition(":")
+    if name == "model":
+        return
+    if name == "constant":
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", rest):
+            raise EvaluationError(f"policy {text!r}: constant:LABEL_INDEX with a whole number")
+        return
+    for item in filter(None, rest.split(",")):
+        if "=" not in item:
+            raise EvaluationError(f"policy {text!r}: expected {name}:param=value,... ({item!r} has no =)")
 
 
 def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> None:
@@ -60,6 +96,7 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
     if len(policies) > MAX_POLICIES:
         raise EvaluationError(f"policies: at most {MAX_POLICIES}")
     for text in policies:
+        _check_syntax(text)
         name, params = parse_policy(text)
         if name in ("uniform", "model"):  # a model snapshot is checked by the caller
             continue
@@ -88,12 +125,16 @@ def _background(parent: int) -> None:
     name init, which never goes away."""
     with contextlib.suppress(OSError):  # not permitted here: normal priority
         os.nice(10)
+    if sys.platform == "linux":  # killed by the kernel the moment the server dies, however it dies
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
     def watch() -> None:
         while os.getppid() == parent:  # re-parented (to init or a subreaper) once the server dies
             time.sleep(1.0)
         os._exit(0)
 
+    # The server's pid comes from the server: a worker that starts after its server died (stopped
+    # as its first job came) is re-parented already, and exits at once.
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
@@ -120,9 +161,15 @@ class Evaluations:
         self.replica = replica
         self.jobs: dict[str, Job] = {}
         self._pool: ProcessPoolExecutor | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: deque[Job] = deque()
+        self._runner: asyncio.Task[None] | None = None  # runs the queue while it is not empty
+        self._current: tuple[Job, asyncio.Task[None]] | None = None
+        self._computing = False  # the current job is in the worker
+        self._closed = False
 
     def _worker(self) -> ProcessPoolExecutor:
+        if self._closed:  # a worker started now would outlive the server's shutdown
+            raise RuntimeError("the server is shutting down")
         if self._pool is None:
             # spawn: a fork of a process running an event loop and threads is not safe
             self._pool = ProcessPoolExecutor(
@@ -133,6 +180,18 @@ class Evaluations:
             )
         return self._pool
 
+    def _stop_worker(self) -> None:
+        """Kill the worker (a call running in it cannot be interrupted otherwise); the next job
+        spawns another."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # ProcessPoolExecutor has no public way to stop a running call (Python 3.14 adds
+        # terminate_workers); its management thread then finds the pool broken and ends.
+        for process in list(pool._processes.values()):  # type: ignore[attr-defined]
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
     def start(
         self,
         model: str,
@@ -140,31 +199,60 @@ class Evaluations:
         since: float | None,
         until: float | None,
         runs: int,
-        records: Callable[[], AsyncIterator[list[Any]]],
-        snapshots: dict[str, tuple[dict[str, Any], bytes]] | None = None,
+        records: Records,
+        snapshots: Snapshots | None = None,
     ) -> Job:
-        """Start a job over the pages ``records()`` yields (each record has ``to_json()``);
-        ``snapshots``: the (config, state bytes) of the ``model:NAME`` policies, taken now."""
+        """Queue a job over the pages ``records()`` yields (each record has ``to_json()``), read
+        when it runs; ``snapshots``: the (config, state bytes) of the ``model:NAME`` policies,
+        taken now. :class:`TooManyJobsError` when ``MAX_JOBS`` are queued or running."""
         self._forget_old()
+        if sum(j.finished_at is None for j in self.jobs.values()) >= MAX_JOBS:
+            raise TooManyJobsError(
+                f"{MAX_JOBS} evaluations are queued or running on this replica; retry when one is done"
+            )
         job = Job(uuid.uuid4().hex, model, list(policies), since, until, runs, self.replica)
+        job._records, job._snapshots = records, snapshots or {}
         self.jobs[job.id] = job
-        task = asyncio.create_task(self._run(job, records, snapshots or {}))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._queue.append(job)
+        if self._runner is None:  # nothing ahead of it: it starts now
+            job.state = "running"
+            self._runner = asyncio.create_task(self._run_queue())
         return job
 
-    async def _run(
-        self,
-        job: Job,
-        records: Callable[[], AsyncIterator[list[Any]]],
-        snapshots: dict[str, tuple[dict[str, Any], bytes]],
-    ) -> None:
+    def cancel(self, job_id: str) -> bool:
+        """Forget the job ``job_id``, stopping it if it is queued or running; False if unknown."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return False
+        if job in self._queue:
+            self._queue.remove(job)
+        elif self._current is not None and self._current[0] is job:
+            self._current[1].cancel()
+            if self._computing:
+                self._stop_worker()
+        return True
+
+    async def _run_queue(self) -> None:
+        try:
+            while self._queue:
+                job = self._queue.popleft()
+                job.state = "running"
+                task = asyncio.create_task(self._run(job))
+                self._current = (job, task)
+                await asyncio.wait([task])  # a cancelled job ends its task only, not the queue
+        finally:
+            self._current = self._runner = None
+
+    async def _run(self, job: Job) -> None:
+        assert job._records is not None and job._snapshots is not None
+        records, snapshots = job._records, job._snapshots
         fd, path = tempfile.mkstemp(prefix="clickboost-eval-", suffix=".jsonl")
         try:
             with os.fdopen(fd, "w") as f:
                 async for page in records():
                     f.writelines(rec.to_json() + "\n" for rec in page)
             loop = asyncio.get_running_loop()
+            self._computing = True
             job.events, job.results = await loop.run_in_executor(
                 self._worker(), _evaluate_file, path, job.policies, job.runs, snapshots
             )
@@ -172,7 +260,9 @@ class Evaluations:
         except Exception as exc:  # the job's answer says what failed; the service goes on
             job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
         finally:
+            self._computing = False
             job.finished_at = time.time()
+            job._records = job._snapshots = None
             os.unlink(path)
 
     def _forget_old(self) -> None:
@@ -181,10 +271,11 @@ class Evaluations:
             del self.jobs[key]
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        """Stop the jobs and the worker; no worker starts after this."""
+        self._closed = True
+        tasks = [t for t in (self._runner, self._current and self._current[1]) if t is not None]
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=1.0)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        self._stop_worker()

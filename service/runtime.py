@@ -167,6 +167,30 @@ def check_budget(name: str, spec: ModelSpec, settings: Settings, others: int = 0
     return need
 
 
+def check_event_budget(name: str, spec: ModelSpec, settings: Settings) -> None:
+    """:class:`BudgetError` naming the figure when one event of ``spec`` would take more work or
+    memory than the budget (``CLICKBOOST_MAX_EVENT_STEPS``, ``CLICKBOOST_MAX_EVENT_BYTES``).
+
+    Checked when a model is created, not when one is loaded: a model that exists keeps serving.
+    A hashed model's input is at most the named features a request may bring.
+    """
+    cls = _bandit_class(spec)
+    width = spec.dim if spec.hashing_bits is None else min(spec.dim, settings.max_named_features)
+    what = f"model {name!r} ({spec.learner}, {spec.k} labels x {width} input features)"
+    steps = cls.event_steps(width, spec.k, spec.params)
+    if steps > settings.max_event_steps:
+        raise BudgetError(
+            f"{what} needs about {steps:,} steps per event; the budget is {settings.max_event_steps:,} "
+            "(CLICKBOOST_MAX_EVENT_STEPS): every replica applies every event on its event loop"
+        )
+    need = cls.event_nbytes(width, spec.k, spec.params)
+    if need > settings.max_event_bytes:
+        raise BudgetError(
+            f"{what} allocates {human_bytes(need)} per event; the budget is "
+            f"{human_bytes(settings.max_event_bytes)} (CLICKBOOST_MAX_EVENT_BYTES)"
+        )
+
+
 class ModelRuntime:
     """One model in this process: learner + featuriser + applied log position.
 
@@ -340,6 +364,7 @@ class Runtime:
         held = 0
         for name, spec in declared.items():
             held += check_budget(name, spec, self.settings, held)  # fail fast: params, size
+            check_event_budget(name, spec, self.settings)
             with contextlib.suppress(ModelExistsError):
                 await self.store.create_model(name, self._config(spec))
 
@@ -471,6 +496,7 @@ class Runtime:
         need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
         await self.warm(spec)
         m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)
+        await asyncio.to_thread(m.learner.prepare)  # one-time tables: seconds for some learners
         await self._from_checkpoint(m)
         await self.catch_up(m)
         return m
@@ -581,13 +607,16 @@ class Runtime:
             log.exception("checkpoint of model %r failed", m.name)
 
     async def wait_applied(self, m: ModelRuntime, position: int, timeout: float = 10.0) -> bool:
-        """Catch up until ``m`` has applied ``position``; False if that took longer than ``timeout``."""
+        """Catch up until ``m`` has applied ``position``; False if that took longer than ``timeout`` or
+        an event failed here (see :meth:`_catch_up_isolated`)."""
         deadline = time.monotonic() + timeout
         while True:
-            await self.catch_up(m)
+            # Isolated as in the background loop: an event this process cannot apply marks the model
+            # failed (it retries with back-off); the caller's event is stored all the same.
+            await self._catch_up_isolated(m)
             if m.position >= position:
                 return True
-            if time.monotonic() > deadline:
+            if m.failure is not None or time.monotonic() > deadline:
                 return False
             await asyncio.sleep(self.settings.tail_interval_seconds)
 
@@ -961,6 +990,7 @@ class Runtime:
         """Create ``name``: :class:`ModelExistsError` if taken, :class:`ParamError` if invalid,
         :class:`BudgetError` if its state would not fit (checked before anything is allocated)."""
         check_budget(name, spec, self.settings, self._held(name))  # before the store has it
+        check_event_budget(name, spec, self.settings)
         await self.store.create_model(name, self._config(spec))
         m = await self.sync_model(name)
         return m if m is not None else self.get(name)  # raises: deleted meanwhile, or not loadable

@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     # count everything, then request ids / 415 / 429, then the body limit.
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestHygiene, rate_limit=settings.rate_limit)
-    app.add_middleware(HTTPMetrics)
+    app.add_middleware(HTTPMetrics, routes=app.router.routes)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,

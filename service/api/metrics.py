@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -21,6 +22,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.runtime import Runtime
@@ -103,12 +105,38 @@ async def render(runtime: Runtime) -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
-class HTTPMetrics:
-    """Pure ASGI middleware: latency histogram by method, route template and status."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class HTTPMetrics:
+    """Pure ASGI middleware: latency histogram by method, route template and status.
+
+    ``routes`` (the app's, read at the first request) give the templates of Starlette's own routes,
+    which leave no route in the scope: the hot path's plain routes and the mounted dashboard files.
+    A label is a template or ``unmatched``, never a requested path: every distinct path would add
+    series that are never dropped (issue 42).
+    """
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
+        self.routes = routes
+        self._plain: set[str] | None = None
+        self._mounts: list[str] = []
         self._children: dict[tuple[str, str, int], Any] = {}  # labels() lookups cost ~10 us each
+
+    def _template(self, scope: Scope) -> str:
+        if self._plain is None:
+            self._plain = {r.path for r in self.routes if isinstance(r, Route)}
+            self._mounts = [r.path for r in self.routes if isinstance(r, Mount)]
+        path = scope["path"]
+        if "endpoint" not in scope:
+            return "unmatched"
+        if path in self._plain:
+            return path
+        for prefix in self._mounts:
+            if path.startswith(prefix + "/"):
+                return prefix + "/{path}"
+        return "unmatched"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -126,13 +154,11 @@ class HTTPMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            # FastAPI sets the route (its path is the template); the plain hot-path routes have no
-            # path parameters, so their path is the template; unmatched paths are not labelled.
-            path = getattr(scope.get("route"), "path", None) or (
-                scope["path"] if "endpoint" in scope else "unmatched"
-            )
-            key = (scope["method"], path, status)
+            # FastAPI sets the route (its path is the template); Starlette's own routes do not
+            path = getattr(scope.get("route"), "path", None) or self._template(scope)
+            method = scope["method"] if scope["method"] in _METHODS else "other"  # any token is a method
+            key = (method, path, status)
             child = self._children.get(key)
             if child is None:
-                child = self._children[key] = HTTP_SECONDS.labels(scope["method"], path, str(status))
+                child = self._children[key] = HTTP_SECONDS.labels(method, path, str(status))
             child.observe(time.perf_counter() - start)

@@ -14,11 +14,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.auth import require_admin
+from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
 from service.config import ModelName, ModelSpec
 from service.decision_log import LogRecord
-from service.evaluations import MAX_POLICIES, check_policies
+from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
 from service.learners.base import learners
 from service.ope import MIN_ESS, EvaluationError
 from service.runtime import ModelRuntime, Runtime
@@ -211,8 +212,12 @@ class EvaluationRequest(BaseModel):
         "LEARNER[:param=value,...] (a learner: replayed)",
         examples=[["uniform", "cova", "banditboost:delta=0.05"]],
     )
-    since: float | None = Field(None, description="Decisions made at or after this time (Unix seconds).")
-    until: float | None = Field(None, description="Decisions made before this time (Unix seconds).")
+    since: float | None = Field(
+        None, allow_inf_nan=False, description="Decisions made at or after this time (Unix seconds)."
+    )
+    until: float | None = Field(
+        None, allow_inf_nan=False, description="Decisions made before this time (Unix seconds)."
+    )
     runs: int = Field(
         5, ge=2, le=50, description="Replays per learning policy (their spread gives its interval)."
     )
@@ -255,7 +260,9 @@ class Evaluation(BaseModel):
     until: float | None
     runs: int
     replica: str = Field(description="The replica running it: jobs live in the process that started them.")
-    state: Literal["running", "done", "failed"]
+    state: Literal["queued", "running", "done", "failed"] = Field(
+        description="Jobs of a replica run one at a time, in the order they came."
+    )
     created_at: float
     finished_at: float | None
     events: int = Field(description="Logged decisions with a reward the estimates rest on.")
@@ -267,13 +274,14 @@ class Evaluation(BaseModel):
     "/{name}/evaluations",
     status_code=202,
     response_model=Evaluation,
-    responses=error_responses(400, 404, 413, 422, 503),
+    responses=error_responses(400, 404, 413, 422, 429, 503),
     summary="Start an off-policy evaluation on the decision log",
 )
 async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: RuntimeDep) -> Evaluation:
     """Estimate, from the model's retained decision log in ``[since, until)``, the click rate each
     policy would have had (service.ope: IPS, SNIPS and doubly robust for fixed policies, replay for
-    learners). Runs in a separate worker process; poll ``GET .../evaluations/{id}``."""
+    learners). Runs in a separate worker process, after the replica's earlier jobs; poll
+    ``GET .../evaluations/{id}``. 429 when the replica has ``MAX_JOBS`` queued or running."""
     m = await runtime.resolve(name, fresh=True)
     try:
         check_policies(body.policies, m.learner.n_features, m.learner.n_labels)
@@ -309,9 +317,12 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
         async for page in pages:
             yield page
 
-    job = runtime.evaluations.start(
-        m.name, body.policies, body.since, body.until, body.runs, records, snapshots
-    )
+    try:
+        job = runtime.evaluations.start(
+            m.name, body.policies, body.since, body.until, body.runs, records, snapshots
+        )
+    except TooManyJobsError as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
     return Evaluation(**job.as_dict())
 
 
@@ -325,9 +336,28 @@ async def get_evaluation(
     name: NamePath, job: Annotated[str, Path(max_length=64)], runtime: RuntimeDep
 ) -> Evaluation:
     """The job ``job`` of model ``name`` on this replica (404 if this replica has none such)."""
+    return Evaluation(**_job(runtime, name, job).as_dict())
+
+
+@router.delete(
+    "/{name}/evaluations/{job}",
+    status_code=204,
+    responses=error_responses(404, 422),
+    summary="Cancel and forget an off-policy evaluation",
+)
+async def cancel_evaluation(
+    name: NamePath, job: Annotated[str, Path(max_length=64)], runtime: RuntimeDep
+) -> Response:
+    """Stop the job ``job`` of model ``name`` on this replica if it is queued or running (its
+    worker process is stopped), and forget it."""
+    runtime.evaluations.cancel(_job(runtime, name, job).id)
+    return Response(status_code=204)
+
+
+def _job(runtime: Runtime, name: str, job: str) -> Job:
     found = runtime.evaluations.jobs.get(job)
     if found is None or found.model != name:
         raise HTTPException(
             404, f"no evaluation {job!r} of model {name!r} on this replica ({runtime.replica_id})"
         )
-    return Evaluation(**found.as_dict())
+    return found

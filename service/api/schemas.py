@@ -171,7 +171,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
         out[code] = {"model": ErrorBody, "description": ERROR_MEANINGS[code]}
-        if code == 503:
+        if code in (429, 503):
             out[code]["headers"] = {"Retry-After": RETRY_AFTER_HEADER}
     return out
 
@@ -187,6 +187,8 @@ ERROR_MEANINGS = {
     409: "Name taken",
     413: "Body over CLICKBOOST_MAX_BODY_BYTES",
     422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
+    429: "Too many: evaluation jobs queued or running on this replica (at most "
+    "service.evaluations.MAX_JOBS); retry after `Retry-After` seconds",
     503: "The shared store is unreachable, or the model cannot be loaded on this replica: nothing "
     "was recorded; retry after `Retry-After` seconds",
 }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -112,6 +113,29 @@ class BanditBBM(TreeBooster):
     )
     Params = BanditBBMParams
     params: BanditBBMParams
+
+    def prepare(self) -> None:
+        """The exact potential's tables of (K, N) (0.6 s at K = 200, 5.6 s at K = 500 with N = 20,
+        held by the kernels' cache), built by one call with a zero truth, which computes no cost."""
+        if self.params.potential == "exact":
+            k, n = self.n_labels, self.params.n_learners
+            bbm_cost_vectors(np.zeros(n, dtype=np.int64), k, self.params.gamma, False, np.zeros(k))
+
+    @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """With the tables built (:meth:`prepare`), a learn computes the potential's rows of the
+        vote states it meets first: about 4 N K^2 steps (18 ms at N = 20, K = 500 on the loaded test
+        machine); the Monte Carlo potential draws 100 vote vectors per (learner, label) pair."""
+        p = cls.Params.parse(cls.name, params)
+        n, k = p.n_learners, n_labels
+        work = 4 * n * k**2 if p.potential == "exact" else 100 * n * k**2
+        return work + n * (n_features + k)
+
+    @classmethod
+    def event_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """The cost vectors and the potential's rows: about 24 N K^2 bytes (the first learn's peak)."""
+        n = cls.Params.parse(cls.name, params).n_learners
+        return 24 * n * n_labels**2 + super().event_nbytes(n_features, n_labels, params)
 
     def _memo(self, n_learners: int) -> CostMemo:
         """The exact potential's cache, made on first use (a cache, not state: its name does not end

@@ -213,6 +213,11 @@ class BanditBoost(Learner):
         super().set_state(state)
 
     @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """N weak learners, each scoring K labels on the input and updating: ``N d K``."""
+        return cls.Params.parse(cls.name, params).n_learners * n_features * n_labels
+
+    @classmethod
     def state_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
         """:meth:`Learner.state_nbytes`; with the lazy store, computed here: ``alpha_``, the rng, the
         (K, N) arrays, ``slot_`` and the initial rows, plus :meth:`growth_nbytes`."""

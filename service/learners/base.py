@@ -500,6 +500,25 @@ class Learner(Stateful, abc.ABC):
         """Bytes the state may grow by as it learns, where that growth is bounded (0 by default)."""
         return 0
 
+    def prepare(self) -> None:
+        """Build what this learner computes once for its sizes and keeps (tables shared by every
+        learner of those sizes), so that its first event does not: the runtime calls it in a thread
+        before the model serves. Nothing by default."""
+
+    @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """An order of the work of one event (a decision and its learn, the first included), in
+        steps of about a nanosecond, from the spec alone; ``n_features`` is the widest input a request
+        can bring. A linear model's scores and update: ``d K``. Learners whose work grows faster
+        override this (the runtime refuses a spec over ``CLICKBOOST_MAX_EVENT_STEPS``)."""
+        return n_features * n_labels
+
+    @classmethod
+    def event_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """Bytes one event allocates beyond the state at most, from the spec alone: by default a few
+        vectors of the input's and the labels' sizes."""
+        return 8 * (n_features + 2 * n_labels)
+
     @classmethod
     def from_state(cls, config: Mapping[str, Any], state: Mapping[str, Any]) -> Learner:
         """Rebuild a learner from :meth:`config` and :meth:`state`, validating both."""

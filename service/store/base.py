@@ -40,8 +40,10 @@ replica heartbeats
     TTL; with one process (memory, SQLite) just that process's.
 
 All methods are ``async`` (redis-py's asyncio client for Redis); the memory store never awaits
-inside a method, and the SQLite store's awaits fall only between whole transactions (an expiry
-sweep and a trim run in bounded steps), so each claim and each feedback is atomic. Times are Unix seconds
+inside a method (but before reading a page of the decision log), and the SQLite store's awaits fall
+only between whole transactions (an expiry sweep and a trim run in bounded steps) or before a read,
+so each claim and each feedback is atomic. A page of the decision log is bounded work: every store
+hands the event loop back for each one (an export reads the whole log). Times are Unix seconds
 (float) passed in by the caller, so tests control the clock.
 """
 

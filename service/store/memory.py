@@ -1,11 +1,13 @@
 """The embedded default store: everything in this process's memory (one replica, no Redis).
 
-Atomicity comes from asyncio: no method awaits, so each runs to completion on the event loop
-before any other request is served. The contract is :class:`service.store.base.Store`.
+Atomicity comes from asyncio: no method awaits (but ``read_decision_log`` before it reads its
+page), so each runs to completion on the event loop before any other request is served. The
+contract is :class:`service.store.base.Store`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import copy
 import heapq
@@ -227,6 +229,9 @@ class MemoryStore(Store):
         after: str | None = None,
         limit: int = 256,
     ) -> tuple[list[LoggedDecision], str | None]:
+        # The only await: the page itself is read in one step, so it is consistent, and an export
+        # or an evaluation job paging through the log lets requests run between its pages.
+        await asyncio.sleep(0)
         m = self._model(model)
         log = m.dlog
         if after is None:

@@ -38,6 +38,7 @@ from service.api.app import create_app
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.schemas import FeedbackRequest, PredictRequest
 from service.config import ModelSpec, Settings
+from service.evaluations import MAX_JOBS
 from service.store.redis import RedisStore
 from tests.conftest import redis_server_binary
 from tests.service.api.conftest import app_client, make_app
@@ -501,6 +502,18 @@ async def exercise_models(api: Api) -> None:
         assert stats["evaluations"][0]["id"] == job["id"]
         bad = {"policies": ["nosuchlearner"]}
         await api.call("post", "/models/{name}/evaluations", name=name, json=bad, expect=422)
+        jobs = [job["id"]]
+        for _ in range(MAX_JOBS):  # queued behind the first until the replica's cap: 429
+            r, queued = await api.call(
+                "post", "/models/{name}/evaluations", name=name, json=evaluation, expect=(202, 429)
+            )
+            if r.status_code == 429:
+                break
+            jobs.append(queued["id"])
+        assert r.status_code == 429
+        for job_id in jobs:
+            await api.call("delete", "/models/{name}/evaluations/{job}", name=name, job=job_id, expect=204)
+        await api.call("delete", "/models/{name}/evaluations/{job}", name=name, job=jobs[0], expect=404)
         _, reset = await api.call("post", "/models/{name}/reset", name=name, expect=200)
         assert reset["checksum"] == info["checksum"] and reset["counts"]["decisions"] == 1
         _, imported = await api.call(
