@@ -324,6 +324,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
         self.warming: str | None = None  # what compiles now, for /readyz and the log
+        self.loading = False  # between open() and the end of load(): requests get 503
         self._warm_lock = asyncio.Lock()
         self._started_mono = time.monotonic()
         self.replica_id = uuid.uuid4().hex[:12]  # holder name of this process's leases
@@ -354,6 +355,7 @@ class Runtime:
         the store, validate and create the declared models (config file, demo)."""
         # Importing a learner compiles nothing (its kernels compile when first needed), so this is
         # quick; the registry imports the learner modules on first use.
+        self.loading = True
         await asyncio.to_thread(learners.names)
         await self.store.prepare()
         declared: dict[str, ModelSpec] = {}
@@ -380,6 +382,7 @@ class Runtime:
             asyncio.create_task(self._report_loop()),
         ]
         self.ready = True
+        self.loading = False
 
     async def stop(self) -> None:
         """Stop the background loops, then wait for the checkpoints in flight to be stored."""
@@ -873,7 +876,7 @@ class Runtime:
     def get(self, name: str | None) -> ModelRuntime:
         """The model called ``name``, or the default model; :class:`UnknownModelError` if none,
         :class:`ModelUnavailableError` (503, retry) while the server is starting."""
-        if not self.ready:
+        if self.loading:
             raise ModelUnavailableError(f"the server is not ready yet ({self.status()[1]}); retry")
         if name is None:
             name = self.settings.default_model or ("demo" if self.settings.demo else None)

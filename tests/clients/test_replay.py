@@ -15,6 +15,7 @@ from clients import Client
 from clients.replay import main, replay, summarize
 from lab.sim.datasets import load_dataset
 from lab.sim.stream import run_stream
+from service.config import load_model_file
 from service.learners.base import make_learner
 from service.sampling import DecisionIds
 from tests.clients.conftest import ADMIN_KEY, API_KEY, serve
@@ -29,7 +30,8 @@ def car() -> tuple[np.ndarray, np.ndarray]:
 
 def offline_clicks(X: np.ndarray, y: np.ndarray, id_seed: int) -> np.ndarray:
     """The simulator's run of the `car` model of deploy/models.toml with the server's decision ids."""
-    learner = make_learner("banditron", 21, 4, {"gamma": 0.05}, seed=0)
+    spec = load_model_file(Path(__file__).resolve().parents[2] / "deploy" / "models.toml")["car"]
+    learner = make_learner(spec.learner, 21, 4, spec.params, seed=spec.seed)
     return run_stream(learner, X, y, DecisionIds.for_seed(id_seed))
 
 
