@@ -32,6 +32,7 @@ from service.store.base import (
     Store,
     UnknownModelError,
 )
+from service.store.codec import eligible_of
 
 
 class _Model:
@@ -252,6 +253,7 @@ class MemoryStore(Store):
                         outcome,
                         reward,
                         outcome_at,
+                        eligible_of(r.decision),
                     )
                 )
             i += 1
