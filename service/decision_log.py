@@ -9,7 +9,7 @@ from the event log that checkpoints trim, for ``CLICKBOOST_LOG_RETENTION`` (docs
     {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "model": "news", "model_version": 41,
      "created_at": 1764079200.125, "features": {"idx": [17, 803], "val": [1.0, 31.0], "dim": 1024},
      "probs": [0.0167, 0.9667, 0.0167], "label_index": 1, "label": "politics",
-     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5}
+     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null}
 
 decision_id : str
     The id ``POST /predict`` answered with.
@@ -36,6 +36,10 @@ reward : 1, 0 or null
     The reward learned from: 1 click, 0 no click or expired; null when pending or dropped.
 outcome_at : float or null
     Unix seconds of the feedback or the expiry.
+eligible : list of int, or null
+    The label indices the request allowed (``eligible`` / ``excluded`` of ``POST /predict``),
+    increasing; null: every label. ``probs`` is 0 outside them. Records exported before this field
+    existed read as null.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -56,7 +60,8 @@ and ``_labelIndex`` its index in ``_multi``; ``a`` lists the action ids, the sho
 feature names are gone after hashing, so its features are the buckets ``b<index>``; for a dense
 one ``f<i>``, non-zeros only. Each action of ``_multi`` has the one feature ``id`` with the label
 index as a string, which VW makes a feature of its own per action (``id2``); a number would be one
-feature scaled by the index. Interactions such as ``-q xa`` let VW learn per-action weights.
+feature scaled by the index. Interactions such as ``-q xa`` let VW learn per-action weights. A
+decision restricted to some labels lists only those in ``_multi`` (action ids are positions there).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
+
+import numpy as np
 
 from service.config import ModelSpec
 from service.store import LoggedDecision, Store
@@ -99,6 +106,7 @@ class LogRecord:
     outcome: LogOutcome | None
     reward: int | None
     outcome_at: float | None
+    eligible: list[int] | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -119,6 +127,7 @@ class LogRecord:
             entry.outcome,
             None if entry.reward is None else int(entry.reward),
             entry.outcome_at,
+            None if entry.eligible is None else np.flatnonzero(entry.eligible).tolist(),
         )
 
     def to_json(self) -> str:
@@ -130,6 +139,8 @@ class LogRecord:
         """Inverse of :meth:`to_json`; ValueError if ``line`` is not a record."""
         doc = json.loads(line)
         names = [f.name for f in fields(cls)]
+        if isinstance(doc, dict):
+            doc.setdefault("eligible", None)  # exported before eligible labels existed
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)
@@ -138,8 +149,9 @@ class LogRecord:
         """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped)."""
         if self.reward is None:
             return None
-        chosen = self.label_index
-        order = [chosen, *(k for k in range(len(self.probs)) if k != chosen)]
+        actions = list(range(len(self.probs))) if self.eligible is None else self.eligible
+        chosen = actions.index(self.label_index)  # positions in _multi
+        order = [chosen, *(k for k in range(len(actions)) if k != chosen)]
         if isinstance(self.features, dict):
             context = {f"b{i}": v for i, v in zip(self.features["idx"], self.features["val"], strict=True)}
         else:
@@ -148,12 +160,12 @@ class LogRecord:
         return _line(
             {
                 "_label_cost": -self.reward if self.reward else 0,
-                "_label_probability": self.probs[chosen],
+                "_label_probability": self.probs[self.label_index],
                 "_label_Action": chosen + 1,
                 "_labelIndex": chosen,
                 "a": [k + 1 for k in order],
-                "p": [self.probs[k] for k in order],
-                "c": {"x": context, "_multi": [{"a": {"id": str(k)}} for k in range(len(self.probs))]},
+                "p": [self.probs[actions[k]] for k in order],
+                "c": {"x": context, "_multi": [{"a": {"id": str(k)}} for k in actions]},
                 "EventId": self.decision_id,
                 "Timestamp": stamp,
             }

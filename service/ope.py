@@ -106,6 +106,10 @@ class LoggedData:
         1.0 for a click, 0.0 otherwise.
     dim : int
         Dimension of the contexts.
+    eligible : ndarray of shape (n, K), bool, or None
+        The labels each request allowed (``eligible`` of the records); None: every label always.
+        A target policy is evaluated restricted to each record's set: a model decides among them,
+        ``uniform`` is uniform over them, and the replay's candidate decides among them.
     """
 
     x: list[np.ndarray | SparseVector]
@@ -113,6 +117,11 @@ class LoggedData:
     actions: np.ndarray
     rewards: np.ndarray
     dim: int
+    eligible: np.ndarray | None = None
+
+    def mask(self, i: int) -> np.ndarray | None:
+        """Record ``i``'s eligible labels (None: all)."""
+        return None if self.eligible is None else self.eligible[i]
 
     @property
     def n(self) -> int:
@@ -135,7 +144,7 @@ class LoggedData:
         ``features`` is a dense list or ``{"idx": [...], "val": [...], "dim": D}``.
         """
         xs: list[np.ndarray | SparseVector] = []
-        probs, actions, rewards = [], [], []
+        probs, actions, rewards, sets = [], [], [], []
         dim = 0
         for rec in records:
             if rec.get("reward") is None:
@@ -155,9 +164,18 @@ class LoggedData:
             probs.append(rec["probs"])
             actions.append(int(rec["label_index"]))
             rewards.append(float(rec["reward"]))
+            sets.append(rec.get("eligible"))
         if not xs:
             raise ValueError("no logged decision with a known reward")
-        return cls(xs, np.asarray(probs, dtype=np.float64), np.asarray(actions), np.asarray(rewards), dim)
+        eligible = None
+        if any(e is not None for e in sets):
+            eligible = np.ones((len(xs), len(probs[0])), dtype=bool)
+            for i, e in enumerate(sets):
+                if e is not None:
+                    eligible[i] = np.isin(np.arange(eligible.shape[1]), e)
+        return cls(
+            xs, np.asarray(probs, dtype=np.float64), np.asarray(actions), np.asarray(rewards), dim, eligible
+        )
 
 
 @dataclass(frozen=True)
@@ -299,17 +317,20 @@ def evaluate_stationary(
 
 def policy_pmfs(
     data: LoggedData,
-    decide: Callable[[np.ndarray | SparseVector, np.random.Generator], Decision],
+    decide: Callable[[np.ndarray | SparseVector, np.random.Generator, np.ndarray | None], Decision],
     seed: int = 0,
 ) -> np.ndarray:
-    """The pmf a stationary policy (a ``decide`` that does not change its model) gives each context."""
+    """The pmf a stationary policy (a ``decide`` that does not change its model) gives each context,
+    among the labels its record allowed."""
     rng = np.random.default_rng(seed)
-    return np.array([decide(x, rng).probs for x in data.x])
+    return np.array([decide(x, rng, data.mask(i)).probs for i, x in enumerate(data.x)])
 
 
 def uniform_pmfs(data: LoggedData) -> np.ndarray:
-    """Uniform random over the K labels."""
-    return np.full((data.n, data.n_labels), 1.0 / data.n_labels)
+    """Uniform random over the K labels (over each record's eligible labels)."""
+    if data.eligible is None:
+        return np.full((data.n, data.n_labels), 1.0 / data.n_labels)
+    return data.eligible / data.eligible.sum(axis=1, keepdims=True)
 
 
 def constant_pmfs(data: LoggedData, label: int) -> np.ndarray:
@@ -344,7 +365,8 @@ def replay_once(
         seen += 1
         x = data.x[i]
         xi = x if take or not isinstance(x, SparseVector) else x.dense()
-        d = learner.decide(xi, rng)
+        mask = data.mask(i)
+        d = learner.decide(xi, rng) if mask is None else learner.decide(xi, rng, mask)
         if d.label != data.actions[i] or rng.random() >= c / p[i]:
             continue
         accepted += 1
@@ -493,8 +515,8 @@ def evaluate(
             sparse = model.accepts_sparse
             stationary[text] = policy_pmfs(
                 data,
-                lambda x, rng, m=model, sp=sparse: m.decide(
-                    x if sp or not isinstance(x, SparseVector) else x.dense(), rng
+                lambda x, rng, mask, m=model, sp=sparse: m.decide(
+                    x if sp or not isinstance(x, SparseVector) else x.dense(), rng, mask
                 ),
                 seed,
             )

@@ -214,6 +214,7 @@ class ModelRuntime:
         self.incarnation = incarnation
         self.featurise = Featuriser(spec.n_features, spec.hashing_bits, max_named)
         self.labels = spec.label_names
+        self._label_index = {name: i for i, name in enumerate(self.labels)}
         self.learner = build_learner(spec)
         self.position = 0
         self.checkpoint_position = 0
@@ -255,9 +256,46 @@ class ModelRuntime:
             return x.dense()
         return x
 
-    def decide(self, x: np.ndarray | SparseVector, decision_id: str) -> Decision:
-        """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change)."""
-        return self.learner.decide(self._input(x), decision_rng(decision_id))
+    def decide(
+        self, x: np.ndarray | SparseVector, decision_id: str, eligible: np.ndarray | None = None
+    ) -> Decision:
+        """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change),
+        among the ``eligible`` labels (a mask, :meth:`label_mask`; None: all)."""
+        if eligible is None:
+            return self.learner.decide(self._input(x), decision_rng(decision_id))
+        return self.learner.decide(self._input(x), decision_rng(decision_id), eligible)
+
+    def label_mask(
+        self, eligible: Sequence[str | int] | None, excluded: Sequence[str | int] | None
+    ) -> np.ndarray | None:
+        """The mask of the labels a request allows: ``eligible`` ones, or all but the ``excluded``
+        ones (names or indices; at most one of the two); None when every label is allowed.
+        :class:`ParamError` (422) naming an unknown label, or when no label is left."""
+        if eligible is None and excluded is None:
+            return None
+        if eligible is not None and excluded is not None:
+            raise ParamError("give eligible or excluded labels, not both")
+        given = eligible if eligible is not None else excluded
+        assert given is not None
+        k = len(self.labels)
+        mask = np.zeros(k, dtype=bool)
+        for item in given:
+            if isinstance(item, int):
+                if not 0 <= item < k:
+                    raise ParamError(
+                        f"unknown label index {item} (model {self.name!r} has labels 0..{k - 1})"
+                    )
+                mask[item] = True
+            elif item in self._label_index:
+                mask[self._label_index[item]] = True
+            else:
+                raise ParamError(f"unknown label {item!r} (model {self.name!r} has {', '.join(self.labels)})")
+        if excluded is not None:
+            mask = ~mask
+        if not mask.any():
+            what = "eligible is empty" if eligible is not None else "every label is excluded"
+            raise ParamError(f"no eligible label: {what}")
+        return None if mask.all() else mask
 
     def apply(self, event: Event) -> None:
         """Apply the next event of the log (its position must be ``self.position + 1``)."""
@@ -297,6 +335,7 @@ class Prediction:
     decision: Decision
     model_version: int
     label: str
+    labels: list[str]  # the model's label names, by index
 
 
 class Runtime:
@@ -920,14 +959,21 @@ class Runtime:
             return self.get(name)
 
     async def predict(
-        self, name: str | None, features: Sequence[float] | Mapping[str, FeatureValue]
+        self,
+        name: str | None,
+        features: Sequence[float] | Mapping[str, FeatureValue],
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
     ) -> Prediction:
-        """Featurise, decide, record the pending decision (the reward window starts now), also in the
-        decision log when the model keeps one."""
+        """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
+        record the pending decision (the reward window starts now), also in the decision log when
+        the model keeps one. The mask travels in the decision's memo, so the learn event and the
+        decision log carry it."""
         m = await self.resolve(name)
         x = m.featurise(features)
+        mask = m.label_mask(eligible, excluded)
         decision_id = self.store.route(m.name, self.ids.new())
-        d = m.decide(x, decision_id)
+        d = m.decide(x, decision_id, mask)
         now = self.clock()
         record = DecisionRecord(
             decision_id,
@@ -955,7 +1001,7 @@ class Runtime:
         # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)
         p = d.probs
         counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
-        return Prediction(decision_id, m.name, d, m.position, m.labels[d.label])
+        return Prediction(decision_id, m.name, d, m.position, m.labels[d.label], m.labels)
 
     async def feedback(self, decision_id: str, click: bool, wait: bool) -> tuple[ClaimOutcome, bool]:
         """Claim the decision and append its learn event; with ``wait``, apply it here first.

@@ -24,6 +24,7 @@ from service.api.schemas import (
     FeedbackResponse,
     PredictRequest,
     PredictResponse,
+    RankedLabel,
     error_responses,
 )
 from service.runtime import Runtime
@@ -80,15 +81,22 @@ async def predict(request: Request) -> Response:
     check_api_key(request)
     body = parse(PredictRequest, await request.body())
     runtime: Runtime = request.app.state.runtime
-    p = await runtime.predict(body.model, body.features)
+    p = await runtime.predict(body.model, body.features, body.eligible, body.excluded)
     metrics.DECISIONS.labels(p.model).inc()
     d = p.decision
+    probs = d.probs.tolist()
+    mask = d.memo.get("eligible")
+    shown = range(len(probs)) if mask is None else mask.nonzero()[0].tolist()
     out = PredictResponse(
         decision_id=p.decision_id,
         label=p.label,
         label_index=d.label,
         probability=d.probability,
-        probabilities=d.probs.tolist(),
+        probabilities=probs,
+        ranking=[
+            RankedLabel(label=p.labels[i], label_index=i, probability=probs[i])
+            for i in sorted(shown, key=lambda i: -probs[i])  # stable: ties in label order
+        ],
         model=p.model,
         model_version=p.model_version,
     )

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictStr, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+)
 
 
 def _kind(value: Any) -> str | None:
@@ -62,6 +72,24 @@ class PredictRequest(BaseModel):
         description="A list of d numbers (dense model) or named features {name: number | string | bool} "
         "(hashed model; strings one-hot as name=value)."
     )
+    eligible: list[StrictInt | StrictStr] | None = Field(
+        None,
+        max_length=10_000,
+        description="Only these labels may be served (names or 0-based indices); not with `excluded`.",
+    )
+    excluded: list[StrictInt | StrictStr] | None = Field(
+        None,
+        max_length=10_000,
+        description="These labels may not be served (names or 0-based indices); not with `eligible`.",
+    )
+
+
+class RankedLabel(BaseModel):
+    """One eligible label of a ``POST /predict`` answer's ``ranking``."""
+
+    label: str
+    label_index: int
+    probability: float
 
 
 class PredictResponse(BaseModel):
@@ -76,6 +104,11 @@ class PredictResponse(BaseModel):
                     "label_index": 0,
                     "probability": 0.9666666666666667,
                     "probabilities": [0.9666666666666667, 0.016666666666666666, 0.016666666666666666],
+                    "ranking": [
+                        {"label": "sports", "label_index": 0, "probability": 0.9666666666666667},
+                        {"label": "politics", "label_index": 1, "probability": 0.016666666666666666},
+                        {"label": "music", "label_index": 2, "probability": 0.016666666666666666},
+                    ],
                     "model": "demo",
                     "model_version": 0,
                 }
@@ -87,7 +120,13 @@ class PredictResponse(BaseModel):
     label: str = Field(description="Name of the sampled label: show this one.")
     label_index: int
     probability: float = Field(description="Probability with which `label` was sampled.")
-    probabilities: list[float] = Field(description="The full distribution over labels.")
+    probabilities: list[float] = Field(
+        description="The full distribution over labels (0 for the labels the request did not allow)."
+    )
+    ranking: list[RankedLabel] = Field(
+        description="Every eligible label with its probability, most probable first (ties in label "
+        "order): the order to fill several slots in."
+    )
     model: str
     model_version: int = Field(description="Event-log position the model had applied when it decided.")
 

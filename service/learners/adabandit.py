@@ -9,13 +9,14 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from service.learners.base import Decision, learners
-from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster
+from service.learners.base import Decision, as_mask, learners, masked_decision
+from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, masked_rows_argmax
 from service.learners.booster_kernels import (
     adabandit_decide,
     adabandit_learn_args,
     adabandit_logistic_parts,
     adabandit_step,
+    hedge_draw,
 )
 
 
@@ -52,6 +53,12 @@ class AdaBandit(TreeBooster):
     the cost vector ``Gamma^i iota_hat`` (eqs. (5), (10) at ``s^{i-1}``) through the (label, weight)
     reduction of §2.8; ``alpha^i`` takes a projected SGD step (11) with the correct derivative and
     ``eta_t = lr_scale * rho / (k^2 sqrt t)``; Hedge with rate 1 on ``ell_hat[yhat^i]`` in the log domain.
+
+    Eligible labels (ours): every tree's prediction ``l^i`` and every expert's is its random argmax
+    over the eligible labels (a tree whose favourite is ineligible votes for its next best), so
+    ``yhat`` and the experts Hedge scores are eligible, and eq. (2) spreads ``rho`` over the m
+    eligible labels (``rho`` capped at ``(m-1)/m``). Estimator (4) divides by those probabilities
+    and is unbiased for every true label in the set; the costs (10) are taken at the masked votes.
 
     All quantities of the round (weak predictions, ``alpha``, votes, expert predictions and index)
     come from the decision memo, so the update is exact even when the model moved since the decision.
@@ -101,7 +108,10 @@ class AdaBandit(TreeBooster):
         self.alpha_ = np.zeros(self.params.n_learners)
         self.log_v_ = np.zeros(self.params.n_learners)
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            return self._decide_masked(x, rng, mask)
         # the draws of the round in one go, in their order: a random argmax per tree, then per expert
         # (two rand_rows_argmax calls), the expert (sample(v / v.sum(), rng)), then the label
         U = rng.random(2 * self.params.n_learners * self.n_labels + 2)
@@ -119,6 +129,23 @@ class AdaBandit(TreeBooster):
             "tree_nodes": self.trees_.n_nodes_.copy(),
         }
         return Decision(p, label, memo)
+
+    def _decide_masked(self, x: np.ndarray, rng: np.random.Generator, mask: np.ndarray) -> Decision:
+        """:meth:`decide` among the eligible labels: the same draws and steps in numpy, with every
+        tree's and every expert's argmax over the eligible labels (:func:`masked_rows_argmax`)."""
+        dist, memo = self._weak_distribution(x)
+        n, k = dist.shape
+        U = rng.random(2 * n * k + 1)
+        weak = masked_rows_argmax(dist, mask, U[: n * k])
+        votes = np.zeros((n, k))
+        votes[np.arange(n), weak] = self.alpha_
+        votes = np.cumsum(votes, axis=0)
+        experts = masked_rows_argmax(votes, mask, U[n * k : 2 * n * k])
+        expert = int(hedge_draw(np.exp(self.log_v_), U[2 * n * k]))
+        greedy = int(experts[expert])
+        memo |= {"greedy": greedy, "weak": weak, "alpha": self.alpha_.copy(), "votes": votes}
+        memo |= {"experts": experts, "expert": expert}
+        return masked_decision(greedy, mask, self.params.rho, "rho", rng, memo)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1

@@ -14,7 +14,18 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from service.learners.base import Decision, Learner, Params, gamma_mix, learners, randargmax, sample
+from service.learners.base import (
+    Decision,
+    Learner,
+    Params,
+    as_mask,
+    gamma_mix,
+    learners,
+    masked_argmax,
+    masked_decision,
+    randargmax,
+    sample,
+)
 from service.learners.stumps.mh import StumpData, StumpEnsemble
 from service.learners.stumps.train import train
 
@@ -65,6 +76,12 @@ class AdaBoostMH(Learner):
     Over the draw of ``l`` the expected weight matrix is exactly the share-point initial weights
     of the fully labelled row, so the exponential loss of the logged data is an unbiased estimate
     of the full-information one, and the retrain is AdaBoost.MH on it (weights normalised to 1).
+
+    Eligible labels (ours): the greedy label is the best eligible one and ``epsilon / m`` spreads over
+    the m eligible labels. The logged entry keeps its weight ``c / p`` with that ``p``, so the
+    expected weight matrix is the share-point weights on the eligible entries and 0 on the others
+    (never shown, never revealed): the retrain's loss is unbiased for the loss restricted to the
+    labels each row allowed.
 
     Retraining. Every ``retrain_every`` events the model is replaced by ``iterations`` rounds of
     AdaBoost.MH (``epsilon_alpha = 0.01 / n``, MultiBoost) on the last :func:`log_rows` rows; EXP3.P
@@ -134,7 +151,11 @@ class AdaBoostMH(Learner):
         model = StumpEnsemble(self.features_, self.thresholds_, self.alphas_, self.votes_)
         return model.scores(x[None, :])[0]
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            greedy = masked_argmax(self.scores(x), mask, rng)
+            return masked_decision(greedy, mask, self.params.epsilon, "gamma", rng, {})
         greedy = randargmax(self.scores(x), rng)
         p = gamma_mix(self.n_labels, greedy, self.params.epsilon)
         return Decision(p, sample(p, rng))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.learners.base import Decision, learners, randargmax, randargmin, sample
+from service.learners.base import Decision, as_mask, learners, randargmax, randargmin, sample
 from service.learners.booster_costs import (
     TreeBooster,
     TreeBoosterParams,
@@ -55,7 +55,9 @@ class AdaboostOLM(TreeBooster):
         self.alpha_ = np.zeros(self.params.n_learners)
         self.log_v_ = np.zeros(self.params.n_learners)
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        if as_mask(eligible, self.n_labels) is not None:
+            raise ValueError(f"{self.name}: a full-information learner decides over every label")
         dist, where = self._weak_distribution(x)
         n, k = dist.shape
         s = np.zeros(k)

@@ -20,7 +20,10 @@ from service.learners.base import (
     Learner,
     ParamError,
     Params,
+    as_mask,
     learners,
+    masked_argmax,
+    masked_decision,
     randargmax,
 )
 from service.learners.weak import BinaryFamily, weak_families
@@ -124,7 +127,13 @@ class BanditBoost(Learner):
        ``alpha_kappa <- alpha_kappa * exp(-eta l) / Z`` with ``eta = delta^3 / K`` (eqs. 5-6).
 
     Classes other than kappa are not updated. ``E w^(i) = min(1, (1-gamma)^(z/2))`` and ``E l`` is
-    the subgradient of ``max(0, theta - y_k f_k)`` (ALGORITHMS.md §8). The memo carries the
+    the subgradient of ``max(0, theta - y_k f_k)`` (ALGORITHMS.md §8).
+
+    Eligible labels (ours): ``H`` is the eligible class of largest ``f_k`` and ``p(k) = (1-delta)
+    1[k = H] + delta/m`` on the m eligible classes, 0 elsewhere; steps 3-4 divide by that
+    ``p(kappa)``, so for every eligible class the expectations above hold as they are; an ineligible
+    class is never sampled and not updated (its binary label is not observed that round). The
+    one-call dense path is unmasked only; a masked decision takes the generic votes. The memo carries the
     decision-time scores of the sampled class and ``f_kappa``, so learn is exact when other updates
     landed in between.
 
@@ -242,8 +251,17 @@ class BanditBoost(Learner):
     def accepts_sparse(self) -> bool:
         return self.weak_.accepts_sparse
 
-    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+    def decide(
+        self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
+    ) -> Decision:
         weak = self.weak_
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            h, f = weak.votes(x, self.alpha_)
+            greedy = masked_argmax(f, mask, rng)
+            d = masked_decision(greedy, mask, self.params.delta, "gamma", rng, {"greedy": greedy})
+            d.memo |= {"h": h[:, d.label].copy(), "f": float(f[d.label])}
+            return d
         if type(weak) is PerceptronFamily and type(x) is np.ndarray:
             # the default on dense input: votes, their unique maximiser and the sampled label in one
             # compiled call; on a tie the sampling draw goes back (randargmax's draw comes first)

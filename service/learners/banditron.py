@@ -8,13 +8,16 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import banditron_update, gamma_mix_sample, sparse_argmax
+from service.kernels import banditron_update, gamma_mix_sample, sparse_argmax, sparse_scores
 from service.learners.base import (
     Decision,
     Learner,
     Params,
+    as_mask,
     gamma_mix,
     learners,
+    masked_argmax,
+    masked_decision,
     randargmax,
     sample,
     sparse_greedy,
@@ -51,6 +54,11 @@ class Banditron(Learner):
     printed in the seed's Algorithm 1, with ``1[yhat = r]`` in the first term, is biased and is not
     implemented.
 
+    Eligible labels (ours): ``yhat`` is the best eligible label and ``P(r) = (1-gamma) 1[r = yhat]
+    + gamma/m`` on the m eligible labels, 0 elsewhere; the update is the same with that ``P``, so
+    ``E U~`` is the Perceptron update towards a true label in the set (one outside it is never
+    clicked: only ``yhat`` loses x, as the Perceptron with the truth restricted to the set would).
+
     Attributes
     ----------
     W_ : ndarray of shape (K, d)
@@ -85,7 +93,14 @@ class Banditron(Learner):
     def accepts_sparse(self) -> bool:
         return True
 
-    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+    def decide(
+        self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
+    ) -> Decision:
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
+            greedy = masked_argmax(scores, mask, rng, first=self.params.tie_break == "first")
+            return masked_decision(greedy, mask, self.params.gamma, "gamma", rng, {"greedy": greedy})
         if isinstance(x, SparseVector):
             # Compiled loops over the K x nnz weights of the non-zero features only; the same draws
             # as the dense path.

@@ -6,9 +6,16 @@ the label shown to the user, and ``learn`` turns the click bit into an unbiased 
 
 Contract (``../shared/DESIGN.md``, ALGORITHMS.md §1):
 
-``decide(x, rng) -> Decision``
+``decide(x, rng, eligible=None) -> Decision``
     Must not change the model. Everything ``learn`` needs from prediction time travels in
     ``Decision.memo`` so the update is exact even when other updates landed in between.
+    ``eligible`` (a boolean mask of the K labels, or None for all) restricts the decision to the
+    labels a request allows: the greedy label is the best eligible one, exploration spreads over
+    the eligible labels only (K replaced by their number m in the mixing rule), the probabilities
+    are 0 outside the set and the mask travels in ``memo["eligible"]``. Each learner's ``learn``
+    divides by the probability the masked distribution gave, so its estimate stays unbiased for
+    every true label in the set; it never needs the mask again. Without a mask a decision draws
+    exactly what it drew before masks existed.
 ``learn(x, decision, reward)``
     The bandit update; a deterministic function of (state, x, decision, reward). Randomness it
     needs comes from ``self.rng_``, which is part of the state.
@@ -45,10 +52,13 @@ __all__ = [
     "ParamError",
     "Params",
     "Stateful",
+    "as_mask",
     "gamma_mix",
     "learner_from_state",
     "learners",
     "make_learner",
+    "masked_argmax",
+    "masked_decision",
     "randargmax",
     "randargmin",
     "rho_mix",
@@ -128,6 +138,70 @@ def sample_list(p: list[float], rng: np.random.Generator) -> int:
     """:func:`sample` of a distribution given as a list (the same draw, without a numpy array)."""
     c = list(accumulate(p))
     return min(bisect_right(c, rng.random() * c[-1]), len(c) - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Eligible labels (issue 38): the same exploration restricted to a mask of the K labels
+# --------------------------------------------------------------------------------------------
+
+
+def as_mask(eligible: np.ndarray | None, k: int) -> np.ndarray | None:
+    """``eligible`` as a boolean mask of the ``k`` labels, or None when every label is eligible (so
+    such a decision takes the unmasked path and draws what it always drew); ValueError if it has
+    the wrong shape or allows no label."""
+    if eligible is None:
+        return None
+    mask = np.asarray(eligible)
+    if mask.dtype != np.bool_ or mask.shape != (k,):
+        raise ValueError(f"eligible must be a boolean mask of the {k} labels, got {mask.dtype} {mask.shape}")
+    if not mask.any():
+        raise ValueError("eligible allows no label")
+    return None if mask.all() else mask
+
+
+def masked_argmax(v: np.ndarray, mask: np.ndarray, rng: np.random.Generator, first: bool = False) -> int:
+    """:func:`randargmax` of ``v`` over the eligible labels only (uniform among eligible ties, one
+    draw from ``rng`` only on a tie; ``first``: the first eligible maximiser, no draw)."""
+    s = v.tolist()
+    eligible = np.flatnonzero(mask).tolist()
+    best = max(s[i] for i in eligible)
+    ties = [i for i in eligible if s[i] == best] or eligible[:1]  # all NaN: the first eligible
+    if len(ties) == 1 or first:
+        return ties[0]
+    return ties[int(rng.integers(len(ties)))]
+
+
+def _masked_mix(mask: np.ndarray, greedy: int, rate: float, rule: str) -> np.ndarray:
+    """The exploration rule ``rule`` over the m eligible labels: ``"gamma"`` (:func:`gamma_mix` with K
+    replaced by m) or ``"rho"`` (:func:`rho_mix` over m labels, with ``rho`` capped at ``(m-1)/m``
+    so the greedy label keeps the largest probability, as the boosters' condition asks of K). One
+    eligible label: probability 1. Zero outside the mask."""
+    eligible = np.flatnonzero(mask).tolist()
+    m = len(eligible)
+    p = [0.0] * mask.size
+    if rule == "gamma":
+        for i in eligible:
+            p[i] = rate / m
+        p[greedy] += 1.0 - rate
+    else:
+        rho = min(rate, (m - 1) / m)
+        for i in eligible:
+            p[i] = rho / (m - 1) if m > 1 else 0.0
+        p[greedy] = 1.0 - rho
+    return np.array(p)
+
+
+def masked_decision(
+    greedy: int, mask: np.ndarray, rate: float, rule: str, rng: np.random.Generator, memo: dict[str, Any]
+) -> Decision:
+    """The decision around the eligible ``greedy`` label: :func:`_masked_mix`'s distribution, the label
+    drawn with one uniform as :func:`sample` draws (never an ineligible one: where ``sample``'s cap
+    at K - 1 would land outside the set, the last eligible label), and the mask in the memo."""
+    p = _masked_mix(mask, greedy, rate, rule)
+    label = sample(p, rng)
+    if p[label] == 0.0:
+        label = int(np.flatnonzero(p)[-1])
+    return Decision(p, label, {**memo, "eligible": mask})
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,8 +507,9 @@ class Learner(Stateful, abc.ABC):
         """Create the learned state (attributes ending in ``_``) from the hyperparameters."""
 
     @abc.abstractmethod
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
-        """Score ``x``, explore, sample; must not change the model."""
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        """Score ``x``, explore, sample; must not change the model. ``eligible``: the labels allowed
+        (a boolean mask of K, at least one True; None for all), see the module docstring."""
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         """Apply the bandit update for ``decision`` given the click bit ``reward``."""

@@ -45,6 +45,7 @@ __all__ = [
     "logistic_alpha_grad",
     "logistic_cost_matrices",
     "loss_estimate",
+    "masked_rows_argmax",
     "rand_rows_argmax",
 ]
 
@@ -308,6 +309,15 @@ def rand_rows_argmax(V: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Row-wise ``randargmax``: for each row, an index of its maximum, uniform among ties (the one
     with the largest of ``V.size`` uniform draws, compiled: :func:`rows_argmax`)."""
     return rows_argmax(np.asarray(V, dtype=np.float64), rng.random(V.size))
+
+
+def masked_rows_argmax(V: np.ndarray, mask: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """:func:`rand_rows_argmax` with its draws ``U`` (N k) given, over the eligible columns only
+    (``mask``): each row's maximum among them, the tie with the largest draw. The boosters' masked
+    decisions: every tree votes for an eligible label, so the votes rank the eligible labels by the
+    trees' class weights (a tree whose favourite is ineligible votes for its next best)."""
+    top = np.where(mask, V, -np.inf).max(axis=1, keepdims=True)
+    return np.argmax(np.where(mask & (top == V), U.reshape(V.shape), -1.0), axis=1).astype(np.int64)
 
 
 def hedge_update(log_v: np.ndarray, losses: np.ndarray, rate: float = 1.0) -> np.ndarray:

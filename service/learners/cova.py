@@ -22,13 +22,16 @@ from service.interactions import (
     pair_pa_update,
     pair_scores,
 )
-from service.kernels import PA_BASES, pa_update
+from service.kernels import PA_BASES, pa_update, sparse_scores
 from service.learners.base import (
     Decision,
     Learner,
     Params,
+    as_mask,
     gamma_mix,
     learners,
+    masked_argmax,
+    masked_decision,
     randargmax,
     sample,
     sparse_greedy,
@@ -149,6 +152,11 @@ class ConservativeOVA(Learner):
     * click (``yhat = y``): every scorer s takes a PA step on ``(x, +1 if s = yhat else -1)``;
     * no click: only scorer ``yhat`` takes a PA step on ``(x, -1)``.
 
+    Eligible labels (ours): the greedy label is the best eligible scorer and the ``epsilon`` floor
+    spreads over the m eligible labels (``epsilon / m``); the update is unchanged, since a click on
+    the shown label still says every other label, eligible or not, is wrong, and a no-click says
+    the shown one is. C-OVA uses no importance weight, so nothing divides by a probability.
+
     A PA (or Perceptron) step on ``(x, y)`` is ``w += tau y x`` with ``tau`` from :func:`pa_step`;
     nothing happens when the hinge loss is 0 or ``x = 0``. With a weak-learner base the scorers are
     the K binary models of a family with one learner, ``f_s(x) = h_s(x)`` (for naive Bayes
@@ -228,7 +236,13 @@ class ConservativeOVA(Learner):
         idx, val, _ = input_nonzeros(x)
         return idx, val, not 0 <= self._max_nnz < idx.size
 
-    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+    def decide(
+        self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
+    ) -> Decision:
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            greedy = masked_argmax(self.scores(x), mask, rng)
+            return masked_decision(greedy, mask, self.params.epsilon, "gamma", rng, {"greedy": greedy})
         if self._exact:
             idx, val, paired = self._nonzeros(x)
             if paired:
@@ -246,6 +260,20 @@ class ConservativeOVA(Learner):
         else:
             greedy = randargmax(self.weak_.scores(x)[0], rng)
         return self._explore(greedy, rng)
+
+    def scores(self, x: np.ndarray | SparseVector) -> np.ndarray:
+        """The K scorers' values ``f_s(x)`` (the masked decision's argmax; the unmasked one finds its
+        maximiser without building them where it can)."""
+        if self._exact:
+            idx, val, paired = self._nonzeros(x)
+            if paired:
+                return pair_scores(self.W_, idx, val, self.n_features)
+            return sparse_scores(self.W_, idx, val)
+        if self._pairs:
+            x = expand_pairs(x, self._pairs, self._max_nnz)
+        if self.params.base in LINEAR_BASES:
+            return sparse_scores(self.W_, *self._columns(x))
+        return self.weak_.scores(x)[0]
 
     def _explore(self, greedy: int, rng: np.random.Generator) -> Decision:
         """The greedy label with probability 1 (seed 004), or with the ``epsilon`` floor mixed in

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.learners.banditbbm import bbm_costs
-from service.learners.base import Decision, learners, randargmax, randargmin
+from service.learners.base import Decision, as_mask, learners, randargmax, randargmin
 from service.learners.bbm_kernels import bbm_gamma_matrix
 from service.learners.booster_costs import Ties, TreeBooster, TreeBoosterParams, bbm_cost_matrix
 
@@ -58,7 +58,9 @@ class OnlineMBBM(TreeBooster):
     Params = OnlineMBBMParams
     params: OnlineMBBMParams
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        if as_mask(eligible, self.n_labels) is not None:
+            raise ValueError(f"{self.name}: a full-information learner decides over every label")
         p = self.params
         dist, where = self._weak_distribution(x)
         n, k = dist.shape

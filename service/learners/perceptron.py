@@ -6,7 +6,7 @@ import numpy as np
 
 from service.features import SparseVector
 from service.kernels import perceptron_update
-from service.learners.base import Decision, Learner, learners, randargmax, sparse_greedy
+from service.learners.base import Decision, Learner, as_mask, learners, randargmax, sparse_greedy
 
 
 @learners.register("perceptron")
@@ -48,7 +48,11 @@ class Perceptron(Learner):
     def accepts_sparse(self) -> bool:
         return True
 
-    def decide(self, x: np.ndarray | SparseVector, rng: np.random.Generator) -> Decision:
+    def decide(
+        self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
+    ) -> Decision:
+        if as_mask(eligible, self.n_labels) is not None:
+            raise ValueError(f"{self.name}: a full-information learner decides over every label")
         if isinstance(x, SparseVector):
             greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
         else:

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from service._jit_cache import kernel
 from service.kernels import _draw
-from service.learners.base import Decision, Learner, Params, learners
+from service.learners.base import Decision, Learner, Params, as_mask, learners
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -58,6 +58,42 @@ def igw_sample(
             rest += p[a]
     p[best] = 1.0 - rest
     return best, _draw(p, u), p
+
+
+@kernel(
+    "Tuple((int64, int64, float64[::1]))"
+    "(float64[:, ::1], float64[::1], boolean, float64, float64, boolean[::1])",
+)
+def igw_sample_masked(
+    theta: np.ndarray, x: np.ndarray, constant: bool, gamma: float, u: float, eligible: np.ndarray
+) -> tuple[int, int, np.ndarray]:
+    """:func:`igw_sample` over the eligible labels only: the best eligible label ``b`` (first
+    maximiser among them), ``p(a) = 1 / (m + gamma (r_b - r_a))`` for the other eligible ``a`` (m
+    eligible labels in place of K), the rest on ``b``, 0 outside the set, and the drawn label."""
+    if x.size + constant != theta.shape[1] or eligible.size != theta.shape[0]:
+        raise ValueError("x or eligible has the wrong dimension")
+    k = theta.shape[0]
+    r = np.zeros(k)
+    best, m = -1, 0
+    for a in range(k):
+        if eligible[a]:
+            m += 1
+            r[a] = _score(theta, a, x, constant)
+            if best < 0 or r[a] > r[best]:
+                best = a
+    p = np.zeros(k)
+    rest = 0.0
+    for a in range(k):
+        if eligible[a] and a != best:
+            p[a] = 1.0 / (m + gamma * (r[best] - r[a]))
+            rest += p[a]
+    p[best] = 1.0 - rest
+    label = _draw(p, u)
+    if p[label] == 0.0:  # _draw's cap at K - 1 on an ineligible last label: the last eligible one
+        for a in range(k):
+            if p[a] > 0.0:
+                label = a
+    return best, label, p
 
 
 @kernel("void(float64[:, :, ::1], float64[:, ::1], int64, float64[::1], boolean, float64)")
@@ -132,6 +168,10 @@ class SquareCB(Learner):
     others are untouched. Not from the seed papers; the regression oracle is the textbook ridge
     estimator ``theta_a = A_a^-1 sum_{rounds a served} click x`` with ``A_a = ridge I + sum x x'``.
 
+    Eligible labels (ours): the inverse gap weighting runs over the m eligible labels (``K`` replaced
+    by m, ``b`` the best eligible label), 0 elsewhere. The regression learns the served label's
+    click as before; it needs no probability, so the mask changes nothing in ``learn``.
+
     Memory is ``K D^2`` floats (``D = d + 1`` with the constant), so this learner is for dense
     inputs of up to a few thousand features; the service refuses a model beyond its state budget.
 
@@ -170,8 +210,14 @@ class SquareCB(Learner):
     def _gamma(self) -> float:
         return self.params.gamma_scale * float(self.t_ + 1) ** self.params.gamma_exponent
 
-    def decide(self, x: np.ndarray, rng: np.random.Generator) -> Decision:
+    def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
         x = np.ascontiguousarray(x, dtype=np.float64)
+        mask = as_mask(eligible, self.n_labels)
+        if mask is not None:
+            greedy, label, p = igw_sample_masked(
+                self.theta_, x, self.params.constant, self._gamma(), rng.random(), np.ascontiguousarray(mask)
+            )
+            return Decision(p, label, {"greedy": greedy, "eligible": mask})
         greedy, label, p = igw_sample(self.theta_, x, self.params.constant, self._gamma(), rng.random())
         return Decision(p, label, {"greedy": greedy})
 

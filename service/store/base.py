@@ -162,6 +162,8 @@ class LoggedDecision:
         None while pending and for a dropped decision.
     outcome_at : float or None
         Unix seconds of the claim (feedback or expiry).
+    eligible : ndarray of bool or None
+        The labels the request allowed (``memo.eligible`` of the decision); None: every label.
     """
 
     decision_id: str
@@ -173,6 +175,7 @@ class LoggedDecision:
     outcome: LogOutcome | None = None
     reward: bool | None = None
     outcome_at: float | None = None
+    eligible: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

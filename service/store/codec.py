@@ -14,7 +14,7 @@ import numpy as np
 
 from service.serial import decode, encode
 
-__all__ = ["decode_decision", "decode_x", "encode_decision", "encode_x"]
+__all__ = ["decode_decision", "decode_x", "eligible_of", "encode_decision", "encode_x"]
 
 
 def encode_x(x: np.ndarray) -> bytes:
@@ -35,3 +35,9 @@ def encode_decision(decision: Mapping[str, Any]) -> bytes:
 def decode_decision(data: bytes) -> dict[str, Any]:
     """Inverse of :func:`encode_decision`."""
     return decode(data)
+
+
+def eligible_of(decision: Mapping[str, Any]) -> np.ndarray | None:
+    """The eligible-label mask a decision state carries (``memo.eligible``), or None: every label."""
+    mask = decision.get("memo.eligible")
+    return None if mask is None else np.asarray(mask, dtype=bool)

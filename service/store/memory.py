@@ -34,6 +34,7 @@ from service.store.base import (
     Store,
     UnknownModelError,
 )
+from service.store.codec import eligible_of
 
 
 class _Model:
@@ -257,6 +258,7 @@ class MemoryStore(Store):
                         outcome,
                         reward,
                         outcome_at,
+                        eligible_of(r.decision),
                     )
                 )
             i += 1

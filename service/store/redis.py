@@ -118,7 +118,7 @@ from service.store.base import (
     Tail,
     UnknownModelError,
 )
-from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
+from service.store.codec import decode_decision, decode_x, eligible_of, encode_decision, encode_x
 
 __all__ = ["RedisStore", "slot_tag"]
 
@@ -301,8 +301,12 @@ if ARGV[8] then
     local ms, seq = entry_id(v[3])
     if ms >= tonumber(ARGV[8]) then eid = ms .. '-' .. (seq + 1) end
   end
-  redis.call('XADD', KEYS[5], eid, 'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3],
-             'p', ARGV[9], 'l', ARGV[10])
+  local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[9], 'l', ARGV[10]}
+  if ARGV[11] then  -- the eligible labels, one byte each (only for a decision restricted to some)
+    entry[#entry + 1] = 'e'
+    entry[#entry + 1] = ARGV[11]
+  end
+  redis.call('XADD', KEYS[5], eid, unpack(entry))
   counts[3], counts[4] = 'dlog_last', eid
   record[#record + 1] = 'lg'
   record[#record + 1] = eid
@@ -751,6 +755,9 @@ class RedisStore(Store):
         if record.logged:
             probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
             args += [_ms(record.created_at), probs, int(record.decision["label"])]
+            mask = eligible_of(record.decision)
+            if mask is not None:
+                args.append(mask.astype(np.uint8).tobytes())
         status = await self._put_decision(keys=keys, args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
@@ -909,6 +916,7 @@ class RedisStore(Store):
                     np.frombuffer(f[b"p"], dtype="<f8").astype(np.float64),
                     int(f[b"l"]),
                     *done,
+                    None if b"e" not in f else np.frombuffer(f[b"e"], dtype=np.uint8).astype(bool),
                 )
             )
         return page, (entries[-1][0].decode() if len(entries) == limit else None)

@@ -136,7 +136,7 @@ from service.store.base import (
     StoreUnavailableError,
     UnknownModelError,
 )
-from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
+from service.store.codec import decode_decision, decode_x, eligible_of, encode_decision, encode_x
 
 try:
     import fcntl
@@ -860,6 +860,7 @@ class SQLiteStore(Store):
                         outcome,
                         None if reward is None else bool(reward),
                         outcome_at,
+                        eligible_of(d),
                     )
                 )
                 if len(page) == limit or time.perf_counter() >= deadline:

@@ -94,6 +94,7 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "outcome",
         "reward",
         "outcome_at",
+        "eligible",
     ]
     assert json.loads(line) == {
         "decision_id": "d1",
@@ -107,8 +108,11 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "outcome": "click",
         "reward": 1,
         "outcome_at": T0 + 2,
+        "eligible": None,
     }
     assert LogRecord.from_json(line) == rec
+    old = {k: v for k, v in json.loads(line).items() if k != "eligible"}  # exported before issue 38
+    assert LogRecord.from_json(json.dumps(old)) == rec
     assert np.array(json.loads(line)["features"]).tobytes() == x.tobytes()  # exact
 
     packed = np.array([[3.0, 40.0], [1.0, 31.5]])  # Featuriser.pack: bucket indices, values

@@ -224,3 +224,171 @@ def test_state_nbytes_of_a_huge_spec_allocates_nothing() -> None:
     finally:
         tracemalloc.stop()
     assert size == 8 * 10**10 + 48 and peak < 10 * 2**20  # W (K x d float64) and the rng state
+
+
+# -- eligible labels (issue 38): every bandit learner decides within the set it is given -----------
+
+BANDIT = [case for case, (name, _) in CASES.items() if not learners.get(name).full_information]
+KM = 5  # labels of the masked cases: room for sets of every size
+
+
+def masks(seed: int, n: int, k: int = KM) -> list[np.ndarray]:
+    """Random non-empty subsets of the k labels, one in three of a single label's size or all but one."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        m = rng.random(k) < rng.uniform(0.2, 0.9)
+        m[rng.integers(k)] = True
+        out.append(m)
+    return out
+
+
+def masked_stream(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, D))
+    y = np.argmax(X @ rng.normal(size=(D, KM)), axis=1)
+    return X, y, masks(seed + 1, n)
+
+
+def run_masked(
+    m: Learner, X: np.ndarray, y: np.ndarray, sets: list[np.ndarray], ids: DecisionIds
+) -> list[int]:
+    labels = []
+    for t in range(len(y)):
+        d = m.decide(X[t], decision_rng(ids.new()), sets[t])
+        m.learn(X[t], d, d.label == y[t])
+        labels.append(d.label)
+    return labels
+
+
+@pytest.mark.parametrize("case", BANDIT)
+def test_masked_decisions_stay_in_the_set_and_do_not_change_the_model(case: str) -> None:
+    m = new(case, k=KM, seed=1)
+    X, y, sets = masked_stream(0, 200)
+    ids = DecisionIds.for_seed(3)
+    for t in range(200):
+        before = checksum(m.state()) if t % 50 == 0 else None
+        d = m.decide(X[t], decision_rng(ids.new()), sets[t])
+        if before is not None:
+            assert checksum(m.state()) == before
+        assert not d.probs[~sets[t]].any()
+        assert d.probs[sets[t]].sum() == pytest.approx(1.0, abs=1e-12)
+        assert sets[t][d.label] and d.probs[d.label] > 0
+        if not sets[t].all():  # a full set is no mask (test_a_full_mask_is_no_mask)
+            assert d.memo["eligible"].tolist() == sets[t].tolist()
+        m.learn(X[t], d, d.label == y[t])
+
+
+@pytest.mark.parametrize("case", BANDIT)
+def test_masked_runs_are_deterministic_and_resume_from_saved_state(case: str) -> None:
+    X, y, sets = masked_stream(1, 120)
+    whole = new(case, k=KM, seed=4)
+    labels_whole = run_masked(whole, X, y, sets, DecisionIds.for_seed(9))
+    part = new(case, k=KM, seed=4)
+    ids = DecisionIds.for_seed(9)
+    labels = run_masked(part, X[:60], y[:60], sets[:60], ids)
+    resumed = roundtrip(part)
+    labels += run_masked(resumed, X[60:], y[60:], sets[60:], ids)
+    assert labels == labels_whole
+    assert encode(resumed.state()) == encode(whole.state())
+
+
+@pytest.mark.parametrize("case", BANDIT)
+def test_masked_decision_survives_serialisation_and_learns_identically(case: str) -> None:
+    X, y, sets = masked_stream(2, 40)
+    a, b = new(case, k=KM, seed=2), new(case, k=KM, seed=2)
+    ids = DecisionIds.for_seed(0)
+    for t in range(40):
+        d = a.decide(X[t], decision_rng(ids.new()), sets[t])
+        d2 = Decision.from_state(decode(encode(d.to_state())))
+        np.testing.assert_array_equal(d2.memo.get("eligible", np.ones(KM, dtype=bool)), sets[t])
+        a.learn(X[t], d, d.label == y[t])
+        b.learn(X[t], d2, d.label == y[t])
+    assert encode(a.state()) == encode(b.state())
+
+
+@pytest.mark.parametrize("case", BANDIT)
+def test_a_full_mask_is_no_mask(case: str) -> None:
+    """Every label eligible takes the unmasked path: the same draws and models as without a mask."""
+    X, y = stream(6, 60)
+    a, b = new(case, seed=5), new(case, seed=5)
+    ia, ib = DecisionIds.for_seed(2), DecisionIds.for_seed(2)
+    for t in range(60):
+        da = a.decide(X[t], decision_rng(ia.new()))
+        db = b.decide(X[t], decision_rng(ib.new()), np.ones(K, dtype=bool))
+        assert da.label == db.label and da.probs.tobytes() == db.probs.tobytes()
+        a.learn(X[t], da, da.label == y[t])
+        b.learn(X[t], db, db.label == y[t])
+    assert encode(a.state()) == encode(b.state())
+
+
+@pytest.mark.parametrize("bad", [np.zeros(K, dtype=bool), np.ones(K + 1, dtype=bool), np.ones(K)])
+def test_a_bad_mask_is_refused(bad: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="eligible"):
+        new("banditron").decide(np.ones(D), np.random.default_rng(0), bad)
+
+
+def _enumerate(m: Learner, x: np.ndarray, d: Decision, y: int, measure) -> np.ndarray:
+    """E over the sampled label ``l ~ d.probs`` (the eligible ones) of ``measure(learner after learning
+    (x, l, 1[l = y]), l)``, by exact enumeration on copies of ``m``."""
+    total = None
+    for label in np.flatnonzero(d.probs):
+        trial = roundtrip(m)
+        decision = Decision(d.probs, int(label), dict(d.memo))
+        trial.learn(x, decision, bool(label == y))
+        value = d.probs[label] * np.asarray(measure(trial, decision), dtype=np.float64)
+        total = value if total is None else total + value
+    assert total is not None
+    return total
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_masked_estimates_are_unbiased_by_enumeration(seed: int) -> None:
+    """Each bandit learner's importance-weighted estimate, over a masked decision's eligible labels,
+    averages to its full-information value for every true label in the set (exact enumeration
+    with the real learners and their real masked decisions)."""
+    from service.learners.banditboost import hinge_subgradient, osboost_weights
+    from service.learners.booster_costs import loss_estimate
+
+    rng = np.random.default_rng(seed)
+    mask = masks(seed, 1)[0]
+    x = rng.random(D)
+    y = int(rng.choice(np.flatnonzero(mask)))
+    e_y = np.eye(KM)[y]
+
+    # Banditron: E U~ is the Perceptron update towards y (seed 002, Lemma 4)
+    m = new("banditron", k=KM, params={"gamma": 0.3})
+    m.W_ = rng.normal(size=m.W_.shape)
+    d = m.decide(x, np.random.default_rng(seed), mask)
+    perceptron = np.outer(e_y - np.eye(KM)[d.memo["greedy"]], x)
+    np.testing.assert_allclose(_enumerate(m, x, d, y, lambda t, _: t.W_ - m.W_), perceptron, atol=1e-12)
+
+    # BanditBoost: E of the weak learners' weights w / p and of the hinge estimate l (seed 000 eqs. 2-5)
+    m = new("banditboost", k=KM, params={"n_learners": 4, "delta": 0.3})
+    d = m.decide(x, np.random.default_rng(seed), mask)
+    h, f = m.weak_.votes(x, m.alpha_)
+    g, theta = m.params.gamma, m.params.gamma / (2 + m.params.gamma)
+    w_est, l_est = np.zeros((4, KM)), np.zeros((4, KM))
+    for k in np.flatnonzero(d.probs):
+        yk = 1.0 if k == y else -1.0
+        w_est[:, k] += osboost_weights(h[:, k], yk, g)  # p(k) w / p(k)
+        l_est[:, k] += hinge_subgradient(h[:, k], yk, f[k], theta)
+    for k in np.flatnonzero(mask):  # full information: every eligible class with its true binary label
+        yk = 1.0 if k == y else -1.0
+        np.testing.assert_allclose(w_est[:, k], osboost_weights(h[:, k], yk, g), atol=1e-12)
+        np.testing.assert_allclose(l_est[:, k], hinge_subgradient(h[:, k], yk, f[k], theta), atol=1e-12)
+
+    # AdaBandit and BanditBBM: estimator (4) at the masked decision's probabilities and greedy label
+    for name in ("adabandit", "banditbbm"):
+        m = new(name, k=KM, params={"n_learners": 3, "rho": 0.3})
+        d = m.decide(x, np.random.default_rng(seed), mask)
+        mean = sum(
+            d.probs[a] * loss_estimate(d.probs, a, d.memo["greedy"], a == y) for a in np.flatnonzero(d.probs)
+        )
+        np.testing.assert_allclose(mean, 1.0 - e_y, atol=1e-12)
+
+    # AdaBoost.MH: E of the logged weight row is the share-point weights on the eligible entries
+    m = new("adaboost-mh", k=KM, params={"epsilon": 0.3, "retrain_every": 10**6})
+    d = m.decide(x, np.random.default_rng(seed), mask)
+    share = np.where(mask, np.where(np.arange(KM) == y, 0.5, 0.5 / (KM - 1)), 0.0)
+    np.testing.assert_allclose(_enumerate(m, x, d, y, lambda t, _: t.W_log_[0]), share, atol=1e-12)
