@@ -506,7 +506,7 @@ class Runtime:
         """Compile (or load from numba's cache) the kernels a model of ``spec`` calls, in a thread,
         before it serves: no request compiles. :attr:`warming` says what is compiling meanwhile."""
         modules = _bandit_class(spec).kernel_modules(spec.params)
-        cold = await asyncio.to_thread(_jit_cache.cold, modules)
+        cold = _jit_cache.cold(modules)  # flags of modules open() imported: no await when warm
         if not cold:
             return
         self.warming = f"compiling the kernels of {spec.learner} ({', '.join(cold)})"
