@@ -201,6 +201,17 @@ def test_queued_evaluations_hold_one_copy_of_the_log_and_can_be_cancelled(
     assert files == 1 and left == []
 
 
+def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
+    """Until the server ``client`` talks to answers ``/readyz`` with 200 (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if client.get("/readyz").status_code == 200:
+                return
+        assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+        time.sleep(0.05)
+
+
 def _children(pid: int) -> set[int]:
     """The processes whose parent is ``pid`` (Linux /proc)."""
     out = set()
@@ -236,13 +247,7 @@ def test_no_evaluation_worker_outlives_its_server(how: str) -> None:
     seen: set[int] = set()
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/readyz").status_code == 200:
-                        break
-                assert time.monotonic() < deadline and server.poll() is None, "server did not start"
-                time.sleep(0.05)
+            wait_ready(client, server)
             assert client.put("/models/car", json=CAR).status_code == 201
             car = load_dataset("car")
             for i in range(200):
@@ -434,3 +439,71 @@ async def test_evaluation_times_and_policies_are_validated() -> None:
         for policy in ("cova:C", "constant:abc", "constant:1.5", "constant:", "banditron:gamma=0.1,x"):
             r = await client.post("/models/demo/evaluations", json={"policies": [policy]})
             assert r.status_code == 422 and policy in r.text, (policy, r.text)
+
+
+def _can_mount_tmpfs() -> bool:
+    """A private tmpfs can be mounted (a user and mount namespace: no root needed where allowed)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "mount -t tmpfs tmpfs /mnt"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="no private tmpfs (unshare --user --mount)")
+def test_readyz_answers_503_while_the_disk_is_full(tmp_path: Path) -> None:
+    """The data directory on a 6 MiB tmpfs of its own (with a 2 MiB file to free later), filled by
+    8 kB decisions: ``/readyz`` answers 503 within a second of the first failed feedback (or
+    before it); once the file is deleted ``/readyz`` is 200 again, and every feedback answered 200
+    was stored (a second one is 409)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env |= {"CLICKBOOST_STORE": "sqlite", "CLICKBOOST_DATA_DIR": str(data)}
+    serve = f"{sys.executable} -m service serve --port {port} --log-level error"
+    script = f"mount -t tmpfs -o size=6m tmpfs {data} && head -c 2M /dev/zero > {data}/filler && exec {serve}"
+    cmd = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    acked: list[str] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            wait_ready(client, server)
+            dense = {"learner": "banditron", "n_features": 1000, "n_labels": 3}
+            assert client.put("/models/m", json=dense).status_code == 201
+            features = np.random.default_rng(0).random(1000).tolist()  # 8 kB per decision
+            unready_at = None  # feedbacks stored when /readyz first said 503
+            for _ in range(2000):
+                d = client.post("/predict", json={"model": "m", "features": features}).json()
+                r = client.post("/feedback", json={"decision_id": d["decision_id"], "click": True})
+                if unready_at is None and client.get("/readyz").status_code == 503:
+                    unready_at = len(acked)
+                if r.status_code == 503:
+                    full = time.monotonic()
+                    break
+                assert r.status_code == 200, r.text
+                acked.append(d["decision_id"])
+            else:
+                pytest.fail("the disk never filled")
+            while (ready := client.get("/readyz")).status_code != 503 and time.monotonic() - full < 5:
+                time.sleep(0.01)
+            noticed = time.monotonic() - full
+            Path(f"/proc/{server.pid}/root{data}/filler").unlink()  # room again
+            freed = time.monotonic()
+            while (back := client.get("/readyz")).status_code != 200 and time.monotonic() - freed < 5:
+                time.sleep(0.05)
+            recovered = time.monotonic() - freed
+            # the decisions made while full are stored first, then each feedback is found claimed
+            twice = [client.post("/feedback", json={"decision_id": i, "click": True}) for i in acked]
+            again = {r.status_code for r in twice}
+        print(
+            f"\nfull disk: {len(acked)} feedbacks stored before the first 503; /readyz 503 after "
+            f"{unready_at} of them, {noticed:.3f} s after the failure at the latest; 200 again "
+            f"{recovered:.2f} s after space was freed"
+        )
+        assert ready.status_code == 503 and noticed < 1.0, ready.text
+        assert again == {409}, again  # every acknowledged feedback is stored
+        assert back.status_code == 200, back.text
+    finally:
+        server.kill()
+        server.wait()
