@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import gc
 import os
+import resource
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -507,3 +509,71 @@ def test_readyz_answers_503_while_the_disk_is_full(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def _descriptors(limit: int) -> None:  # in the server's process
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+@pytest.mark.slow
+def test_slow_header_connections_do_not_lock_out_other_clients(tmp_path: Path) -> None:
+    """1,100 connections that send half their headers, against a server at 1,024 descriptors: a
+    fresh client's predicts are answered (p99 < 100 ms), and the limits hit are in the log."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env |= {"CLICKBOOST_STORE": "memory", "CLICKBOOST_HEADER_TIMEOUT_SECONDS": "3"}
+    cmd = [sys.executable, "-m", "service", "serve", "--port", str(port), "--demo", "--log-level", "warning"]
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=lambda: _descriptors(1024)
+        )
+    slow: list[socket.socket] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            wait_ready(client, server)
+            for _ in range(1100):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+                slow.append(s)
+            time.sleep(0.5)
+            latencies, failed = [], 0
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as fresh:
+                for i in range(100):
+                    if failed >= 5:  # locked out: no need to wait for the rest
+                        break
+                    t = time.perf_counter()
+                    try:
+                        r = fresh.post("/predict", json={"features": {"a": float(i)}})
+                        ok = r.status_code == 200
+                    except httpx.TransportError:
+                        ok = False
+                    latencies.append(time.perf_counter() - t)
+                    failed += not ok
+            time.sleep(3.5)  # the header timeout closes what is left of the slow ones
+            closed = sum(_closed(s) for s in slow)
+    finally:
+        for s in slow:
+            s.close()
+        server.terminate()
+        server.wait(timeout=20)
+    lines = [line for line in log.read_text().splitlines() if "clickboost.connections" in line]
+    print(
+        f"\n1,100 slow-header connections at 1,024 descriptors: {len(latencies) - failed}/"
+        f"{len(latencies)} fresh predicts answered, "
+        f"p99 {p99(latencies):.1f} ms; {closed} slow connections closed by the server; log:\n"
+        + "\n".join(lines)
+    )
+    assert failed == 0 and p99(latencies) < 100
+    assert closed == 1100 and lines
+
+
+def _closed(s: socket.socket) -> bool:
+    """The server closed ``s`` (a read returns end of file or a reset)."""
+    s.settimeout(0.5)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
