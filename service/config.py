@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     # Learner.event_nbytes.
     max_event_steps: int = Field(20_000_000, ge=1)
     max_event_bytes: int = Field(64 * 2**20, ge=1024)
+    # Connections (service.api.connections): the most held at once (None: the descriptor limit less
+    # 128), and the seconds a request has to send its headers.
+    max_connections: int | None = Field(None, ge=1)
+    header_timeout_seconds: float = Field(10.0, gt=0)
     # The decision log's retention per model (parse_retention): an age, a count or both. A week, and
     # 100,000 decisions so that the Redis store's memory stays bounded (a few hundred bytes each for
     # hashed contexts, 8 d bytes for dense ones).

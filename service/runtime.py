@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import math
 import os
@@ -311,6 +312,15 @@ class ModelRuntime:
             self.learner = learner_from_state(self.learner.config(), decode(event.state))
         self.position = event.position
 
+    def learned(self, event: Event) -> Learner:
+        """A copy of the learner that has learned ``event`` (a learn), leaving the model as it was:
+        run in a thread for a heavy learn (:meth:`Runtime._apply`)."""
+        assert event.x is not None and event.decision is not None and event.reward is not None
+        x = self._input(self.featurise.unpack(event.x))
+        twin = copy.deepcopy(self._learner)
+        twin.learn(x, Decision.from_state(event.decision), event.reward)
+        return twin
+
     def state_bytes(self) -> bytes:
         """Canonical serialised learned state (:mod:`service.serial`): what export returns."""
         return encode(self.learner.state(copy=False))
@@ -578,9 +588,28 @@ class Runtime:
             now = self.clock()
             for event in events:
                 if event.position == m.position + 1:  # a concurrent catch_up may have applied it
-                    m.apply(event)
+                    await self._apply(m, event)
                     m.last_apply_lag = max(now - event.at, 0.0)
         await self._maybe_checkpoint(m)
+
+    async def _apply(self, m: ModelRuntime, event: Event) -> None:
+        """Apply ``event`` (the next one) to ``m``: on the event loop, or, for a learn its learner
+        says is heavy (AdaBoost.MH's retrain), to a copy in a thread that then replaces the model:
+        decisions go on with the model as it was, and no other event is applied meanwhile."""
+        if event.kind != "learn" or not m.learner.learn_is_heavy():
+            m.apply(event)
+            return
+        while m.frozen is not None:
+            await m.frozen.wait()
+        if event.position != m.position + 1:  # applied meanwhile
+            return
+        m.frozen = asyncio.Event()
+        try:
+            learner = await asyncio.to_thread(m.learned, event)
+            m.learner, m.position = learner, event.position
+        finally:
+            m.frozen.set()
+            m.frozen = None
 
     async def _maybe_checkpoint(self, m: ModelRuntime) -> None:
         """Every N events or T seconds: checkpoint ``m`` at its position (see :meth:`_checkpoint`),
@@ -748,7 +777,7 @@ class Runtime:
             now = self.clock()
             for event in events:
                 if event.position == m.position + 1:  # a concurrent catch_up may have applied it
-                    m.apply(event)
+                    await self._apply(m, event)
                     m.last_apply_lag = max(now - event.at, 0.0)
             await self._maybe_checkpoint(m)
         except StoreUnavailableError:

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from service.api.connections import GuardedHttp
 from service.api.hygiene import log_config
 from service.cli import CLIError, plain_text
 from service.config import ConfigError, Settings, load_model_file, load_settings
@@ -102,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         log_config=log_config(args.log_format or settings.log_format, args.log_level),
+        # a header timeout and a connection limit (CLICKBOOST_HEADER_TIMEOUT_SECONDS, _MAX_CONNECTIONS)
+        http=GuardedHttp,
     )
     return 0
 

@@ -172,6 +172,11 @@ class AdaBoostMH(Learner):
         if self.t_ % self.params.retrain_every == 0:
             self.retrain()
 
+    def learn_is_heavy(self) -> bool:
+        """The learn that retrains: ``iterations`` rounds over up to ``max_log`` rows (a quarter of a
+        second at car's size, minutes at K = 10,000), run off the event loop by the runtime."""
+        return (self.t_ + 1) % self.params.retrain_every == 0
+
     def warm_start(self, X: np.ndarray, y: np.ndarray) -> None:
         """Log fully labelled rows (every sign known, share-point weights) and retrain."""
         X = np.asarray(X, dtype=np.float64)

@@ -575,6 +575,11 @@ class Learner(Stateful, abc.ABC):
         """Bytes the state may grow by as it learns, where that growth is bounded (0 by default)."""
         return 0
 
+    def learn_is_heavy(self) -> bool:
+        """Whether the next learn does work that does not belong on the event loop (a retrain); the
+        runtime then applies it to a copy in a thread. False by default."""
+        return False
+
     def prepare(self) -> None:
         """Build what this learner computes once for its sizes and keeps (tables shared by every
         learner of those sizes), so that its first event does not: the runtime calls it in a thread

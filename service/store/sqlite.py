@@ -283,6 +283,9 @@ _MIGRATIONS = {
     3: _MIGRATE_3,
 }
 
+# Primary result codes of a write that mean the disk cannot take it (full, I/O error): the store is
+# not ready (ping) until a write succeeds again.
+_UNWRITABLE = {10, 13}  # SQLITE_IOERR, SQLITE_FULL
 # Primary result codes that mean "the disk / file cannot serve now" (503, retry later), not a bug.
 _TRANSIENT = {
     5,  # SQLITE_BUSY
@@ -348,6 +351,8 @@ class SQLiteStore(Store):
     #: Pages are read one at a time, each after a pause as long, so that exports and evaluation jobs
     #: take at most about half of the event loop however many there are.
     _READ_SLICE = 0.001
+    #: Free bytes the data directory's file system must have for the store to be ready (``ping``).
+    _MIN_FREE_BYTES = 1 << 20
 
     def __init__(
         self,
@@ -369,6 +374,7 @@ class SQLiteStore(Store):
         self._lock_fd = -1  # flock on <path>.lock while the file is open
         self._checkpointer: _Checkpointer | None = None
         self._log_readers = asyncio.Lock()  # one page of a decision log read at a time
+        self._unwritable: str | None = None  # why the last write failed, until one succeeds
 
     # -- connection and transactions ------------------------------------------------------------
 
@@ -460,14 +466,20 @@ class SQLiteStore(Store):
         if level != self._sync_level:
             db.execute(f"PRAGMA synchronous={level}")
             self._sync_level = level
-        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:  # SQLite rolls back by itself after some I/O errors
-                db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:  # SQLite rolls back by itself after some I/O errors
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _UNWRITABLE:
+                self._unwritable = str(exc)
             raise
+        self._unwritable = None
         if self._checkpointer is not None:
             self._checkpointer.committed(db)
 
@@ -951,7 +963,20 @@ class SQLiteStore(Store):
 
     @_available
     async def ping(self) -> None:
+        """The file can be read and written: its file system has ``_MIN_FREE_BYTES`` free and,
+        after a write failed for want of room (or an I/O error), a small write succeeds again. So
+        ``/readyz`` answers 503 while the disk is full and 200 once it has room, with or without
+        traffic. (A write that only reuses the WAL's space can succeed on a full disk: hence the
+        free space first.)"""
         self._conn().execute("SELECT 1").fetchone()
+        fs = os.statvfs(self.path.parent)
+        if fs.f_bavail * fs.f_frsize < self._MIN_FREE_BYTES:
+            raise StoreUnavailableError(
+                f"SQLite store unavailable: {fs.f_bavail * fs.f_frsize} bytes free in {self.path.parent}"
+            )
+        if self._unwritable is not None:
+            with self._write("NORMAL") as db:  # rewrites the header page: a WAL frame
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     async def close(self) -> None:
         """Close the file (SQLite checkpoints the WAL into it) and release the lock."""

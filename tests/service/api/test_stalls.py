@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import gc
 import os
+import resource
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -201,6 +203,17 @@ def test_queued_evaluations_hold_one_copy_of_the_log_and_can_be_cancelled(
     assert files == 1 and left == []
 
 
+def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
+    """Until the server ``client`` talks to answers ``/readyz`` with 200 (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if client.get("/readyz").status_code == 200:
+                return
+        assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+        time.sleep(0.05)
+
+
 def _children(pid: int) -> set[int]:
     """The processes whose parent is ``pid`` (Linux /proc)."""
     out = set()
@@ -236,13 +249,7 @@ def test_no_evaluation_worker_outlives_its_server(how: str) -> None:
     seen: set[int] = set()
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/readyz").status_code == 200:
-                        break
-                assert time.monotonic() < deadline and server.poll() is None, "server did not start"
-                time.sleep(0.05)
+            wait_ready(client, server)
             assert client.put("/models/car", json=CAR).status_code == 201
             car = load_dataset("car")
             for i in range(200):
@@ -308,18 +315,19 @@ def test_every_learner_at_the_largest_label_count_its_budget_admits_learns_in_un
     learner.prepare()  # in a thread, off the event loop, before the model serves
     prepared = time.perf_counter() - t
     rng = np.random.default_rng(0)
-    times = []
+    cpu, wall = [], []  # the thread's CPU time is the loop's; wall time adds the machine's other load
     for i in range(6):
         x = (rng.random(21) < 0.4) * rng.integers(1, 3, 21).astype(float)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         learner.learn(x, learner.decide(x, decision_rng(str(i))), i % 2 == 0)
-        times.append(1000 * (time.perf_counter() - t))
-    later = max(times[1:])
+        cpu.append(1000 * (time.thread_time() - c))
+        wall.append(1000 * (time.perf_counter() - t))
     print(
-        f"\n{name}: largest K admitted {k:,}; first event {times[0]:.1f} ms, later at most {later:.1f} ms "
-        f"(tables built off the loop in {prepared:.2f} s)"
+        f"\n{name}: largest K admitted {k:,}; first event {cpu[0]:.1f} ms of CPU ({wall[0]:.1f} wall), "
+        f"later at most {max(cpu[1:]):.1f} ({max(wall[1:]):.1f}); tables built off the loop in "
+        f"{prepared:.2f} s"
     )
-    assert max(times) < 100
+    assert max(cpu) < 100
 
 
 @pytest.mark.anyio
@@ -434,3 +442,178 @@ async def test_evaluation_times_and_policies_are_validated() -> None:
         for policy in ("cova:C", "constant:abc", "constant:1.5", "constant:", "banditron:gamma=0.1,x"):
             r = await client.post("/models/demo/evaluations", json={"policies": [policy]})
             assert r.status_code == 422 and policy in r.text, (policy, r.text)
+
+
+def _can_mount_tmpfs() -> bool:
+    """A private tmpfs can be mounted (a user and mount namespace: no root needed where allowed)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "mount -t tmpfs tmpfs /mnt"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="no private tmpfs (unshare --user --mount)")
+def test_readyz_answers_503_while_the_disk_is_full(tmp_path: Path) -> None:
+    """The data directory on a 6 MiB tmpfs of its own (with a 2 MiB file to free later), filled by
+    8 kB decisions: ``/readyz`` answers 503 within a second of the first failed feedback (or
+    before it); once the file is deleted ``/readyz`` is 200 again, and every feedback answered 200
+    was stored (a second one is 409)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env |= {"CLICKBOOST_STORE": "sqlite", "CLICKBOOST_DATA_DIR": str(data)}
+    serve = f"{sys.executable} -m service serve --port {port} --log-level error"
+    script = f"mount -t tmpfs -o size=6m tmpfs {data} && head -c 2M /dev/zero > {data}/filler && exec {serve}"
+    cmd = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    acked: list[str] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            wait_ready(client, server)
+            dense = {"learner": "banditron", "n_features": 1000, "n_labels": 3}
+            assert client.put("/models/m", json=dense).status_code == 201
+            features = np.random.default_rng(0).random(1000).tolist()  # 8 kB per decision
+            unready_at = None  # feedbacks stored when /readyz first said 503
+            for _ in range(2000):
+                d = client.post("/predict", json={"model": "m", "features": features}).json()
+                r = client.post("/feedback", json={"decision_id": d["decision_id"], "click": True})
+                if unready_at is None and client.get("/readyz").status_code == 503:
+                    unready_at = len(acked)
+                if r.status_code == 503:
+                    full = time.monotonic()
+                    break
+                assert r.status_code == 200, r.text
+                acked.append(d["decision_id"])
+            else:
+                pytest.fail("the disk never filled")
+            while (ready := client.get("/readyz")).status_code != 503 and time.monotonic() - full < 5:
+                time.sleep(0.01)
+            noticed = time.monotonic() - full
+            Path(f"/proc/{server.pid}/root{data}/filler").unlink()  # room again
+            freed = time.monotonic()
+            while (back := client.get("/readyz")).status_code != 200 and time.monotonic() - freed < 5:
+                time.sleep(0.05)
+            recovered = time.monotonic() - freed
+            # the decisions made while full are stored first, then each feedback is found claimed
+            twice = [client.post("/feedback", json={"decision_id": i, "click": True}) for i in acked]
+            again = {r.status_code for r in twice}
+        print(
+            f"\nfull disk: {len(acked)} feedbacks stored before the first 503; /readyz 503 after "
+            f"{unready_at} of them, {noticed:.3f} s after the failure at the latest; 200 again "
+            f"{recovered:.2f} s after space was freed"
+        )
+        assert ready.status_code == 503 and noticed < 1.0, ready.text
+        assert again == {409}, again  # every acknowledged feedback is stored
+        assert back.status_code == 200, back.text
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _descriptors(limit: int) -> None:  # in the server's process
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+@pytest.mark.slow
+def test_slow_header_connections_do_not_lock_out_other_clients(tmp_path: Path) -> None:
+    """1,100 connections that send half their headers, against a server at 1,024 descriptors: a
+    fresh client's predicts are answered (p99 < 100 ms), and the limits hit are in the log."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
+    env |= {"CLICKBOOST_STORE": "memory", "CLICKBOOST_HEADER_TIMEOUT_SECONDS": "3"}
+    cmd = [sys.executable, "-m", "service", "serve", "--port", str(port), "--demo", "--log-level", "warning"]
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=lambda: _descriptors(1024)
+        )
+    slow: list[socket.socket] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            wait_ready(client, server)
+            for _ in range(1100):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+                slow.append(s)
+            time.sleep(0.5)
+            latencies, failed = [], 0
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as fresh:
+                for i in range(100):
+                    if failed >= 5:  # locked out: no need to wait for the rest
+                        break
+                    t = time.perf_counter()
+                    try:
+                        r = fresh.post("/predict", json={"features": {"a": float(i)}})
+                        ok = r.status_code == 200
+                    except httpx.TransportError:
+                        ok = False
+                    latencies.append(time.perf_counter() - t)
+                    failed += not ok
+            time.sleep(3.5)  # the header timeout closes what is left of the slow ones
+            closed = sum(_closed(s) for s in slow)
+    finally:
+        for s in slow:
+            s.close()
+        server.terminate()
+        server.wait(timeout=20)
+    lines = [line for line in log.read_text().splitlines() if "clickboost.connections" in line]
+    print(
+        f"\n1,100 slow-header connections at 1,024 descriptors: {len(latencies) - failed}/"
+        f"{len(latencies)} fresh predicts answered, "
+        f"p99 {p99(latencies):.1f} ms; {closed} slow connections closed by the server; log:\n"
+        + "\n".join(lines)
+    )
+    assert failed == 0 and p99(latencies) < 100
+    assert closed == 1100 and lines
+
+
+def _closed(s: socket.socket) -> bool:
+    """The server closed ``s`` (a read returns end of file or a reset)."""
+    s.settimeout(0.5)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.anyio
+async def test_a_retrain_runs_off_the_event_loop() -> None:
+    """AdaBoost.MH retrains on its 300th event (d = 50, K = 300): the event loop goes on (a probe
+    sleeping 1 ms at a time is never late by 100 ms), predicts answered meanwhile, and the model
+    has learned all 300 events."""
+    rng = np.random.default_rng(0)
+    spec = {"learner": "adaboost-mh", "n_features": 50, "n_labels": 300, "params": {"retrain_every": 300}}
+    async with app_client(make_app()) as client:
+        assert (await client.put("/models/mh", json=spec)).status_code == 201
+        late = [0.0]
+
+        async def probe() -> None:
+            while True:
+                t = time.perf_counter()
+                await asyncio.sleep(0.001)
+                late[0] = max(late[0], time.perf_counter() - t - 0.001)
+
+        watch = asyncio.create_task(probe())
+        for _ in range(300):
+            x = rng.random(50).tolist()
+            d = (await client.post("/predict", json={"model": "mh", "features": x})).json()
+            await client.post("/feedback", json={"decision_id": d["decision_id"], "click": True})
+        t = time.perf_counter()
+        answered = 0
+        # in-process requests never wait for I/O: sleep so that the runtime's tasks run
+        while (await client.get("/models/mh")).json()["version"] < 300:
+            assert time.perf_counter() - t < 60, "the retrain did not finish"
+            r = await client.post("/predict", json={"model": "mh", "features": rng.random(50).tolist()})
+            answered += r.status_code == 200
+            await asyncio.sleep(0.005)
+        retrained = time.perf_counter() - t
+        watch.cancel()
+    print(
+        f"\nadaboost-mh retrain (d = 50, K = 300, 300 rows): {retrained:.2f} s, {answered} predicts "
+        f"answered meanwhile; the event loop at most {1000 * late[0]:.1f} ms late"
+    )
+    assert late[0] < 0.1
