@@ -358,7 +358,8 @@ async def test_a_schema_2_file_gets_an_empty_decision_log(tmp_path: Path) -> Non
     db = sqlite3.connect(path)  # back to schema 2, as its files hold it
     db.executescript(
         "DROP TABLE decision_log; DROP TABLE activity; ALTER TABLE models DROP COLUMN logged; "
-        "ALTER TABLE blobs DROP COLUMN logged; PRAGMA user_version = 2;"
+        "ALTER TABLE blobs DROP COLUMN logged; ALTER TABLE models DROP COLUMN graded; "
+        "ALTER TABLE models DROP COLUMN graded_sum; PRAGMA user_version = 2;"
     )
     db.close()
     s = SQLiteStore(path)
@@ -380,11 +381,14 @@ async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> No
     await s.put_decision(record("a"))
     await s.close()
     db = sqlite3.connect(path)  # back to schema 3, as its files hold it
-    db.executescript("DROP TABLE activity; PRAGMA user_version = 3;")
+    db.executescript(
+        "DROP TABLE activity; ALTER TABLE models DROP COLUMN graded; "
+        "ALTER TABLE models DROP COLUMN graded_sum; PRAGMA user_version = 3;"
+    )
     db.close()
     s = SQLiteStore(path)
     try:
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert await s.read_activity("m", 0) == {}
         await s.add_activity("m", {7: Activity(decisions=2, exploration=0.5)})
         assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
