@@ -17,6 +17,7 @@ from service.learners.base import Decision
 from service.sampling import DecisionIds, decision_rng, reward_bit
 from service.serial import checksum
 from service.store import Store
+from service.store.redis import RedisStore
 from tests.service.api.conftest import app_client, make_app
 from tests.service.test_decision_log import store  # noqa: F401 (the store fixture)
 
@@ -100,7 +101,9 @@ async def test_graded_rewards_on_every_store(store: Store) -> None:  # noqa: F81
             assert counts["mean_reward"] == pytest.approx(counts["reward_sum"] / 7, abs=1e-12)
             log = (await c.get(f"/models/{learner}/log")).text.splitlines()
             assert [json.loads(line)["reward"] for line in log] == [0.3, 0.7, 1, 0, 1, 0, 0.125]
-        replica = create_app(Settings(store="memory"), store=store)
+        # a second replica: on Redis with its own connection (the SQLite file takes one process)
+        shared = RedisStore(store.url, prefix=store.prefix) if isinstance(store, RedisStore) else store
+        replica = create_app(Settings(store="memory"), store=shared)
         async with app_client(replica):
             for learner in ("squarecb", "banditron"):
                 a, b = runtime.models[learner], replica.state.runtime.models[learner]

@@ -402,6 +402,34 @@ async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> No
         await s.close()
 
 
+async def test_a_schema_4_file_gets_the_graded_counters_and_reads_its_clicks(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path)
+    await s.create_model("m", CONFIG)
+    for i in "abc":
+        await s.put_decision(record(i))
+    await s.claim_and_append("a", True, 1.0)
+    await s.claim_and_append("b", False, 1.0)
+    await s.close()
+    db = sqlite3.connect(path)  # back to schema 4, as its files hold it
+    db.executescript(
+        "ALTER TABLE models DROP COLUMN graded; ALTER TABLE models DROP COLUMN graded_sum; "
+        "PRAGMA user_version = 4;"
+    )
+    db.close()
+    s = SQLiteStore(path)
+    try:
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        c = await s.counts("m")
+        assert (c.clicks, c.no_clicks, c.graded, c.graded_sum, c.mean_reward) == (1, 1, 0, 0.0, 0.5)
+        assert (await s.claim_and_append("c", 0.1 + 0.2, 2.0)).claim.outcome == "reward"  # type: ignore[union-attr]
+        assert [e.reward for e in await s.read_log("m", 0)] == [True, False, 0.1 + 0.2]  # kept exactly
+        c = await s.counts("m")
+        assert (c.graded, c.graded_sum, c.reward_sum) == (1, 0.1 + 0.2, 1 + 0.1 + 0.2)
+    finally:
+        await s.close()
+
+
 async def test_closing_stops_a_housekeeping_step_loop(tmp_path: Path) -> None:
     s = SQLiteStore(tmp_path / SQLITE_FILE)
     s._TRIM_STEP = 1  # type: ignore[misc]
