@@ -1070,6 +1070,9 @@ class Runtime:
                 counts.clicks += 1
             elif out.claim.outcome == "no_click":
                 counts.no_clicks += 1
+            else:
+                counts.graded += 1
+                counts.graded_sum += reward
             m = self.models.get(out.claim.model)
             if wait and m is not None and out.claim.position is not None:
                 applied = await self.wait_applied(m, out.claim.position)

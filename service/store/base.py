@@ -322,6 +322,8 @@ class Activity:
     exploration : float
         Sum over the decisions of ``1 - max(probabilities)``: the chance that the label shown was not
         the model's top choice. Divided by ``decisions``, the share of traffic spent exploring.
+    graded, graded_sum : int, float
+        Feedbacks with a graded reward strictly between 0 and 1, and the sum of their rewards.
     """
 
     decisions: int = 0
@@ -329,6 +331,8 @@ class Activity:
     no_clicks: int = 0
     expired: int = 0
     exploration: float = 0.0
+    graded: int = 0
+    graded_sum: float = 0.0
 
     def add(self, other: Activity) -> None:
         """Add ``other``'s counts to these."""
@@ -337,6 +341,8 @@ class Activity:
         self.no_clicks += other.no_clicks
         self.expired += other.expired
         self.exploration += other.exploration
+        self.graded += other.graded
+        self.graded_sum += other.graded_sum
 
 
 @dataclass(frozen=True, slots=True)

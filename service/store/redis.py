@@ -42,7 +42,7 @@ the decision's model, ``{name}``: the model name as hash tag):
 ``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
                                                 at`` (reward ``-`` when dropped)
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
-                                        zset    ``:e`` / ``:x``) and the minutes held
+                                        zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
 ``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
                                                 ``lg``: its decision-log entry id, when logged
 ``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``;
@@ -426,20 +426,23 @@ return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD
 """
 
 # KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,
-# expired, exploration. Adds them, then forgets the minutes more than ``kept`` before the latest
-# (some hundred per step: HDEL takes its fields as arguments). Returns -1 when there is no such
-# model, else 1.
+# expired, exploration, graded, graded sum. Adds them, then forgets the minutes more than ``kept``
+# before the latest (some hundred per step: HDEL takes its fields as arguments). Returns -1 when
+# there is no such model, else 1.
 _ADD_ACTIVITY = """
 local kept = tonumber(ARGV[1])
 if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
 local h, z = KEYS[2], KEYS[3]
-local counters = {'d', 'c', 'n', 'e'}
-for i = 2, #ARGV, 6 do
+local counters = {'d', 'c', 'n', 'e', 'x', 'g', 'r'}
+local floats = {x = true, r = true}
+for i = 2, #ARGV, 8 do
   local minute = ARGV[i]
-  for j = 1, 4 do
-    if ARGV[i + j] ~= '0' then redis.call('HINCRBY', h, minute .. ':' .. counters[j], ARGV[i + j]) end
+  for j = 1, 7 do
+    local f = counters[j]
+    if tonumber(ARGV[i + j]) ~= 0 then
+      redis.call(floats[f] and 'HINCRBYFLOAT' or 'HINCRBY', h, minute .. ':' .. f, ARGV[i + j])
+    end
   end
-  if tonumber(ARGV[i + 5]) ~= 0 then redis.call('HINCRBYFLOAT', h, minute .. ':x', ARGV[i + 5]) end
   redis.call('ZADD', z, minute, minute)
 end
 local cut = tonumber(redis.call('ZRANGE', z, -1, -1)[1]) - kept
@@ -448,7 +451,7 @@ while true do
   if #old == 0 then break end
   local fields = {}
   for _, minute in ipairs(old) do
-    for _, f in ipairs({'d', 'c', 'n', 'e', 'x'}) do fields[#fields + 1] = minute .. ':' .. f end
+    for _, f in ipairs(counters) do fields[#fields + 1] = minute .. ':' .. f end
   end
   redis.call('HDEL', h, unpack(fields))
   redis.call('ZREM', z, unpack(old))
@@ -457,16 +460,16 @@ return 1
 """
 
 # KEYS: meta, act, actz. ARGV: first minute. Returns -1 when there is no such model, else a flat
-# list: minute, decisions, clicks, no-clicks, expired, exploration, then the next minute's, in minute
-# order.
+# list: minute, decisions, clicks, no-clicks, expired, exploration, graded, graded sum, then the next
+# minute's, in minute order.
 _READ_ACTIVITY = """
 if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
 local out = {}
 for _, minute in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[1], '+inf')) do
   local v = redis.call('HMGET', KEYS[2], minute .. ':d', minute .. ':c', minute .. ':n', minute .. ':e',
-                       minute .. ':x')
+                       minute .. ':x', minute .. ':g', minute .. ':r')
   out[#out + 1] = minute
-  for j = 1, 5 do out[#out + 1] = v[j] or '0' end
+  for j = 1, 7 do out[#out + 1] = v[j] or '0' end
 end
 return out
 """
@@ -956,7 +959,8 @@ class RedisStore(Store):
     async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
         args: list[Any] = [ACTIVITY_MINUTES]
         for minute, a in minutes.items():
-            args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration)]
+            args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration), a.graded]
+            args.append(_f(a.graded_sum))
         if int(await self._add_activity(keys=self._keys(model, "meta", "act", "actz"), args=args)) < 0:
             raise UnknownModelError(f"unknown model {model!r}")
 
@@ -967,9 +971,9 @@ class RedisStore(Store):
             raise UnknownModelError(f"unknown model {model!r}")
         return {
             int(out[i]): Activity(
-                int(out[i + 1]), int(out[i + 2]), int(out[i + 3]), int(out[i + 4]), float(out[i + 5])
+                *(int(v) for v in out[i + 1 : i + 5]), float(out[i + 5]), int(out[i + 6]), float(out[i + 7])
             )
-            for i in range(0, len(out), 6)
+            for i in range(0, len(out), 8)
         }
 
     # Heartbeat keys are of no model (different slots in a cluster): pipelines without MULTI, which

@@ -65,7 +65,8 @@ Schema (``PRAGMA user_version`` 5; a version 1 to 4 file is migrated when opened
                  ``outcome_at`` and the learn event's ``position``, set in the claim's commit. The
                  record's bytes stay in ``blobs``, not copied: a logged decision adds one small row
 ``activity``     per-minute counts of the dashboard, ``WITHOUT ROWID`` on ``(model, minute)``:
-                 ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``; added to
+                 ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``, ``graded``,
+                 ``graded_sum``; added to
                  about once a second by the runtime (``add_activity``), at most
                  ``ACTIVITY_MINUTES`` rows per model
 ===============  ================================================================================
@@ -279,10 +280,12 @@ _MIGRATE_2 = (
 )
 # Schema 3 -> 4: the dashboard's per-minute activity (empty: nothing was counted before).
 _MIGRATE_3 = (_ACTIVITY,)
-# Schema 4 -> 5: the counters of graded rewards (issue 38; none before).
+# Schema 4 -> 5: the counters of graded rewards, all-time and per minute (issue 38; none before).
 _MIGRATE_4 = (
     "ALTER TABLE models ADD COLUMN graded INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE models ADD COLUMN graded_sum REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE activity ADD COLUMN graded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE activity ADD COLUMN graded_sum REAL NOT NULL DEFAULT 0",
 )
 _MIGRATIONS = {
     0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
@@ -952,13 +955,24 @@ class SQLiteStore(Store):
         with self._write("NORMAL") as db:
             model_id = self._model_id(db, model)
             db.executemany(
-                "INSERT INTO activity (model, minute, decisions, clicks, no_clicks, expired, exploration) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, minute) DO UPDATE SET "
-                "decisions = decisions + excluded.decisions, clicks = clicks + excluded.clicks, "
+                "INSERT INTO activity (model, minute, decisions, clicks, no_clicks, expired, exploration, "
+                "graded, graded_sum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, minute) DO "
+                "UPDATE SET decisions = decisions + excluded.decisions, clicks = clicks + excluded.clicks, "
                 "no_clicks = no_clicks + excluded.no_clicks, expired = expired + excluded.expired, "
-                "exploration = exploration + excluded.exploration",
+                "exploration = exploration + excluded.exploration, graded = graded + excluded.graded, "
+                "graded_sum = graded_sum + excluded.graded_sum",
                 [
-                    (model_id, minute, a.decisions, a.clicks, a.no_clicks, a.expired, a.exploration)
+                    (
+                        model_id,
+                        minute,
+                        a.decisions,
+                        a.clicks,
+                        a.no_clicks,
+                        a.expired,
+                        a.exploration,
+                        a.graded,
+                        a.graded_sum,
+                    )
                     for minute, a in minutes.items()
                 ],
             )
@@ -972,7 +986,8 @@ class SQLiteStore(Store):
     async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
         db = self._conn()
         rows = db.execute(
-            "SELECT minute, decisions, clicks, no_clicks, expired, exploration FROM activity "
+            "SELECT minute, decisions, clicks, no_clicks, expired, exploration, graded, graded_sum "
+            "FROM activity "
             "WHERE model = ? AND minute >= ? ORDER BY minute",
             (self._model_id(db, model), since),
         ).fetchall()

@@ -1,6 +1,7 @@
 """Graded rewards on ``POST /feedback`` (issue 38 part 2): validation, every store keeping the value
-in its learn event, claim and decision log, replicas learning the same, SquareCB learning the value
-itself and the other learners a Bernoulli(reward) bit seeded by the decision id."""
+in its learn event, claim, counts, per-minute activity and decision log, replicas learning the
+same, SquareCB learning the value itself and the other learners a Bernoulli(reward) bit seeded by
+the decision id."""
 
 from __future__ import annotations
 
@@ -99,6 +100,13 @@ async def test_graded_rewards_on_every_store(store: Store) -> None:  # noqa: F81
             assert counts["ctr"] == 0.5
             assert counts["reward_sum"] == pytest.approx(2 + 0.3 + 0.7 + 0.125, abs=1e-12)
             assert counts["mean_reward"] == pytest.approx(counts["reward_sum"] / 7, abs=1e-12)
+            await runtime.flush_activity()  # the dashboard's per-minute history has them too
+            minutes = (await c.get(f"/models/{learner}/stats")).json()["minutes"]
+            assert sum(m["graded"] for m in minutes) == 3
+            answered = [m for m in minutes if m["mean_reward"] is not None]
+            assert sum(m["mean_reward"] * (m["clicks"] + m["no_clicks"] + m["graded"]) for m in answered) == (
+                pytest.approx(counts["reward_sum"], abs=1e-12)
+            )
             log = (await c.get(f"/models/{learner}/log")).text.splitlines()
             assert [json.loads(line)["reward"] for line in log] == [0.3, 0.7, 1, 0, 1, 0, 0.125]
         # a second replica: on Redis with its own connection (the SQLite file takes one process)

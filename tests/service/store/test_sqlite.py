@@ -416,7 +416,9 @@ async def test_a_schema_4_file_gets_the_graded_counters_and_reads_its_clicks(tmp
     await s.claim_and_append("a", True, 1.0)
     await s.claim_and_append("b", False, 1.0)
     await s.close()
-    downgrade(path, 4)
+    downgrade(
+        path, 4, "ALTER TABLE activity DROP COLUMN graded; ALTER TABLE activity DROP COLUMN graded_sum; "
+    )
     s = SQLiteStore(path)
     try:
         assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
