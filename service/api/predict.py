@@ -114,7 +114,7 @@ async def predict(request: Request) -> Response:
         422: {"model": ErrorBody},
         **error_responses(503),
     },
-    summary="Report whether the user clicked",
+    summary="Report whether the user clicked, or a graded reward in [0, 1]",
     openapi_extra={
         "requestBody": _body(FeedbackRequest),
         "parameters": [
