@@ -29,11 +29,13 @@ label_index : int
     The sampled (shown) label, 0-based.
 label : str
     Its name.
-outcome : "click", "no_click", "expired", "dropped" or null
-    null while pending; "expired": the reward window passed and the model learned its default
-    reward (no click); "dropped": it passed with ``default_reward = "drop"`` (nothing learned).
-reward : 1, 0 or null
-    The reward learned from: 1 click, 0 no click or expired; null when pending or dropped.
+outcome : "click", "no_click", "reward", "expired", "dropped" or null
+    null while pending; "reward": feedback gave a graded reward strictly between 0 and 1;
+    "expired": the reward window passed and the model learned its default reward (no click);
+    "dropped": it passed with ``default_reward = "drop"`` (nothing learned).
+reward : 1, 0, a number in (0, 1), or null
+    The reward learned from: 1 click, 0 no click or expired, the graded reward itself; null when
+    pending or dropped.
 outcome_at : float or null
     Unix seconds of the feedback or the expiry.
 eligible : list of int, or null
@@ -91,6 +93,11 @@ def _line(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
+def _reward(reward: bool | float | None) -> int | float | None:
+    """The record's ``reward``: 1 / 0 for a click bit, the number itself for a graded reward."""
+    return int(reward) if isinstance(reward, bool) else reward
+
+
 @dataclass(frozen=True, slots=True)
 class LogRecord:
     """One logged decision, as exported; the fields are those of the module docstring."""
@@ -104,7 +111,7 @@ class LogRecord:
     label_index: int
     label: str
     outcome: LogOutcome | None
-    reward: int | None
+    reward: int | float | None
     outcome_at: float | None
     eligible: list[int] | None = None
 
@@ -125,7 +132,7 @@ class LogRecord:
             entry.label,
             spec.label_names[entry.label],
             entry.outcome,
-            None if entry.reward is None else int(entry.reward),
+            _reward(entry.reward),
             entry.outcome_at,
             None if entry.eligible is None else np.flatnonzero(entry.eligible).tolist(),
         )

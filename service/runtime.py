@@ -31,7 +31,7 @@ from service.decision_log import LogRecord, pages
 from service.evaluations import Evaluations
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
-from service.sampling import DecisionIds, decision_rng
+from service.sampling import DecisionIds, decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode, encode_sparse
 from service.store import (
     ACTIVITY_MINUTES,
@@ -47,7 +47,7 @@ from service.store import (
     StoreUnavailableError,
     UnknownModelError,
 )
-from service.store.base import Tail
+from service.store.base import Reward, Tail
 
 __all__ = ["DEMO_MODEL", "ModelRuntime", "Prediction", "Runtime", "build_learner"]
 
@@ -298,13 +298,23 @@ class ModelRuntime:
             raise ParamError(f"no eligible label: {what}")
         return None if mask.all() else mask
 
+    def _reward(self, event: Event) -> Reward:
+        """What the learner learns from the learn ``event``: the click bit, or a graded reward
+        itself when the learner takes one, else the Bernoulli bit the decision id draws for it
+        (:func:`service.sampling.reward_bit`: the same on every replica)."""
+        reward = event.reward
+        assert reward is not None
+        if isinstance(reward, bool) or self._learner.graded:
+            return reward
+        return reward_bit(event.decision_id, reward)
+
     def apply(self, event: Event) -> None:
         """Apply the next event of the log (its position must be ``self.position + 1``)."""
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
             x = self._input(self.featurise.unpack(event.x))
             self._checksum = None
-            self.learner.learn(x, Decision.from_state(event.decision), event.reward)
+            self.learner.learn(x, Decision.from_state(event.decision), self._reward(event))
         elif event.kind == "reset":
             self.learner = build_learner(self.spec)
         else:
@@ -318,7 +328,7 @@ class ModelRuntime:
         assert event.x is not None and event.decision is not None and event.reward is not None
         x = self._input(self.featurise.unpack(event.x))
         twin = copy.deepcopy(self._learner)
-        twin.learn(x, Decision.from_state(event.decision), event.reward)
+        twin.learn(x, Decision.from_state(event.decision), self._reward(event))
         return twin
 
     def state_bytes(self) -> bytes:
@@ -1032,15 +1042,20 @@ class Runtime:
         counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
         return Prediction(decision_id, m.name, d, m.position, m.labels[d.label], m.labels)
 
-    async def feedback(self, decision_id: str, click: bool, wait: bool) -> tuple[ClaimOutcome, bool]:
+    async def feedback(self, decision_id: str, reward: Reward, wait: bool) -> tuple[ClaimOutcome, bool]:
         """Claim the decision and append its learn event; with ``wait``, apply it here first.
+
+        ``reward``: the click bit, or a graded reward in [0, 1] (0 and 1 are taken as the bit, so
+        they behave exactly as a click / no click).
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
         try:
             if self._unsaved:  # the decision may be one of them
                 await self._save_unsaved()
-            out = await self.store.claim_and_append(decision_id, click, self.clock())
+            if not isinstance(reward, bool) and reward in (0.0, 1.0):
+                reward = reward == 1.0
+            out = await self.store.claim_and_append(decision_id, reward, self.clock())
         except StoreUnavailableError:
             self._store_down_at = time.monotonic()
             raise
@@ -1053,8 +1068,11 @@ class Runtime:
             counts = self._minute(out.claim.model, out.claim.at)
             if out.claim.outcome == "click":
                 counts.clicks += 1
-            else:
+            elif out.claim.outcome == "no_click":
                 counts.no_clicks += 1
+            else:
+                counts.graded += 1
+                counts.graded_sum += reward
             m = self.models.get(out.claim.model)
             if wait and m is not None and out.claim.position is not None:
                 applied = await self.wait_applied(m, out.claim.position)

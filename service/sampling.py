@@ -171,6 +171,16 @@ def py_decision_rng(decision_id: str) -> np.random.Generator:
     return PyDecisionRng(state, inc)  # type: ignore[return-value]
 
 
+def reward_bit(decision_id: str, reward: float) -> bool:
+    """The click bit a learner that learns from bits takes for a graded ``reward`` in (0, 1) of the
+    decision ``decision_id``: Bernoulli(reward), ``u < reward`` with ``u`` the first uniform of
+    the decision's reward stream, :func:`decision_rng` of ``decision_id + "#reward"`` (no id holds
+    ``#``, so it never reuses a decision's own draws). Every replica draws the same bit, and its
+    expectation is the reward, so an update unbiased for the click stays unbiased for the reward.
+    """
+    return bool(decision_rng(decision_id + "#reward").random() < reward)
+
+
 def _numpy_generator(state: int, inc: int, u32: int | None) -> np.random.Generator:
     """numpy's Generator on a PCG64 at ``(state, inc)``, holding the 32-bit half ``u32`` if any."""
     gen = np.random.Generator(np.random.PCG64(0))

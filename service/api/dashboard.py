@@ -92,6 +92,11 @@ class MinuteStats(BaseModel):
     ctr: float | None = Field(
         description="clicks / (clicks + no_clicks) of the minute; null without answers."
     )
+    mean_reward: float | None = Field(
+        description="(clicks + graded rewards) / (clicks + no_clicks + graded feedbacks) of the minute; "
+        "null without answers."
+    )
+    graded: int = Field(description="Feedbacks of the minute with a graded reward strictly between 0 and 1.")
     cumulative_ctr: float | None = Field(
         description="Clicks / answered decisions of the minutes held up to the end of this one: since the "
         "model was created, or over the last 24 h for an older model; null before the first answer."
@@ -220,6 +225,8 @@ async def model_stats(
                 no_clicks=a.no_clicks,
                 expired=a.expired,
                 ctr=_ratio(a.clicks, a.clicks + a.no_clicks),
+                mean_reward=_ratio(a.clicks + a.graded_sum, a.clicks + a.no_clicks + a.graded),
+                graded=a.graded,
                 cumulative_ctr=_ratio(clicks, answered),
                 exploration=_ratio(a.exploration, a.decisions),
             )

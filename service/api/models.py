@@ -47,6 +47,9 @@ def model_counts(c: Counts) -> ModelCounts:
         expired=c.expired,
         pending=c.pending,
         ctr=c.ctr,
+        graded=c.graded,
+        reward_sum=c.reward_sum,
+        mean_reward=c.mean_reward,
     )
 
 

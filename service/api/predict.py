@@ -114,7 +114,7 @@ async def predict(request: Request) -> Response:
         422: {"model": ErrorBody},
         **error_responses(503),
     },
-    summary="Report whether the user clicked",
+    summary="Report whether the user clicked, or a graded reward in [0, 1]",
     openapi_extra={
         "requestBody": _body(FeedbackRequest),
         "parameters": [
@@ -139,12 +139,16 @@ async def feedback(request: Request) -> Response:
     body = parse(FeedbackRequest, await request.body())
     wait = request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
     runtime: Runtime = request.app.state.runtime
-    out, _ = await runtime.feedback(body.decision_id, body.click, wait)
+    out, _ = await runtime.feedback(body.decision_id, body.value, wait)
     claim = out.claim
     if out.status is ClaimStatus.ACCEPTED and claim is not None and claim.position is not None:
         metrics.FEEDBACK.labels(claim.outcome).inc()
         ok = FeedbackResponse(
-            decision_id=body.decision_id, click=body.click, model=claim.model, model_version=claim.position
+            decision_id=body.decision_id,
+            click=body.click,
+            reward=float(body.value),
+            model=claim.model,
+            model_version=claim.position,
         )
         return Response(ok.model_dump_json(), media_type="application/json")
     metrics.FEEDBACK.labels(out.status.value).inc()

@@ -14,6 +14,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     Tag,
+    model_validator,
 )
 
 
@@ -132,22 +133,49 @@ class PredictResponse(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
-    """Body of ``POST /feedback``."""
+    """Body of ``POST /feedback``: exactly one of ``click`` and ``reward`` (issue 38)."""
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "click": True}]},
+        json_schema_extra={
+            "examples": [
+                {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "click": True},
+                {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "reward": 0.3},
+            ]
+        },
     )
 
     decision_id: str = Field(min_length=1, max_length=200)
-    click: StrictBool
+    click: StrictBool | None = Field(None, description="Whether the user clicked (the reward 1 or 0).")
+    reward: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        strict=True,
+        description="A graded reward in [0, 1] instead of the click bit; 0 and 1 are no click and click.",
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> FeedbackRequest:
+        if self.click is None and self.reward is None:
+            raise ValueError("give click (true/false) or reward (a number in [0, 1])")
+        if self.click is not None and self.reward is not None:
+            raise ValueError("give click or reward, not both")
+        return self
+
+    @property
+    def value(self) -> bool | float:
+        """What the decision is rewarded: the click bit, or the graded reward."""
+        return self.click if self.click is not None else float(self.reward)  # type: ignore[arg-type]
 
 
 class FeedbackResponse(BaseModel):
     """Body of a ``POST /feedback`` answer: the learn event is durably in the model's log."""
 
     decision_id: str
-    click: bool
+    click: bool | None = Field(description="The click bit given; null when a reward was given.")
+    reward: float = Field(description="The reward learned from: 1 click, 0 no click, or the reward given.")
     model: str
     model_version: int = Field(description="Log position of this feedback's learn event.")
 
@@ -155,7 +183,7 @@ class FeedbackResponse(BaseModel):
 class FirstOutcome(BaseModel):
     """How a decision was first answered (body of 409 / 410 answers)."""
 
-    outcome: Literal["click", "no_click", "expired"]
+    outcome: Literal["click", "no_click", "reward", "expired"]
     model: str
     model_version: int | None = Field(description="Log position of its learn event; null when dropped.")
     at: float
@@ -176,6 +204,11 @@ class ModelCounts(BaseModel):
     expired: int
     pending: int
     ctr: float | None = Field(description="clicks / (clicks + no_clicks); null before the first answer.")
+    graded: int = Field(0, description="Feedbacks with a graded reward strictly between 0 and 1.")
+    reward_sum: float = Field(0.0, description="Sum of the feedbacks' rewards (a click counts 1).")
+    mean_reward: float | None = Field(
+        None, description="reward_sum / (clicks + no_clicks + graded); null before the first answer."
+    )
 
 
 class ModelInfo(BaseModel):

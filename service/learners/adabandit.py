@@ -54,6 +54,10 @@ class AdaBandit(TreeBooster):
     reduction of §2.8; ``alpha^i`` takes a projected SGD step (11) with the correct derivative and
     ``eta_t = lr_scale * rho / (k^2 sqrt t)``; Hedge with rate 1 on ``ell_hat[yhat^i]`` in the log domain.
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): every tree's prediction ``l^i`` and every expert's is its random argmax
     over the eligible labels (a tree whose favourite is ineligible votes for its next best), so
     ``yhat`` and the experts Hedge scores are eligible, and eq. (2) spreads ``rho`` over the m

@@ -77,6 +77,10 @@ class AdaBoostMH(Learner):
     of the fully labelled row, so the exponential loss of the logged data is an unbiased estimate
     of the full-information one, and the retrain is AdaBoost.MH on it (weights normalised to 1).
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): the greedy label is the best eligible one and ``epsilon / m`` spreads over
     the m eligible labels. The logged entry keeps its weight ``c / p`` with that ``p``, so the
     expected weight matrix is the share-point weights on the eligible entries and 0 on the others

@@ -90,6 +90,10 @@ class BanditBBM(TreeBooster):
     ``Gamma^i iota_hat`` (eqs. (5), (9)), ``Gamma^i[l, r] = phi^r_{N-i}(s^{i-1} + e_l)`` with the
     boost-by-majority potential, through the (label, weight) reduction of §2.8.
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): the trees vote as always and the greedy label is the eligible label with
     the most votes (ties among them at random); eq. (2) spreads ``rho`` over the m eligible labels
     (``rho`` capped at ``(m-1)/m``), and ``iota_hat`` (eq. (4)) divides by those probabilities,

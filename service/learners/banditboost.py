@@ -129,6 +129,10 @@ class BanditBoost(Learner):
     Classes other than kappa are not updated. ``E w^(i) = min(1, (1-gamma)^(z/2))`` and ``E l`` is
     the subgradient of ``max(0, theta - y_k f_k)`` (ALGORITHMS.md §8).
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): ``H`` is the eligible class of largest ``f_k`` and ``p(k) = (1-delta)
     1[k = H] + delta/m`` on the m eligible classes, 0 elsewhere; steps 3-4 divide by that
     ``p(kappa)``, so for every eligible class the expectations above hold as they are; an ineligible

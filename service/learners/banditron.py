@@ -54,6 +54,10 @@ class Banditron(Learner):
     printed in the seed's Algorithm 1, with ``1[yhat = r]`` in the first term, is biased and is not
     implemented.
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): ``yhat`` is the best eligible label and ``P(r) = (1-gamma) 1[r = yhat]
     + gamma/m`` on the m eligible labels, 0 elsewhere; the update is the same with that ``P``, so
     ``E U~`` is the Perceptron update towards a true label in the set (one outside it is never

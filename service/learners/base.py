@@ -18,7 +18,11 @@ Contract (``../shared/DESIGN.md``, ALGORITHMS.md §1):
     exactly what it drew before masks existed.
 ``learn(x, decision, reward)``
     The bandit update; a deterministic function of (state, x, decision, reward). Randomness it
-    needs comes from ``self.rng_``, which is part of the state.
+    needs comes from ``self.rng_``, which is part of the state. ``reward`` is the click bit, or
+    for a learner with ``graded = True`` possibly a graded reward, a float strictly between 0 and
+    1 (issue 38); every other learner gets a Bernoulli(reward) bit drawn for it by the runtime
+    (:func:`service.sampling.reward_bit`, seeded by the decision id), so its update stays
+    unbiased in expectation. Each learner's docstring says which it does.
 ``state()`` / ``from_state(config, state)``
     Learned state as flat numpy arrays and scalars with a schema version; no pickle.
 
@@ -437,6 +441,8 @@ class Learner(Stateful, abc.ABC):
     name: ClassVar[str]
     Params: ClassVar[type[Params]] = Params
     full_information: ClassVar[bool] = False
+    #: ``learn`` takes a graded reward in (0, 1) itself; False: it learns a Bernoulli(reward) bit.
+    graded: ClassVar[bool] = False
     schema_version: ClassVar[int] = 1
     #: State arrays of shape (K, d) stored column-major for sparse input (:meth:`use_sparse_layout`).
     _column_major: ClassVar[tuple[str, ...]] = ()
@@ -511,8 +517,9 @@ class Learner(Stateful, abc.ABC):
         """Score ``x``, explore, sample; must not change the model. ``eligible``: the labels allowed
         (a boolean mask of K, at least one True; None for all), see the module docstring."""
 
-    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
-        """Apply the bandit update for ``decision`` given the click bit ``reward``."""
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool | float) -> None:
+        """Apply the bandit update for ``decision`` given the click bit ``reward`` (or, when
+        :attr:`graded`, a reward in (0, 1))."""
         raise NotImplementedError(f"{self.name} is a full-information learner: use learn_full")
 
     def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:

@@ -33,6 +33,9 @@ class BinBandit(BanditBoost):
     it, so none of the reference re-implementation's deviations (ALGORITHMS.md §4.4: the dropped
     learner in ``z``, the missing ``/2``, gradient ascent without ``1/p``) are copied. The weak
     learners are N binary trees per class (:mod:`service.learners.weak.hoeffding_binary`).
+
+    Graded rewards (issue 38): as BanditBoost, it learns the Bernoulli(r) bit the runtime draws for a
+    reward r in (0, 1) from the decision id (:func:`service.sampling.reward_bit`).
     """
 
     name = "binbandit"

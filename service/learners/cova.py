@@ -152,6 +152,10 @@ class ConservativeOVA(Learner):
     * click (``yhat = y``): every scorer s takes a PA step on ``(x, +1 if s = yhat else -1)``;
     * no click: only scorer ``yhat`` takes a PA step on ``(x, -1)``.
 
+    Graded rewards (issue 38): its update is built on the click bit, so it learns the Bernoulli(r)
+    bit the runtime draws for a reward r in (0, 1) from the decision id
+    (:func:`service.sampling.reward_bit`, ``graded = False``): unbiased for the reward in expectation.
+
     Eligible labels (ours): the greedy label is the best eligible scorer and the ``epsilon`` floor
     spreads over the m eligible labels (``epsilon / m``); the update is unchanged, since a click on
     the shown label still says every other label, eligible or not, is wrong, and a no-click says

@@ -168,6 +168,9 @@ class SquareCB(Learner):
     others are untouched. Not from the seed papers; the regression oracle is the textbook ridge
     estimator ``theta_a = A_a^-1 sum_{rounds a served} click x`` with ``A_a = ridge I + sum x x'``.
 
+    Graded rewards (issue 38): the regression takes the reward value itself in place of the click
+    (``graded = True``); a reward of 0 or 1 is the click bit.
+
     Eligible labels (ours): the inverse gap weighting runs over the m eligible labels (``K`` replaced
     by m, ``b`` the best eligible label), 0 elsewhere. The regression learns the served label's
     click as before; it needs no probability, so the mask changes nothing in ``learn``.
@@ -198,6 +201,7 @@ class SquareCB(Learner):
     """
 
     name = "squarecb"
+    graded = True
     kernels = ("service.learners.squarecb",)
     Params = SquareCBParams
     params: SquareCBParams
@@ -221,8 +225,8 @@ class SquareCB(Learner):
         greedy, label, p = igw_sample(self.theta_, x, self.params.constant, self._gamma(), rng.random())
         return Decision(p, label, {"greedy": greedy})
 
-    def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
+    def learn(self, x: np.ndarray, decision: Decision, reward: bool | float) -> None:
         x = np.ascontiguousarray(x, dtype=np.float64)
-        y = 1.0 if reward else 0.0
+        y = float(reward)
         ridge_update(self.A_inv_, self.theta_, decision.label, x, self.params.constant, y)
         self.t_ += 1  # after the update: a refused row is not an event

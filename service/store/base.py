@@ -73,17 +73,30 @@ __all__ = [
     "Heartbeat",
     "LoggedDecision",
     "ModelExistsError",
+    "Reward",
     "Store",
     "StoreUnavailableError",
     "Tail",
     "UnknownModelError",
+    "feedback_outcome",
 ]
 
 EventKind = Literal["learn", "reset", "import"]
-Outcome = Literal["click", "no_click", "expired"]
+#: "reward": feedback with a graded reward strictly between 0 and 1 (issue 38).
+Outcome = Literal["click", "no_click", "reward", "expired"]
 #: A logged decision's outcome: an expiry is "expired" when it taught the default reward (no click),
 #: "dropped" when the model's ``default_reward`` is "drop".
-LogOutcome = Literal["click", "no_click", "expired", "dropped"]
+LogOutcome = Literal["click", "no_click", "reward", "expired", "dropped"]
+#: What a feedback teaches: the click bit, or a graded reward as a float strictly between 0 and 1
+#: (a reward of exactly 0 or 1 is the bit, so it behaves bit for bit as a click / no click).
+Reward = bool | float
+
+
+def feedback_outcome(reward: Reward) -> Outcome:
+    """The outcome a feedback of ``reward`` records: "click" / "no_click" for a bit, else "reward"."""
+    if isinstance(reward, bool):
+        return "click" if reward else "no_click"
+    return "reward"
 
 
 class UnknownModelError(KeyError):
@@ -155,11 +168,11 @@ class LoggedDecision:
         The distribution the label was sampled from.
     label : int
         The sampled label (0-based).
-    outcome : {"click", "no_click", "expired", "dropped"} or None
+    outcome : {"click", "no_click", "reward", "expired", "dropped"} or None
         None while the decision is pending.
-    reward : bool or None
-        The reward learned from: the click bit, False for an expiry with the default reward;
-        None while pending and for a dropped decision.
+    reward : bool, float or None
+        The reward learned from: the click bit or the graded reward (a float in (0, 1)), False for
+        an expiry with the default reward; None while pending and for a dropped decision.
     outcome_at : float or None
         Unix seconds of the claim (feedback or expiry).
     eligible : ndarray of bool or None
@@ -173,7 +186,7 @@ class LoggedDecision:
     probs: np.ndarray
     label: int
     outcome: LogOutcome | None = None
-    reward: bool | None = None
+    reward: Reward | None = None
     outcome_at: float | None = None
     eligible: np.ndarray | None = None
 
@@ -193,8 +206,10 @@ class Event:
         For ``learn``: the decision learned from; empty otherwise.
     x, decision, reward
         For ``learn``: the record's features and decision, and the click bit (the default reward
-        for expired decisions). ``None`` otherwise.
-    outcome : {"click", "no_click", "expired"} or None
+        for expired decisions) or the graded reward, a float in (0, 1) (outcome "reward"; the
+        runtime turns it into what each learner learns, :meth:`service.runtime.ModelRuntime.apply`).
+        ``None`` otherwise.
+    outcome : {"click", "no_click", "reward", "expired"} or None
         For ``learn``: why the reward is what it is.
     state : bytes or None
         For ``import``: the state encoded by :func:`service.serial.encode`.
@@ -208,7 +223,7 @@ class Event:
     decision_id: str = ""
     x: np.ndarray | None = None
     decision: dict[str, Any] | None = None
-    reward: bool | None = None
+    reward: Reward | None = None
     outcome: Outcome | None = None
     state: bytes | None = None
 
@@ -271,12 +286,25 @@ class Counts:
     no_clicks: int = 0
     expired: int = 0
     pending: int = 0
+    graded: int = 0  # feedbacks with a graded reward strictly between 0 and 1 (issue 38)
+    graded_sum: float = 0.0  # the sum of their rewards
 
     @property
     def ctr(self) -> float | None:
-        """Clicks / answered decisions (expired ones excluded); ``None`` before the first answer."""
+        """Clicks / click-bit answers (expired and graded ones excluded); ``None`` before the first."""
         answered = self.clicks + self.no_clicks
         return self.clicks / answered if answered else None
+
+    @property
+    def reward_sum(self) -> float:
+        """The sum of the rewards of every feedback: a click counts 1, a graded reward its value."""
+        return self.clicks + self.graded_sum
+
+    @property
+    def mean_reward(self) -> float | None:
+        """:attr:`reward_sum` / feedbacks (expired ones excluded); ``None`` before the first."""
+        answered = self.clicks + self.no_clicks + self.graded
+        return self.reward_sum / answered if answered else None
 
 
 #: Minutes of per-minute activity kept per model (24 h): older minutes are forgotten as newer ones come.
@@ -294,6 +322,8 @@ class Activity:
     exploration : float
         Sum over the decisions of ``1 - max(probabilities)``: the chance that the label shown was not
         the model's top choice. Divided by ``decisions``, the share of traffic spent exploring.
+    graded, graded_sum : int, float
+        Feedbacks with a graded reward strictly between 0 and 1, and the sum of their rewards.
     """
 
     decisions: int = 0
@@ -301,6 +331,8 @@ class Activity:
     no_clicks: int = 0
     expired: int = 0
     exploration: float = 0.0
+    graded: int = 0
+    graded_sum: float = 0.0
 
     def add(self, other: Activity) -> None:
         """Add ``other``'s counts to these."""
@@ -309,6 +341,8 @@ class Activity:
         self.no_clicks += other.no_clicks
         self.expired += other.expired
         self.exploration += other.exploration
+        self.graded += other.graded
+        self.graded_sum += other.graded_sum
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,16 +451,18 @@ class Store(abc.ABC):
         """The pending record of ``decision_id`` (``None`` once claimed or forgotten)."""
 
     @abc.abstractmethod
-    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         """Atomically claim a pending decision for feedback and append its learn event.
 
         In one atomic step: if ``decision_id`` was claimed before, return DUPLICATE (or EXPIRED
         when the first claim was the expiry) with the first claim; if there is no pending record,
         UNKNOWN; if ``now >= expires_at``, EXPIRED without claiming (:meth:`expire_due` will);
         otherwise remove the pending record, record the claim, append
-        ``Event(kind="learn", reward=click, outcome="click"|"no_click")`` to the model's log,
-        bump the click / no-click counter and return ACCEPTED with the claim (its ``position`` is
-        the event's). Exactly one of any number of concurrent callers gets ACCEPTED.
+        ``Event(kind="learn", reward=reward, outcome=feedback_outcome(reward))`` to the model's log,
+        bump the click / no-click counter (a graded reward: ``graded`` and ``graded_sum``) and
+        return ACCEPTED with the claim (its ``position`` is the event's). ``reward`` is the click
+        bit or a float strictly between 0 and 1, kept exactly. Exactly one of any number of
+        concurrent callers gets ACCEPTED.
         """
 
     @abc.abstractmethod

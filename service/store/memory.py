@@ -31,8 +31,10 @@ from service.store.base import (
     Event,
     LoggedDecision,
     ModelExistsError,
+    Reward,
     Store,
     UnknownModelError,
+    feedback_outcome,
 )
 from service.store.codec import eligible_of
 
@@ -121,7 +123,7 @@ class MemoryStore(Store):
             _, decision_id = self._claim_order.popleft()
             self._claims.pop(decision_id, None)
 
-    def _claim(self, record: DecisionRecord, outcome: str, reward: bool | None, now: float) -> Claim:
+    def _claim(self, record: DecisionRecord, outcome: str, reward: Reward | None, now: float) -> Claim:
         """Remove the pending record, append its learn event (unless ``reward`` is None), record the claim."""
         m = self._models[record.model]
         del self._pending[record.decision_id]
@@ -150,7 +152,7 @@ class MemoryStore(Store):
         self._claim_order.append((now + self.claim_ttl, record.decision_id))
         return claim
 
-    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         self._forget_old_claims(now)
         claim = self._claims.get(decision_id)
         if claim is not None:
@@ -163,8 +165,11 @@ class MemoryStore(Store):
             pending = Claim(decision_id, record.model, "expired", None, record.expires_at)
             return ClaimOutcome(ClaimStatus.EXPIRED, pending)
         m = self._models[record.model]
-        claim = self._claim(record, "click" if click else "no_click", bool(click), now)
-        if click:
+        claim = self._claim(record, feedback_outcome(reward), reward, now)
+        if not isinstance(reward, bool):
+            m.counts.graded += 1
+            m.counts.graded_sum += reward
+        elif reward:
             m.counts.clicks += 1
         else:
             m.counts.no_clicks += 1

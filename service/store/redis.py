@@ -26,6 +26,7 @@ the decision's model, ``{name}``: the model name as hash tag):
                                                 replicas block on it with the logs
 ``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
                                                 decision/click/no-click/expired counts,
+                                                ``graded`` / ``graded_sum`` (graded rewards),
                                                 ``dlog_last`` / ``dlog_min``: the decision log's last
                                                 entry id and the least one kept
 ``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
@@ -41,7 +42,7 @@ the decision's model, ``{name}``: the model name as hash tag):
 ``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
                                                 at`` (reward ``-`` when dropped)
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
-                                        zset    ``:e`` / ``:x``) and the minutes held
+                                        zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
 ``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
                                                 ``lg``: its decision-log entry id, when logged
 ``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``;
@@ -113,6 +114,7 @@ from service.store.base import (
     Heartbeat,
     LoggedDecision,
     ModelExistsError,
+    Reward,
     Store,
     StoreUnavailableError,
     Tail,
@@ -203,8 +205,9 @@ local function log_outcome(p, m, id, lg, low, outcome, reward, now)
 end
 """
 
-# KEYS: decision key, claim key. ARGV: prefix, decision id, click (1/0), now, forget_at, claim ttl
-# (ms), notify (1/0). Returns {status, model, outcome, position ('' if none), at}.
+# KEYS: decision key, claim key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
+# reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0).
+# Returns {status, model, outcome, position ('' if none), at}.
 _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
@@ -220,13 +223,15 @@ if not r[1] then return {'unknown'} end
 if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4]} end
 local m = r[1]
 local outcome, counter = 'no_click', 'no_clicks'
-if click == '1' then outcome, counter = 'click', 'clicks' end
+if click == '1' then outcome, counter = 'click', 'clicks'
+elseif click ~= '0' then outcome, counter = 'reward', 'graded' end
 local meta = mk(p, m, 'meta')
 local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
 local pos = (tonumber(v[1]) or 0) + 1
 redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
            'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
 redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
+if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
 log_outcome(p, m, id, r[5], v[3], outcome, click, now)
 claim(KEYS[2], KEYS[1], mk(p, m, 'due'), id, m, outcome, pos, now, ARGV[5], ARGV[6])
 notify(p, m, ARGV[7], pos)
@@ -410,29 +415,34 @@ end
 return done
 """
 
-# KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending}: one consistent
-# read.
+# KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending, graded,
+# graded_sum}: one consistent read.
 _COUNTS = """
-local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired')
+local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired', 'graded',
+                     'graded_sum')
 if not v[1] then return {0} end
-return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2])}
+return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2]), v[6] or '0',
+        v[7] or '0'}
 """
 
 # KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,
-# expired, exploration. Adds them, then forgets the minutes more than ``kept`` before the latest
-# (some hundred per step: HDEL takes its fields as arguments). Returns -1 when there is no such
-# model, else 1.
+# expired, exploration, graded, graded sum. Adds them, then forgets the minutes more than ``kept``
+# before the latest (some hundred per step: HDEL takes its fields as arguments). Returns -1 when
+# there is no such model, else 1.
 _ADD_ACTIVITY = """
 local kept = tonumber(ARGV[1])
 if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
 local h, z = KEYS[2], KEYS[3]
-local counters = {'d', 'c', 'n', 'e'}
-for i = 2, #ARGV, 6 do
+local counters = {'d', 'c', 'n', 'e', 'x', 'g', 'r'}
+local floats = {x = true, r = true}
+for i = 2, #ARGV, 8 do
   local minute = ARGV[i]
-  for j = 1, 4 do
-    if ARGV[i + j] ~= '0' then redis.call('HINCRBY', h, minute .. ':' .. counters[j], ARGV[i + j]) end
+  for j = 1, 7 do
+    local f = counters[j]
+    if tonumber(ARGV[i + j]) ~= 0 then
+      redis.call(floats[f] and 'HINCRBYFLOAT' or 'HINCRBY', h, minute .. ':' .. f, ARGV[i + j])
+    end
   end
-  if tonumber(ARGV[i + 5]) ~= 0 then redis.call('HINCRBYFLOAT', h, minute .. ':x', ARGV[i + 5]) end
   redis.call('ZADD', z, minute, minute)
 end
 local cut = tonumber(redis.call('ZRANGE', z, -1, -1)[1]) - kept
@@ -441,7 +451,7 @@ while true do
   if #old == 0 then break end
   local fields = {}
   for _, minute in ipairs(old) do
-    for _, f in ipairs({'d', 'c', 'n', 'e', 'x'}) do fields[#fields + 1] = minute .. ':' .. f end
+    for _, f in ipairs(counters) do fields[#fields + 1] = minute .. ':' .. f end
   end
   redis.call('HDEL', h, unpack(fields))
   redis.call('ZREM', z, unpack(old))
@@ -450,16 +460,16 @@ return 1
 """
 
 # KEYS: meta, act, actz. ARGV: first minute. Returns -1 when there is no such model, else a flat
-# list: minute, decisions, clicks, no-clicks, expired, exploration, then the next minute's, in minute
-# order.
+# list: minute, decisions, clicks, no-clicks, expired, exploration, graded, graded sum, then the next
+# minute's, in minute order.
 _READ_ACTIVITY = """
 if redis.call('HEXISTS', KEYS[1], 'model') == 0 then return -1 end
 local out = {}
 for _, minute in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[1], '+inf')) do
   local v = redis.call('HMGET', KEYS[2], minute .. ':d', minute .. ':c', minute .. ':n', minute .. ':e',
-                       minute .. ':x')
+                       minute .. ':x', minute .. ':g', minute .. ':r')
   out[#out + 1] = minute
-  for j = 1, 5 do out[#out + 1] = v[j] or '0' end
+  for j = 1, 7 do out[#out + 1] = v[j] or '0' end
 end
 return out
 """
@@ -549,6 +559,11 @@ def _ms(t: float) -> str:
     return str(math.floor(min(max(t, 0.0), _MAX_SECONDS) * 1000))
 
 
+def _reward(text: bytes) -> Reward:
+    """A reward as stored: ``1`` / ``0`` the click bit, any other text a graded reward."""
+    return text == b"1" if text in (b"0", b"1") else float(text)
+
+
 def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`)."""
     kind = fields[b"kind"].decode()
@@ -561,7 +576,7 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
             decision_id=fields[b"decision_id"].decode(),
             x=decode_x(fields[b"x"]),
             decision=decode_decision(fields[b"decision"]),
-            reward=fields[b"reward"] == b"1",
+            reward=_reward(fields[b"reward"]),
             outcome=fields[b"outcome"].decode(),  # type: ignore[arg-type]
         )
     return Event(position=position, kind=kind, at=at, state=fields.get(b"state"))  # type: ignore[arg-type]
@@ -728,8 +743,8 @@ class RedisStore(Store):
         out = await self._counts(keys=self._keys(name, "meta", "due"))
         if not int(out[0]):
             raise UnknownModelError(f"unknown model {name!r}")
-        d, c, n, e, pending = (int(v) for v in out[1:])
-        return Counts(decisions=d, clicks=c, no_clicks=n, expired=e, pending=pending)
+        d, c, n, e, pending, graded = (int(v) for v in out[1:7])
+        return Counts(d, c, n, e, pending, graded, float(out[7]))
 
     # -- decisions and feedback -------------------------------------------------------------
 
@@ -783,11 +798,12 @@ class RedisStore(Store):
         return [_f(now), _f(now + self.claim_ttl), max(int(1000 * self.claim_ttl), 1)]
 
     @_available
-    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ClaimOutcome(ClaimStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
         keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
-        args = [self.prefix, decision_id, "1" if click else "0", *self._claim_args(now), self._notify]
+        value = str(int(reward)) if isinstance(reward, bool) else _f(reward)
+        args = [self.prefix, decision_id, value, *self._claim_args(now), self._notify]
         out = await self._claim(keys=keys, args=args)
         status = ClaimStatus(out[0].decode())
         if status is ClaimStatus.UNKNOWN:
@@ -906,7 +922,7 @@ class RedisStore(Store):
             done: list[Any] = [None, None, None]
             if outcome is not None:
                 what, reward, at = outcome.decode().split(" ")
-                done = [what, None if reward == "-" else reward == "1", float(at)]
+                done = [what, None if reward == "-" else _reward(reward.encode()), float(at)]
             page.append(
                 LoggedDecision(
                     f[b"id"].decode(),
@@ -943,7 +959,8 @@ class RedisStore(Store):
     async def add_activity(self, model: str, minutes: Mapping[int, Activity]) -> None:
         args: list[Any] = [ACTIVITY_MINUTES]
         for minute, a in minutes.items():
-            args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration)]
+            args += [minute, a.decisions, a.clicks, a.no_clicks, a.expired, _f(a.exploration), a.graded]
+            args.append(_f(a.graded_sum))
         if int(await self._add_activity(keys=self._keys(model, "meta", "act", "actz"), args=args)) < 0:
             raise UnknownModelError(f"unknown model {model!r}")
 
@@ -954,9 +971,9 @@ class RedisStore(Store):
             raise UnknownModelError(f"unknown model {model!r}")
         return {
             int(out[i]): Activity(
-                int(out[i + 1]), int(out[i + 2]), int(out[i + 3]), int(out[i + 4]), float(out[i + 5])
+                *(int(v) for v in out[i + 1 : i + 5]), float(out[i + 5]), int(out[i + 6]), float(out[i + 7])
             )
-            for i in range(0, len(out), 6)
+            for i in range(0, len(out), 8)
         }
 
     # Heartbeat keys are of no model (different slots in a cluster): pipelines without MULTI, which

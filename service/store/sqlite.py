@@ -34,12 +34,13 @@ copies the last few frames after one commit (a millisecond or two), see :class:`
 Durability is SQLite's own: every commit keeps its fsync level (below), a checkpoint copies only
 committed frames, and the WAL is started over only once the database file holds every frame, synced.
 
-Schema (``PRAGMA user_version`` 4; a version 1, 2 or 3 file is migrated when opened, in one transaction):
+Schema (``PRAGMA user_version`` 5; a version 1 to 4 file is migrated when opened, in one transaction):
 
 ===============  ================================================================================
 ``models``       ``id`` (never reused), ``name`` (unique), ``config`` (JSON), ``last`` (log
                  position), counters ``decisions``, ``clicks``, ``no_clicks``, ``expired``,
-                 ``pending``, ``logged`` (rows in ``decision_log``)
+                 ``pending``, ``logged`` (rows in ``decision_log``), ``graded`` and ``graded_sum``
+                 (feedbacks with a graded reward and the sum of their values)
 ``blobs``        ``id`` -> ``x`` and ``decision`` of a decision (:mod:`service.store.codec`),
                  written once by ``put_decision`` and referenced by its pending record, then its
                  learn event, and by its ``decision_log`` row while that is kept (``logged`` is 1
@@ -53,9 +54,9 @@ Schema (``PRAGMA user_version`` 4; a version 1, 2 or 3 file is migrated when ope
                  caller's clock); ``expire_due`` (the sweep, every second) deletes stale ones, off the
                  feedback path
 ``events``       the logs, ``WITHOUT ROWID`` clustered on ``(model, position)``: ``kind``, ``at``,
-                 ``decision_id``, ``blob`` (a learn event's record, not copied), ``reward``,
-                 ``outcome``, ``state``; ``x`` and ``decision`` hold the inline copies of learn
-                 events written by schema 1
+                 ``decision_id``, ``blob`` (a learn event's record, not copied), ``reward`` (0 or
+                 1; the REAL value for outcome ``reward``), ``outcome``, ``state``; ``x`` and
+                 ``decision`` hold the inline copies of learn events written by schema 1
 ``checkpoints``  the latest ``(position, state)`` per model
 ``decision_log`` the retained decisions of ``log_decisions`` models, ``WITHOUT ROWID`` on
                  ``(model, created_at, blob)`` (the order of exports and of the retention, which
@@ -64,7 +65,8 @@ Schema (``PRAGMA user_version`` 4; a version 1, 2 or 3 file is migrated when ope
                  ``outcome_at`` and the learn event's ``position``, set in the claim's commit. The
                  record's bytes stay in ``blobs``, not copied: a logged decision adds one small row
 ``activity``     per-minute counts of the dashboard, ``WITHOUT ROWID`` on ``(model, minute)``:
-                 ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``; added to
+                 ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``, ``graded``,
+                 ``graded_sum``; added to
                  about once a second by the runtime (``add_activity``), at most
                  ``ACTIVITY_MINUTES`` rows per model
 ===============  ================================================================================
@@ -132,9 +134,11 @@ from service.store.base import (
     Event,
     LoggedDecision,
     ModelExistsError,
+    Reward,
     Store,
     StoreUnavailableError,
     UnknownModelError,
+    feedback_outcome,
 )
 from service.store.codec import decode_decision, decode_x, eligible_of, encode_decision, encode_x
 
@@ -148,7 +152,7 @@ __all__ = ["DataDirInUseError", "SQLiteStore"]
 log = logging.getLogger(__name__)
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # no fdatasync on macOS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MODELS = """
 CREATE TABLE models (
@@ -276,11 +280,19 @@ _MIGRATE_2 = (
 )
 # Schema 3 -> 4: the dashboard's per-minute activity (empty: nothing was counted before).
 _MIGRATE_3 = (_ACTIVITY,)
+# Schema 4 -> 5: the counters of graded rewards, all-time and per minute (issue 38; none before).
+_MIGRATE_4 = (
+    "ALTER TABLE models ADD COLUMN graded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE models ADD COLUMN graded_sum REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE activity ADD COLUMN graded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE activity ADD COLUMN graded_sum REAL NOT NULL DEFAULT 0",
+)
 _MIGRATIONS = {
-    0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3,
-    1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3,
-    2: _MIGRATE_2 + _MIGRATE_3,
-    3: _MIGRATE_3,
+    0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
+    1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
+    2: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
+    3: _MIGRATE_3 + _MIGRATE_4,
+    4: _MIGRATE_4,
 }
 
 # Primary result codes of a write that mean the disk cannot take it (full, I/O error): the store is
@@ -539,13 +551,15 @@ class SQLiteStore(Store):
         row = (
             self._conn()
             .execute(
-                "SELECT decisions, clicks, no_clicks, expired, pending FROM models WHERE name = ?", (name,)
+                "SELECT decisions, clicks, no_clicks, expired, pending, graded, graded_sum "
+                "FROM models WHERE name = ?",
+                (name,),
             )
             .fetchone()
         )
         if row is None:
             raise _unknown(name)
-        return Counts(*(int(v) for v in row))
+        return Counts(*(int(v) for v in row[:6]), graded_sum=float(row[6]))
 
     # -- decisions and feedback -------------------------------------------------------------
 
@@ -610,7 +624,7 @@ class SQLiteStore(Store):
         )
 
     @_available
-    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> ClaimOutcome:
+    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         with self._write(self._acked) as db:
             row = db.execute(
                 "SELECT d.model, d.blob, d.expires_at, m.name, m.last, d.created_at "
@@ -632,16 +646,24 @@ class SQLiteStore(Store):
                 pending = Claim(decision_id, model, "expired", None, expires_at)
                 return ClaimOutcome(ClaimStatus.EXPIRED, pending)
             position = int(last) + 1
-            outcome = "click" if click else "no_click"
-            db.execute(
-                f"UPDATE models SET last = ?, {outcome}s = {outcome}s + 1, pending = pending - 1 "
-                "WHERE id = ?",
-                (position, model_id),
-            )
+            outcome = feedback_outcome(reward)
+            value = int(reward) if isinstance(reward, bool) else float(reward)  # REAL when graded
+            if outcome == "reward":
+                db.execute(
+                    "UPDATE models SET last = ?, graded = graded + 1, graded_sum = graded_sum + ?, "
+                    "pending = pending - 1 WHERE id = ?",
+                    (position, value, model_id),
+                )
+            else:
+                db.execute(
+                    f"UPDATE models SET last = ?, {outcome}s = {outcome}s + 1, pending = pending - 1 "
+                    "WHERE id = ?",
+                    (position, model_id),
+                )
             db.execute(
                 "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
                 "VALUES (?, ?, 'learn', ?, ?, ?, ?, ?)",
-                (model_id, position, now, decision_id, blob, int(bool(click)), outcome),
+                (model_id, position, now, decision_id, blob, value, outcome),
             )
             db.execute(
                 "INSERT INTO claims (id, model, outcome, position, at, forget_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -651,7 +673,7 @@ class SQLiteStore(Store):
             db.execute(  # no row unless the decision is logged
                 "UPDATE decision_log SET outcome = ?, reward = ?, outcome_at = ?, position = ? "
                 "WHERE model = ? AND created_at = ? AND blob = ?",
-                (outcome, int(bool(click)), now, position, model_id, created_at, blob),
+                (outcome, value, now, position, model_id, created_at, blob),
             )
         return ClaimOutcome(ClaimStatus.ACCEPTED, Claim(decision_id, model, outcome, position, now))
 
@@ -768,7 +790,7 @@ class SQLiteStore(Store):
                         decision_id=decision_id,
                         x=decode_x(x),
                         decision=decode_decision(decision),
-                        reward=bool(reward),
+                        reward=float(reward) if outcome == "reward" else bool(reward),
                         outcome=outcome,
                     )
                 )
@@ -870,7 +892,7 @@ class SQLiteStore(Store):
                         np.asarray(d["probs"], dtype=np.float64),
                         int(d["label"]),
                         outcome,
-                        None if reward is None else bool(reward),
+                        None if reward is None else float(reward) if outcome == "reward" else bool(reward),
                         outcome_at,
                         eligible_of(d),
                     )
@@ -933,13 +955,24 @@ class SQLiteStore(Store):
         with self._write("NORMAL") as db:
             model_id = self._model_id(db, model)
             db.executemany(
-                "INSERT INTO activity (model, minute, decisions, clicks, no_clicks, expired, exploration) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, minute) DO UPDATE SET "
-                "decisions = decisions + excluded.decisions, clicks = clicks + excluded.clicks, "
+                "INSERT INTO activity (model, minute, decisions, clicks, no_clicks, expired, exploration, "
+                "graded, graded_sum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, minute) DO "
+                "UPDATE SET decisions = decisions + excluded.decisions, clicks = clicks + excluded.clicks, "
                 "no_clicks = no_clicks + excluded.no_clicks, expired = expired + excluded.expired, "
-                "exploration = exploration + excluded.exploration",
+                "exploration = exploration + excluded.exploration, graded = graded + excluded.graded, "
+                "graded_sum = graded_sum + excluded.graded_sum",
                 [
-                    (model_id, minute, a.decisions, a.clicks, a.no_clicks, a.expired, a.exploration)
+                    (
+                        model_id,
+                        minute,
+                        a.decisions,
+                        a.clicks,
+                        a.no_clicks,
+                        a.expired,
+                        a.exploration,
+                        a.graded,
+                        a.graded_sum,
+                    )
                     for minute, a in minutes.items()
                 ],
             )
@@ -953,7 +986,8 @@ class SQLiteStore(Store):
     async def read_activity(self, model: str, since: int) -> dict[int, Activity]:
         db = self._conn()
         rows = db.execute(
-            "SELECT minute, decisions, clicks, no_clicks, expired, exploration FROM activity "
+            "SELECT minute, decisions, clicks, no_clicks, expired, exploration, graded, graded_sum "
+            "FROM activity "
             "WHERE model = ? AND minute >= ? ORDER BY minute",
             (self._model_id(db, model), since),
         ).fetchall()

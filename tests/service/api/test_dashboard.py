@@ -276,7 +276,7 @@ def browser_page(url: str) -> Iterator[tuple[Any, list[str], list[str]]]:
 def shown(page: Any, model: str) -> dict[str, str]:
     """The texts the page shows for ``model``, by field."""
     card = page.locator(f'article[data-model="{model}"]')
-    return {f: card.locator(f'[data-field="{f}"]').inner_text() for f in [*FIELDS, "ctr"]}
+    return {f: card.locator(f'[data-field="{f}"]').inner_text() for f in [*FIELDS, "ctr", "mean_reward"]}
 
 
 def wait_text(page: Any, selector: str, text: str, timeout: float = 10_000) -> None:
@@ -294,6 +294,7 @@ def expected(info: dict[str, Any]) -> dict[str, str]:
     out = {f: f"{c[f]:,}" for f in FIELDS if f != "version"}
     out["version"] = f"{info['version']:,}"
     out["ctr"] = "–" if c["ctr"] is None else f"{100 * c['ctr']:.1f} %"
+    out["mean_reward"] = "–" if c["mean_reward"] is None else f"{100 * c['mean_reward']:.1f} %"
     return out
 
 
@@ -340,6 +341,13 @@ def test_the_page_shows_what_models_says_and_follows_the_clicks(tmp_path: Path) 
             title = page.locator(cell).get_attribute("title") or ""
             assert "effective sample size" in title and "cannot tell" in title, title
             assert page.locator(cell).inner_text().endswith(" !")
+            # a graded reward (issue 38): the mean reward moves, the click rate does not
+            d = httpx.post(f"{url}/predict", json={"model": "news", "features": CONTEXTS[0]}).json()
+            fb = {"decision_id": d["decision_id"], "reward": 0.25}
+            assert httpx.post(f"{url}/feedback?wait=true", json=fb).status_code == 200
+            graded = expected(httpx.get(f"{url}/models/news").json())
+            assert graded["ctr"] == after["ctr"]
+            wait_text(page, 'article[data-model="news"] [data-field="mean_reward"]', graded["mean_reward"])
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         assert outside == [], f"requests leaving the machine: {outside}"
         assert errors == [], errors

@@ -424,14 +424,16 @@ async def exercise_feedback(api: Api) -> None:
         _, d = await api.call("post", "/predict", json=predict_example, expect=200)
         real = {**example, "decision_id": d["decision_id"]}
         _, ok = await api.call("post", "/feedback", query=waiting, json=real, expect=200)
-        assert ok["decision_id"] == d["decision_id"] and ok["click"] == example["click"]
+        click, reward = example.get("click"), example.get("reward")  # one of them (issue 38)
+        assert ok["decision_id"] == d["decision_id"] and ok["click"] == click
+        assert ok["reward"] == (float(click) if reward is None else reward)
         assert ok["model"] == d["model"] and ok["model_version"] > d["model_version"]
         _, info = await api.call("get", "/models/{name}", name=d["model"], expect=200)
         assert info["version"] >= ok["model_version"]  # `wait`: applied before the answer
-        again = {**real, "click": not example["click"]}
+        again = {**real, "reward": 1.0} if click is None else {**real, "click": not click}
         _, dup = await api.call("post", "/feedback", json=again, expect=409)
         first = dup["first_outcome"]
-        assert first["outcome"] == ("click" if example["click"] else "no_click")
+        assert first["outcome"] == ("reward" if click is None else "click" if click else "no_click")
         assert first["model_version"] == ok["model_version"] and d["decision_id"] in dup["detail"]
         _, unknown = await api.call("post", "/feedback", json=example, expect=404)
         assert example["decision_id"] in unknown["detail"] and unknown.get("first_outcome") is None
@@ -468,6 +470,9 @@ async def exercise_models(api: Api) -> None:
             "expired": 0,
             "pending": 0,
             "ctr": None,
+            "graded": 0,
+            "reward_sum": 0.0,
+            "mean_reward": None,
         }
         _, got = await api.call("get", "/models/{name}", name=name, expect=200)
         assert got == info

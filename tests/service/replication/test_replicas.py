@@ -24,6 +24,7 @@ import redis
 
 from lab.cluster import RedisServer, Replica, start_replicas
 from service.learners.base import Decision, learners, make_learner
+from service.sampling import reward_bit
 from service.serial import checksum
 from service.store.base import Event
 from service.store.redis import RedisStore
@@ -110,7 +111,9 @@ async def converged(http: httpx.AsyncClient, replicas: list[Replica], name: str,
 
 
 async def replay_checksum(redis_url: str, name: str, learner: str) -> tuple[str, list[str]]:
-    """Offline: a fresh learner learns every logged event in order. Returns its checksum and the ids."""
+    """Offline: a fresh learner learns every logged event in order (a graded reward as such when the
+    learner takes one, else as the Bernoulli bit its decision id draws). Returns its checksum and the
+    ids."""
     store = RedisStore(redis_url)
     try:
         events = await store.read_log(name, after=0, limit=100_000)
@@ -120,7 +123,10 @@ async def replay_checksum(redis_url: str, name: str, learner: str) -> tuple[str,
     model = make_learner(learner, D, K, {}, seed=3)
     for e in events:
         assert e.kind == "learn" and e.x is not None and e.decision is not None and e.reward is not None
-        model.learn(e.x, Decision.from_state(e.decision), e.reward)
+        as_bit = not isinstance(e.reward, bool) and not model.graded
+        model.learn(
+            e.x, Decision.from_state(e.decision), reward_bit(e.decision_id, e.reward) if as_bit else e.reward
+        )
     return checksum(model.state()), [e.decision_id for e in events]
 
 
@@ -144,7 +150,10 @@ async def test_three_replicas_converge_to_the_offline_replay_for_every_bandit_le
             d = p.json()
             f = await http.post(
                 f"{replicas[(t + 1) % 3].url}/feedback",
-                json={"decision_id": d["decision_id"], "click": d["label_index"] == y},
+                # every fourth a graded reward (issue 38): 0.75 for the right label, else 0.25
+                json={"decision_id": d["decision_id"], "click": d["label_index"] == y}
+                if t % 4
+                else {"decision_id": d["decision_id"], "reward": 0.75 if d["label_index"] == y else 0.25},
             )
             assert f.status_code == 200, f.text
             return learner, d["decision_id"], f.json()["model_version"]

@@ -298,13 +298,15 @@ async def test_activity_adds_up_per_minute_over_replicas(store: Store) -> None:
     await store.create_model("m", CONFIG)
     assert await store.read_activity("m", 0) == {}
     await store.add_activity("m", {101: Activity(1, 0, 0, 1, 0.0), 100: Activity(3, 1, 1, 0, 0.25)})
-    await store.add_activity("m", {101: Activity(2, 1, 0, 0, 0.5)})  # another replica, the same minute
+    # another replica, the same minute; graded rewards add up too
+    await store.add_activity("m", {101: Activity(2, 1, 0, 0, 0.5, 1, 0.375)})
+    await store.add_activity("m", {101: Activity(graded=1, graded_sum=0.25)})
     assert await store.read_activity("m", 0) == {
         100: Activity(3, 1, 1, 0, 0.25),
-        101: Activity(3, 1, 0, 1, 0.5),
+        101: Activity(3, 1, 0, 1, 0.5, 2, 0.625),
     }
     assert list(await store.read_activity("m", 0)) == [100, 101]  # minute order
-    assert await store.read_activity("m", 101) == {101: Activity(3, 1, 0, 1, 0.5)}
+    assert await store.read_activity("m", 101) == {101: Activity(3, 1, 0, 1, 0.5, 2, 0.625)}
     assert await store.read_activity("m", 102) == {}
     await store.create_model("other", CONFIG)
     assert await store.read_activity("other", 0) == {}  # per model

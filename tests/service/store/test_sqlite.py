@@ -349,18 +349,29 @@ async def test_the_decision_log_shares_the_records_bytes_and_frees_them_with_the
     await s.close()
 
 
+def downgrade(path: Path, version: int, script: str = "") -> None:
+    """Put the file at ``path`` back to schema ``version``, as its files hold it: ``script`` undoes
+    what came after ``version`` but the graded counters of schema 5, which this undoes."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        f"{script}ALTER TABLE models DROP COLUMN graded; ALTER TABLE models DROP COLUMN graded_sum; "
+        f"PRAGMA user_version = {version};"
+    )
+    db.close()
+
+
 async def test_a_schema_2_file_gets_an_empty_decision_log(tmp_path: Path) -> None:
     path = tmp_path / SQLITE_FILE
     s = SQLiteStore(path)
     await s.create_model("m", CONFIG)
     await s.put_decision(record("a"))
     await s.close()
-    db = sqlite3.connect(path)  # back to schema 2, as its files hold it
-    db.executescript(
+    downgrade(
+        path,
+        2,
         "DROP TABLE decision_log; DROP TABLE activity; ALTER TABLE models DROP COLUMN logged; "
-        "ALTER TABLE blobs DROP COLUMN logged; PRAGMA user_version = 2;"
+        "ALTER TABLE blobs DROP COLUMN logged; ",
     )
-    db.close()
     s = SQLiteStore(path)
     try:
         assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -379,12 +390,10 @@ async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> No
     await s.create_model("m", CONFIG)
     await s.put_decision(record("a"))
     await s.close()
-    db = sqlite3.connect(path)  # back to schema 3, as its files hold it
-    db.executescript("DROP TABLE activity; PRAGMA user_version = 3;")
-    db.close()
+    downgrade(path, 3, "DROP TABLE activity; ")
     s = SQLiteStore(path)
     try:
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert await s.read_activity("m", 0) == {}
         await s.add_activity("m", {7: Activity(decisions=2, exploration=0.5)})
         assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
@@ -394,6 +403,31 @@ async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> No
     s = SQLiteStore(path)  # and kept across a restart
     try:
         assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
+    finally:
+        await s.close()
+
+
+async def test_a_schema_4_file_gets_the_graded_counters_and_reads_its_clicks(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path)
+    await s.create_model("m", CONFIG)
+    for i in "abc":
+        await s.put_decision(record(i))
+    await s.claim_and_append("a", True, 1.0)
+    await s.claim_and_append("b", False, 1.0)
+    await s.close()
+    downgrade(
+        path, 4, "ALTER TABLE activity DROP COLUMN graded; ALTER TABLE activity DROP COLUMN graded_sum; "
+    )
+    s = SQLiteStore(path)
+    try:
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        c = await s.counts("m")
+        assert (c.clicks, c.no_clicks, c.graded, c.graded_sum, c.mean_reward) == (1, 1, 0, 0.0, 0.5)
+        assert (await s.claim_and_append("c", 0.1 + 0.2, 2.0)).claim.outcome == "reward"  # type: ignore[union-attr]
+        assert [e.reward for e in await s.read_log("m", 0)] == [True, False, 0.1 + 0.2]  # kept exactly
+        c = await s.counts("m")
+        assert (c.graded, c.graded_sum, c.reward_sum) == (1, 0.1 + 0.2, 1 + 0.1 + 0.2)
     finally:
         await s.close()
 

@@ -108,6 +108,7 @@
       ...field("pending", "pending", int(c.pending), "awaiting feedback"),
       group("click rate"),
       ...field("ctr", "click rate (all time)", pct(c.ctr), "clicks / (clicks + no clicks)"),
+      ...field("mean_reward", "mean reward (all time)", pct(c.mean_reward), `over every feedback: a click counts 1, a graded reward its value (${int(c.graded)} graded)`),
       ...field("ctr_ceiling", "ceiling under exploration", pct(s.ctr_ceiling), "1 - exploration: the best click rate this exploration allows when one label is right"),
       ...field("exploration", "exploration (24 h)", pct(s.exploration), "mean probability of showing another label than the top one"),
       group(`on replica ${s.replica}`),
