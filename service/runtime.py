@@ -262,8 +262,6 @@ class ModelRuntime:
     ) -> Decision:
         """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change),
         among the ``eligible`` labels (a mask, :meth:`label_mask`; None: all)."""
-        if eligible is None:
-            return self.learner.decide(self._input(x), decision_rng(decision_id))
         return self.learner.decide(self._input(x), decision_rng(decision_id), eligible)
 
     def label_mask(
