@@ -44,19 +44,30 @@ def status(url: str) -> int | None:
         return None
 
 
-def make_run(clone: Path, env: dict[str, str], limit: float) -> dict[str, float | None]:
-    """``make run`` in ``clone`` until /readyz answers 200: seconds to the first answers."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    start = time.monotonic()
-    proc = subprocess.Popen(
+def start_make_run(clone: Path, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    """``make run`` in ``clone`` on ``port``, in a process group of its own (make, the install and
+    the server: :func:`stop` ends them together)."""
+    return subprocess.Popen(
         ["make", "run", f"PORT={port}"],
         cwd=clone,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,  # make, pip and the server: one group to stop
+        start_new_session=True,
     )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def make_run(clone: Path, env: dict[str, str], limit: float) -> dict[str, float | None]:
+    """``make run`` in ``clone`` until /readyz answers 200: seconds to the first answers."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    start = time.monotonic()
+    proc = start_make_run(clone, env, port)
     got: dict[str, float | None] = {"healthz": None, "readyz": None}
     try:
         while time.monotonic() - start < limit and proc.poll() is None:
@@ -68,8 +79,7 @@ def make_run(clone: Path, env: dict[str, str], limit: float) -> dict[str, float 
                 break
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        stop(proc)
     return got
 
 

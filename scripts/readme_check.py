@@ -16,35 +16,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from first_start import free_port, start_make_run, status, stop  # this directory's
 
 ROOT = Path(__file__).resolve().parents[1]
 # An id README shows (its real output) is replaced by the last one the commands printed: the
 # feedback example answers the decision the predict example just made.
 DECISION_ID = re.compile(r'"decision_id": "([A-Za-z0-9_-]{22})"')
 BLOCK = re.compile(r"(?:<!-- not run: (?P<why>[^>]*?) -->\s*\n)?[ \t]*```sh\n(?P<body>.*?)\n[ \t]*```", re.S)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def main() -> int:
@@ -69,16 +53,9 @@ def main() -> int:
                 skipped.append(f"{first!r}: {m['why']}")
                 continue
             if first.split("#")[0].strip() == "make run":
-                server = subprocess.Popen(
-                    ["make", "run", f"PORT={port}"],
-                    cwd=clone,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+                server = start_make_run(clone, env, port)
                 start = time.monotonic()
-                while not ready(f"http://127.0.0.1:{port}/readyz"):
+                while status(f"http://127.0.0.1:{port}/readyz") != 200:
                     if server.poll() is not None or time.monotonic() - start > 600:
                         failed.append("make run: not ready")
                         return 1
@@ -95,16 +72,15 @@ def main() -> int:
                 print(f"FAIL {first}\n{done.stdout[-800:]}{done.stderr[-800:]}")
             else:
                 print(f"ok   {first}")
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True)
         for line in skipped:
             print(f"skip {line}")
         print(f"{ran} blocks run, {len(failed)} failed, {len(skipped)} not run")
-        print("git status: " + ("clean" if not status.stdout.strip() else f"dirty\n{status.stdout}"))
-        return 0 if not failed and not status.stdout.strip() else 1
+        print("git status: " + ("clean" if not dirty.stdout.strip() else f"dirty\n{dirty.stdout}"))
+        return 0 if not failed and not dirty.stdout.strip() else 1
     finally:
         if server is not None:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            stop(server)
         shutil.rmtree(work, ignore_errors=True)
 
 
