@@ -11,41 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.learners.base import learners, make_learner
+from lab.bench.eligible import D, K, bandit_learners, online_error, teacher
+from service.learners.base import make_learner
 from service.sampling import DecisionIds, decision_rng
 
-BANDIT = [name for name, cls in learners.items() if not cls.full_information]
-D, K = 8, 6
-#: labels 3..5 are ineligible on 60 % of the requests each ("often out of stock")
-OFTEN_OUT = np.array([0.0, 0.0, 0.0, 0.6, 0.6, 0.6])
-
-
-def teacher(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Contexts, the teacher's scores of every label, and per-request eligible sets."""
-    rng = np.random.default_rng(seed)
-    X = (rng.random((n, D)) < 0.4).astype(np.float64)
-    scores = X @ rng.normal(size=(D, K)) + rng.normal(scale=0.1, size=(n, K))
-    sets = rng.random((n, K)) >= OFTEN_OUT
-    return X, scores, sets
-
-
-def online_error(name: str, masked: bool, seed: int = 0, n: int = 6000) -> float:
-    """Online error of ``name`` on the stream (true label: the teacher's best), counted on the rounds
-    whose true label is eligible: with ``masked`` the learner decides among the eligible labels
-    (a round whose true label is not among them is learned from, never clicked, not counted),
-    without it among all labels on the same rounds."""
-    X, scores, sets = teacher(seed, n)
-    y = np.argmax(scores, axis=1)
-    m = make_learner(name, D, K, seed=1)
-    ids = DecisionIds.for_seed(seed)
-    errors = counted = 0
-    for t in range(n):
-        d = m.decide(X[t], decision_rng(ids.new()), sets[t] if masked else None)
-        if sets[t][y[t]]:
-            counted += 1
-            errors += d.label != y[t]
-        m.learn(X[t], d, d.label == y[t])
-    return errors / counted
+BANDIT = bandit_learners()
 
 
 @pytest.mark.parametrize("name", BANDIT)
