@@ -348,6 +348,9 @@ def test_the_page_shows_what_models_says_and_follows_the_clicks(tmp_path: Path) 
             graded = expected(httpx.get(f"{url}/models/news").json())
             assert graded["ctr"] == after["ctr"]
             wait_text(page, 'article[data-model="news"] [data-field="mean_reward"]', graded["mean_reward"])
+            # ... and the chart draws the minute's mean reward (once the activity is flushed)
+            page.wait_for_selector('article[data-model="news"] svg.chart rect.reward-point', timeout=20_000)
+            assert page.locator('article[data-model="news"] figcaption .k-reward').count() == 1
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         assert outside == [], f"requests leaving the machine: {outside}"
         assert errors == [], errors

@@ -175,6 +175,16 @@
     minutes.forEach((m, i) => {
       if (m.ctr !== null) root.append(svg("circle", { class: "minute", cx: x(i), cy: y(m.ctr), r: 2.5 }));
     });
+    // Graded rewards (issue 38): the minute's mean reward beside its click rate, once any arrived.
+    const graded = minutes.some((m) => m.graded > 0);
+    if (graded) {
+      line("reward", minutes.map((m) => m.mean_reward));
+      minutes.forEach((m, i) => {
+        if (m.mean_reward === null) return;
+        const [cx, cy] = [x(i), y(m.mean_reward)];
+        root.append(svg("rect", { class: "reward-point", x: cx - 2.5, y: cy - 2.5, width: 5, height: 5 }));
+      });
+    }
     const ticks = [0, Math.floor(n / 2), n - 1];
     for (const i of ticks) {
       root.append(svg("text", { class: "label", x: x(i), y: H - 6, "text-anchor": "middle" }, hhmm(minutes[i].start)));
@@ -185,6 +195,7 @@
       el("span", { class: "k-minute" }, "click rate per minute"),
       el("span", { class: "k-cumulative" }, "cumulative click rate (24 h)"),
       el("span", { class: "k-ceiling" }, "ceiling under exploration"),
+      graded ? el("span", { class: "k-reward" }, "mean reward per minute") : null,
       el("span", { class: "k-bar" }, "decisions per minute"),
     );
     return el("figure", {}, root, caption);
