@@ -144,7 +144,8 @@ class Rollout:
         Per series (learner low / high, baseline, difference low / high): observations, their sum,
         the sum of squared deviations, of the bets, of bets times observations, and the penalty.
     changed : dict or None
-        The last rollout event applied: position, at, mode, reason.
+        The last rollout event applied: position, at, mode, reason, and for an automatic promotion
+        the evidence it was decided on (the position it was checked at and :meth:`report`).
     """
 
     def __init__(self, mode: Mode, epsilon: float, confidence: float) -> None:
@@ -203,6 +204,8 @@ class Rollout:
         self.restart()
         self.mode = doc["mode"]
         self.changed = {"position": position, "at": at, "mode": self.mode, "reason": doc["reason"]}
+        if doc.get("evidence") is not None:  # an automatic promotion: the figures it was decided on
+            self.changed["evidence"] = doc["evidence"]
 
     @staticmethod
     def event(mode: Mode, reason: str, epoch: int | None = None, evidence: dict | None = None) -> bytes:

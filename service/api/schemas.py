@@ -264,7 +264,8 @@ class RolloutInfo(BaseModel):
     confidence: float = Field(description="Level of the intervals, valid however often they are read.")
     epoch: int = Field(description="Rollout events, resets and imports so far; the evidence is this epoch's.")
     changed: dict[str, Any] | None = Field(
-        description="The last rollout event applied: position (model version), at, mode, reason (admin/auto)."
+        description="The last rollout event applied: position (model version), at, mode, reason (admin "
+        "or auto) and, for an automatic promotion, the evidence it was decided on."
     )
     estimates: RolloutEstimates | None = Field(
         description="From the decisions made in logging or apprentice mode this epoch; null when none."
