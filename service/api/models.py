@@ -136,7 +136,12 @@ async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     return await _info(runtime, await runtime.reset_model(name))
 
 
-@router.post("/{name}/rollout", response_model=ModelInfo, responses=NAMED)
+@router.post(
+    "/{name}/rollout",
+    response_model=ModelInfo,
+    responses=error_responses(400, 404, 413, 422, 503),
+    summary="Switch the model's rollout mode",
+)
 async def set_rollout(name: NamePath, body: RolloutRequest, runtime: RuntimeDep) -> ModelInfo:
     """Switch the model's rollout mode through its log: every replica switches at the same version,
     and the evidence starts over (service.rollout). Answered once this replica applied it."""
