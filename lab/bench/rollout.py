@@ -90,7 +90,9 @@ async def _run(
             reward = p.decision.label == y[t]
             served.append(reward)
             base.append(b == y[t])
-            await runtime.feedback(p.decision_id, bool(reward), wait=True)
+            _, applied = await runtime.feedback(p.decision_id, bool(reward), wait=True)
+            if not applied:  # the next decision would come from an older model: not this benchmark
+                raise RuntimeError(f"feedback {t} was not applied within wait_applied's timeout")
             if (t + 1) % check_every == 0:
                 await runtime.sweep()
                 if m.rollout.mode == "online":
