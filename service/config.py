@@ -281,6 +281,33 @@ class ModelSpec(BaseModel):
         "(GET /models/{name}/log; CLICKBOOST_LOG_RETENTION).",
     )
 
+    # Safe rollout (issue 38 part 5; service.rollout, docs/ARCHITECTURE.md "Safe rollout")
+    rollout: Literal["online", "logging", "apprentice"] = Field(
+        "online",
+        description="online: serve and learn the learner's decisions; logging: serve each request's "
+        "`baseline`, learn nothing, log the learner's would-be distribution; apprentice: serve the "
+        "baseline with probability 1 - apprentice_epsilon and the learner's draw otherwise, and learn "
+        "from every decision. Changed later by POST /models/{name}/rollout or an automatic promotion.",
+    )
+    # 0.2: the learner's evidence grows as epsilon (its IPS terms reach 1 / epsilon) while the
+    # reward given up is at most epsilon times the learner's shortfall: `bench rollout` prints the
+    # trade-off on car (decisions until promotion against the reward while in apprentice mode).
+    apprentice_epsilon: float = Field(
+        0.2, gt=0.0, lt=1.0, description="The learner's share of the traffic in apprentice mode."
+    )
+    # Manual by default: what users see changes only when an operator asks, unless they opt in.
+    promote: Literal["manual", "auto"] = Field(
+        "manual",
+        description="auto: switch to online once the lower confidence bound of (learner - baseline) "
+        "is above 0 over at least promote_min_decisions decisions of apprentice mode.",
+    )
+    # 1000: the intervals are valid at any n, but a learner should be judged on more than its first
+    # minutes of traffic (a drift in the day's mix, say); about a minute at 20 decisions a second.
+    promote_min_decisions: int = Field(1000, ge=1, le=10**12)
+    promote_confidence: float = Field(
+        0.95, ge=0.5, lt=1.0, description="Level of the rollout intervals (anytime-valid; service.rollout)."
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _default_learner(cls, data: Any) -> Any:

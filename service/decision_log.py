@@ -9,7 +9,8 @@ from the event log that checkpoints trim, for ``CLICKBOOST_LOG_RETENTION`` (docs
     {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "model": "news", "model_version": 41,
      "created_at": 1764079200.125, "features": {"idx": [17, 803], "val": [1.0, 31.0], "dim": 1024},
      "probs": [0.0167, 0.9667, 0.0167], "label_index": 1, "label": "politics",
-     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null}
+     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null,
+     "learner_probs": null, "baseline": null}
 
 decision_id : str
     The id ``POST /predict`` answered with.
@@ -42,6 +43,12 @@ eligible : list of int, or null
     The label indices the request allowed (``eligible`` / ``excluded`` of ``POST /predict``),
     increasing; null: every label. ``probs`` is 0 outside them. Records exported before this field
     existed read as null.
+learner_probs : list of float, or null
+    For a decision served in logging or apprentice mode (safe rollout, :mod:`service.rollout`): the
+    learner's own distribution, beside the served ``probs``, so that off-policy evaluation can
+    judge the learner on the baseline's traffic; null otherwise (and in records exported before).
+baseline : int or null
+    Likewise, the index of the request's baseline label.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -114,6 +121,8 @@ class LogRecord:
     reward: int | float | None
     outcome_at: float | None
     eligible: list[int] | None = None
+    learner_probs: list[float] | None = None
+    baseline: int | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -135,6 +144,8 @@ class LogRecord:
             _reward(entry.reward),
             entry.outcome_at,
             None if entry.eligible is None else np.flatnonzero(entry.eligible).tolist(),
+            None if entry.learner_probs is None else entry.learner_probs.tolist(),
+            entry.baseline,
         )
 
     def to_json(self) -> str:
@@ -148,6 +159,8 @@ class LogRecord:
         names = [f.name for f in fields(cls)]
         if isinstance(doc, dict):
             doc.setdefault("eligible", None)  # exported before eligible labels existed
+            doc.setdefault("learner_probs", None)  # exported before safe rollout
+            doc.setdefault("baseline", None)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)

@@ -31,6 +31,7 @@ from service.decision_log import LogRecord, pages
 from service.evaluations import Evaluations
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
+from service.rollout import Rollout, served
 from service.sampling import DecisionIds, decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode, encode_sparse
 from service.store import (
@@ -217,6 +218,8 @@ class ModelRuntime:
         self.labels = spec.label_names
         self._label_index = {name: i for i, name in enumerate(self.labels)}
         self.learner = build_learner(spec)
+        # Safe rollout (service.rollout): the mode and its evidence, changed only by log events
+        self.rollout = Rollout(spec.rollout, spec.apprentice_epsilon, spec.promote_confidence)
         self.position = 0
         self.checkpoint_position = 0
         self.checkpoint_at = time.monotonic()
@@ -258,11 +261,52 @@ class ModelRuntime:
         return x
 
     def decide(
-        self, x: np.ndarray | SparseVector, decision_id: str, eligible: np.ndarray | None = None
+        self,
+        x: np.ndarray | SparseVector,
+        decision_id: str,
+        eligible: np.ndarray | None = None,
+        baseline: str | int | None = None,
     ) -> Decision:
-        """The learner's decision for ``x``, sampling seeded by ``decision_id`` (no model change),
-        among the ``eligible`` labels (a mask, :meth:`label_mask`; None: all)."""
-        return self.learner.decide(self._input(x), decision_rng(decision_id), eligible)
+        """The decision served for ``x``, sampling seeded by ``decision_id`` (no model change),
+        among the ``eligible`` labels (a mask, :meth:`label_mask`; None: all): the learner's own,
+        or in logging and apprentice mode the distribution around the request's ``baseline``
+        (:func:`service.rollout.served`; :class:`ParamError` when it is missing or not eligible)."""
+        b = self.baseline_index(baseline, eligible)
+        rng = decision_rng(decision_id)
+        x = self._input(x)
+        own = self.learner.decide(x, rng, eligible)
+        r = self.rollout
+        if r.mode == "online":
+            return own
+        assert b is not None
+        return served(self.learner, x, own, r.mode, b, r.epsilon, r.epoch, rng)
+
+    def baseline_index(self, baseline: str | int | None, eligible: np.ndarray | None) -> int | None:
+        """The index of the request's ``baseline`` label (a name or an index); :class:`ParamError`
+        (422) when it is unknown or not eligible, or missing while the model serves baselines."""
+        if baseline is None:
+            if self.rollout.mode != "online":
+                raise ParamError(
+                    f"baseline is required: model {self.name!r} is in {self.rollout.mode} mode "
+                    "(give the label your current policy would show, as a name or an index)"
+                )
+            return None
+        k = len(self.labels)
+        if isinstance(baseline, int):
+            if not 0 <= baseline < k:
+                raise ParamError(
+                    f"unknown baseline label index {baseline} (model {self.name!r} has labels 0..{k - 1})"
+                )
+            index = baseline
+        elif baseline in self._label_index:
+            index = self._label_index[baseline]
+        else:
+            raise ParamError(
+                f"unknown baseline label {baseline!r} (model {self.name!r} has {', '.join(self.labels)})"
+            )
+        if eligible is not None and not eligible[index]:
+            raise ParamError(f"baseline label {self.labels[index]!r} is not eligible for this request")
+        return index
 
     def label_mask(
         self, eligible: Sequence[str | int] | None, excluded: Sequence[str | int] | None
@@ -306,19 +350,42 @@ class ModelRuntime:
             return reward
         return reward_bit(event.decision_id, reward)
 
+    def observe(self, event: Event) -> bool:
+        """Add the learn ``event`` to the rollout evidence when its decision was made in logging or
+        apprentice mode; return whether the learner learns from it (not from a logging decision)."""
+        assert event.decision is not None and event.reward is not None
+        mode = event.decision.get("memo.rollout")
+        if mode is None:
+            return True
+        self.rollout.observe(Decision.from_state(event.decision), float(event.reward))
+        return mode != "logging"
+
     def apply(self, event: Event) -> None:
         """Apply the next event of the log (its position must be ``self.position + 1``)."""
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
-            x = self._input(self.featurise.unpack(event.x))
-            self._checksum = None
-            self.learner.learn(x, Decision.from_state(event.decision), self._reward(event))
-        elif event.kind == "reset":
-            self.learner = build_learner(self.spec)
-        else:
+            if self.observe(event):
+                x = self._input(self.featurise.unpack(event.x))
+                self._checksum = None
+                self.learner.learn(x, Decision.from_state(event.decision), self._reward(event))
+        elif event.kind == "rollout":
             assert event.state is not None
-            self.learner = learner_from_state(self.learner.config(), decode(event.state))
+            self.rollout.apply_event(event.state, event.position, event.at)
+        else:
+            if event.kind == "reset":
+                self.learner = build_learner(self.spec)
+            else:
+                assert event.state is not None
+                self.learner = learner_from_state(self.learner.config(), decode(event.state))
+            if self.rollout.mode != "online":  # evidence about the learner replaced does not carry over
+                self.rollout.restart()
         self.position = event.position
+
+    def checkpoint_state(self) -> State:
+        """What a checkpoint stores: the learner's state (views), and the rollout's keys unless the
+        model has been online from the start (its checkpoints are then the learner's state alone)."""
+        state = self.learner.state(copy=False)
+        return {**state, **self.rollout.to_state()} if self.rollout.persistent else state
 
     def learned(self, event: Event) -> Learner:
         """A copy of the learner that has learned ``event`` (a learn), leaving the model as it was:
@@ -568,16 +635,21 @@ class Runtime:
             return
         config = m.learner.config()
         hashed = m.spec.hashing_bits is not None
+        rollout = Rollout(m.spec.rollout, m.spec.apprentice_epsilon, m.spec.promote_confidence)
 
         def load() -> Learner:
-            learner = learner_from_state(config, decode(cp.state))
+            state = decode(cp.state)
+            keys = [k for k in state if k.startswith("rollout.")]
+            if keys:  # the rollout's mode and evidence at the checkpoint (ModelRuntime.checkpoint_state)
+                rollout.load({k: state.pop(k) for k in keys})
+            learner = learner_from_state(config, state)
             if hashed:  # here, not in the setter on the event loop: a copy of up to K 2**22 weights
                 learner.use_sparse_layout()
             return learner
 
         learner = await asyncio.to_thread(load)
         if cp.position > m.position:  # else a concurrent catch_up got further meanwhile
-            m.learner = learner
+            m.learner, m.rollout = learner, rollout
             m.position = m.checkpoint_position = cp.position
 
     # -- applying the log -----------------------------------------------------------------------
@@ -611,6 +683,9 @@ class Runtime:
             await m.frozen.wait()
         if event.position != m.position + 1:  # applied meanwhile
             return
+        if not m.observe(event):  # a logging decision: evidence only, nothing learned
+            m.position = event.position
+            return
         m.frozen = asyncio.Event()
         try:
             learner = await asyncio.to_thread(m.learned, event)
@@ -637,7 +712,7 @@ class Runtime:
             return
         if m.name in self._checkpoints:
             return
-        position, state = m.position, m.learner.state(copy=False)
+        position, state = m.position, m.checkpoint_state()
         m.checkpoint_position, m.checkpoint_at = position, time.monotonic()
         small = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray)) < INLINE_CHECKPOINT_BYTES
         if small:
@@ -878,12 +953,29 @@ class Runtime:
                     await self.catch_up(m)
                 if expiry.next_due is not None:
                     m.next_expiry = min(expiry.next_due, now + m.spec.reward_window_seconds)
+            if m.rollout.due(m.spec.promote, m.spec.promote_min_decisions):
+                await self._promote(m)
             active = m.trim_due and now >= m.trimmed_at + RETENTION_ACTIVE_SECONDS
             if not scheduled or active or now >= m.next_trim:
                 m.trim_due = False
                 await self.store.trim_decision_log(m.name, older_than, max_count)
                 m.trimmed_at, m.next_trim = now, (now + recheck if self.store.shared else now)
         return n
+
+    async def _promote(self, m: ModelRuntime) -> None:
+        """Append the automatic promotion of ``m`` to online (:mod:`service.rollout`): by the holder
+        of its rollout lease only, once per epoch; every replica switches when it applies the event,
+        which names the epoch so that a duplicate does nothing."""
+        lease = max(3 * self.settings.sweep_interval_seconds, 10.0)
+        if not await self.store.lease(f"rollout:{m.name}", self.replica_id, lease):
+            return
+        r = m.rollout
+        r.requested = r.epoch
+        evidence = {"position": m.position, **r.report()}
+        event = Event(0, "rollout", at=self.clock(), state=r.event("online", "auto", r.epoch, evidence))
+        position = await self.store.append(m.name, event)
+        log.info("model %r promoted to online at log position %d: %s", m.name, position, evidence)
+        await self.catch_up(m)
 
     # -- dashboard: activity and heartbeats -------------------------------------------------------
 
@@ -1001,16 +1093,18 @@ class Runtime:
         features: Sequence[float] | Mapping[str, FeatureValue],
         eligible: Sequence[str | int] | None = None,
         excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
     ) -> Prediction:
         """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
         record the pending decision (the reward window starts now), also in the decision log when
         the model keeps one. The mask travels in the decision's memo, so the learn event and the
-        decision log carry it."""
+        decision log carry it. ``baseline``: the label the caller's own policy would show, served
+        in logging and apprentice mode (:meth:`ModelRuntime.decide`)."""
         m = await self.resolve(name)
         x = m.featurise(features)
         mask = m.label_mask(eligible, excluded)
         decision_id = self.store.route(m.name, self.ids.new())
-        d = m.decide(x, decision_id, mask)
+        d = m.decide(x, decision_id, mask, baseline)
         now = self.clock()
         record = DecisionRecord(
             decision_id,
@@ -1106,6 +1200,15 @@ class Runtime:
         """Replace the learned state by a fresh learner's, through the log (counts are kept)."""
         m = await self.resolve(name, fresh=True)
         position = await self.store.append(name, Event(0, "reset", at=self.clock()))
+        await self.wait_applied(m, position)
+        return m
+
+    async def set_rollout(self, name: str, mode: str) -> ModelRuntime:
+        """Switch ``name`` to the rollout ``mode`` through its log (every replica at the same
+        position); the evidence starts over (:mod:`service.rollout`)."""
+        m = await self.resolve(name, fresh=True)
+        event = Event(0, "rollout", at=self.clock(), state=m.rollout.event(mode, "admin"))  # type: ignore[arg-type]
+        position = await self.store.append(name, event)
         await self.wait_applied(m, position)
         return m
 

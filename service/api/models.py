@@ -16,7 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.api.auth import require_admin
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.predict import RuntimeDep
-from service.api.schemas import ModelCounts, ModelInfo, ModelList, StateImported, error_responses
+from service.api.schemas import (
+    ModelCounts,
+    ModelInfo,
+    ModelList,
+    RolloutInfo,
+    RolloutRequest,
+    StateImported,
+    error_responses,
+)
 from service.config import ModelName, ModelSpec
 from service.decision_log import LogRecord
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
@@ -64,6 +72,24 @@ async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
         counts=counts,
         state_bytes=m.learner.nbytes(),
         failure=m.failure,
+        rollout=_rollout(m),
+    )
+
+
+def _rollout(m: ModelRuntime) -> RolloutInfo | None:
+    """The model's rollout state; None for a model online from the start (nothing to report)."""
+    r, spec = m.rollout, m.spec
+    if not r.persistent:
+        return None
+    return RolloutInfo(
+        mode=r.mode,
+        epsilon=spec.apprentice_epsilon,
+        promote=spec.promote,
+        min_decisions=spec.promote_min_decisions,
+        confidence=spec.promote_confidence,
+        epoch=r.epoch,
+        changed=r.changed,
+        estimates=r.report() if r.n else None,
     )
 
 
@@ -108,6 +134,18 @@ async def delete_model(name: NamePath, runtime: RuntimeDep) -> Response:
 async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     """Forget everything learned (through the event log; counts are kept)."""
     return await _info(runtime, await runtime.reset_model(name))
+
+
+@router.post(
+    "/{name}/rollout",
+    response_model=ModelInfo,
+    responses=error_responses(400, 404, 413, 422, 503),
+    summary="Switch the model's rollout mode",
+)
+async def set_rollout(name: NamePath, body: RolloutRequest, runtime: RuntimeDep) -> ModelInfo:
+    """Switch the model's rollout mode through its log: every replica switches at the same version,
+    and the evidence starts over (service.rollout). Answered once this replica applied it."""
+    return await _info(runtime, await runtime.set_rollout(name, body.mode))
 
 
 @router.get(

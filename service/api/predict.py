@@ -81,7 +81,7 @@ async def predict(request: Request) -> Response:
     check_api_key(request)
     body = parse(PredictRequest, await request.body())
     runtime: Runtime = request.app.state.runtime
-    p = await runtime.predict(body.model, body.features, body.eligible, body.excluded)
+    p = await runtime.predict(body.model, body.features, body.eligible, body.excluded, body.baseline)
     metrics.DECISIONS.labels(p.model).inc()
     d = p.decision
     probs = d.probs.tolist()

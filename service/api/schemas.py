@@ -83,6 +83,11 @@ class PredictRequest(BaseModel):
         max_length=10_000,
         description="These labels may not be served (names or 0-based indices); not with `eligible`.",
     )
+    baseline: StrictInt | Annotated[StrictStr, Field(max_length=200)] | None = Field(
+        None,
+        description="The label your current policy would show (name or 0-based index; must be eligible). "
+        "Required while the model's rollout is logging or apprentice, ignored (but checked) when online.",
+    )
 
 
 class RankedLabel(BaseModel):
@@ -225,6 +230,54 @@ class ModelInfo(BaseModel):
         description="Set while this replica cannot apply the model's next event: it serves its last "
         "good state and retries with back-off; null when healthy.",
     )
+    rollout: RolloutInfo | None = Field(
+        None, description="Safe rollout: the mode and, outside online mode or once it left it, the evidence."
+    )
+
+
+class Interval(BaseModel):
+    """An estimated mean reward and its anytime-valid interval (``service.rollout``)."""
+
+    value: float | None = Field(
+        description="The IPS estimate; null where the log only bounds it (the learner in logging mode)."
+    )
+    low: float
+    high: float
+
+
+class RolloutEstimates(BaseModel):
+    """The evidence of the current rollout epoch, from the decisions with a known reward."""
+
+    n: int = Field(description="Decisions of this epoch with a known reward.")
+    learner: Interval = Field(description="The learner's own policy's mean reward.")
+    baseline: Interval = Field(description="The baseline's mean reward.")
+    difference: Interval = Field(description="Learner minus baseline.")
+
+
+class RolloutInfo(BaseModel):
+    """A model's safe-rollout state (``service.rollout``), the same on every replica at a version."""
+
+    mode: Literal["online", "logging", "apprentice"]
+    epsilon: float = Field(description="The learner's share of the traffic in apprentice mode.")
+    promote: Literal["manual", "auto"]
+    min_decisions: int
+    confidence: float = Field(description="Level of the intervals, valid however often they are read.")
+    epoch: int = Field(description="Rollout events, resets and imports so far; the evidence is this epoch's.")
+    changed: dict[str, Any] | None = Field(
+        description="The last rollout event applied: position (model version), at, mode, reason (admin "
+        "or auto) and, for an automatic promotion, the evidence it was decided on."
+    )
+    estimates: RolloutEstimates | None = Field(
+        description="From the decisions made in logging or apprentice mode this epoch; null when none."
+    )
+
+
+class RolloutRequest(BaseModel):
+    """Body of ``POST /models/{name}/rollout``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["online", "logging", "apprentice"]
 
 
 class ModelList(BaseModel):

@@ -289,6 +289,13 @@ class BanditBoost(Learner):
         label, p = gamma_mix_sample(greedy, self.n_labels, self.params.delta, rng.random())
         return Decision(p, label, {"greedy": greedy, "h": h[:, label].copy(), "f": float(f[label])})
 
+    def relabel(self, x: np.ndarray | SparseVector, decision: Decision, label: int) -> Decision:
+        """The memo holds the weak learners' votes ``h`` and the booster's score ``f`` of the drawn
+        label: recomputed here for ``label`` (the model as it decided, nothing changed)."""
+        h, f = self.weak_.votes(x, self.alpha_)
+        memo = {**decision.memo, "h": h[:, label].copy(), "f": float(f[label])}
+        return Decision(decision.probs, label, memo)
+
     def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         kappa = decision.label

@@ -522,6 +522,13 @@ class Learner(Stateful, abc.ABC):
         :attr:`graded`, a reward in (0, 1))."""
         raise NotImplementedError(f"{self.name} is a full-information learner: use learn_full")
 
+    def relabel(self, x: np.ndarray, decision: Decision, label: int) -> Decision:
+        """``decision`` as if its draw had given ``label``: what ``learn`` needs when another label of
+        the same distribution is served (:func:`service.rollout.served`, apprentice mode, serves the
+        baseline or the learner's draw from a mixture). Must not change the model. The default keeps
+        the memo: right for every learner whose memo does not depend on the drawn label."""
+        return Decision(decision.probs, label, decision.memo)
+
     def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
         """Full-information update with the true label ``y`` (reference learners only)."""
         raise NotImplementedError(f"{self.name} learns from bandit feedback: use learn")

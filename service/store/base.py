@@ -81,7 +81,7 @@ __all__ = [
     "feedback_outcome",
 ]
 
-EventKind = Literal["learn", "reset", "import"]
+EventKind = Literal["learn", "reset", "import", "rollout"]
 #: "reward": feedback with a graded reward strictly between 0 and 1 (issue 38).
 Outcome = Literal["click", "no_click", "reward", "expired"]
 #: A logged decision's outcome: an expiry is "expired" when it taught the default reward (no click),
@@ -177,6 +177,11 @@ class LoggedDecision:
         Unix seconds of the claim (feedback or expiry).
     eligible : ndarray of bool or None
         The labels the request allowed (``memo.eligible`` of the decision); None: every label.
+    learner_probs : ndarray, float64, or None
+        For a decision served in logging or apprentice mode (:mod:`service.rollout`): the learner's
+        own distribution (``memo.policy``), beside the served ``probs``; None otherwise.
+    baseline : int or None
+        Likewise, the request's baseline label (``memo.baseline``).
     """
 
     decision_id: str
@@ -189,6 +194,8 @@ class LoggedDecision:
     reward: Reward | None = None
     outcome_at: float | None = None
     eligible: np.ndarray | None = None
+    learner_probs: np.ndarray | None = None
+    baseline: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +206,10 @@ class Event:
     ----------
     position : int
         1-based position in the model's log; the model version after applying this event.
-    kind : {"learn", "reset", "import"}
+    kind : {"learn", "reset", "import", "rollout"}
         ``learn``: apply ``learner.learn(x, decision, reward)``. ``reset``: replace the model by
         a fresh one from its config. ``import``: replace the learned state by ``state``.
+        ``rollout``: switch the model's rollout mode (:mod:`service.rollout`), ``state`` its JSON.
     decision_id : str
         For ``learn``: the decision learned from; empty otherwise.
     x, decision, reward
@@ -212,7 +220,9 @@ class Event:
     outcome : {"click", "no_click", "reward", "expired"} or None
         For ``learn``: why the reward is what it is.
     state : bytes or None
-        For ``import``: the state encoded by :func:`service.serial.encode`.
+        For ``import``: the state encoded by :func:`service.serial.encode`; for ``rollout``: the
+        change as JSON (:meth:`service.rollout.Rollout.event`). Every store keeps it as it keeps an
+        import's.
     at : float
         Unix seconds when the event was appended.
     """
@@ -486,7 +496,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def append(self, model: str, event: Event) -> int:
-        """Append a ``reset`` or ``import`` event (its ``position`` is ignored); return the position."""
+        """Append a ``reset``, ``import`` or ``rollout`` event (its ``position`` is ignored); return the
+        position."""
 
     @abc.abstractmethod
     async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from service.serial import decode, encode
 
-__all__ = ["decode_decision", "decode_x", "eligible_of", "encode_decision", "encode_x"]
+__all__ = ["decode_decision", "decode_x", "eligible_of", "encode_decision", "encode_x", "rollout_of"]
 
 
 def encode_x(x: np.ndarray) -> bytes:
@@ -35,6 +35,15 @@ def encode_decision(decision: Mapping[str, Any]) -> bytes:
 def decode_decision(data: bytes) -> dict[str, Any]:
     """Inverse of :func:`encode_decision`."""
     return decode(data)
+
+
+def rollout_of(decision: Mapping[str, Any]) -> tuple[np.ndarray | None, int | None]:
+    """The learner's own distribution and the baseline label of a decision served in logging or
+    apprentice mode (``memo.policy``, ``memo.baseline``: :func:`service.rollout.served`), or Nones."""
+    policy = decision.get("memo.policy")
+    if policy is None:
+        return None, None
+    return np.asarray(policy, dtype=np.float64), int(decision["memo.baseline"])
 
 
 def eligible_of(decision: Mapping[str, Any]) -> np.ndarray | None:

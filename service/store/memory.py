@@ -36,7 +36,7 @@ from service.store.base import (
     UnknownModelError,
     feedback_outcome,
 )
-from service.store.codec import eligible_of
+from service.store.codec import eligible_of, rollout_of
 
 
 class _Model:
@@ -264,6 +264,7 @@ class MemoryStore(Store):
                         reward,
                         outcome_at,
                         eligible_of(r.decision),
+                        *rollout_of(r.decision),
                     )
                 )
             i += 1

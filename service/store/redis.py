@@ -120,7 +120,14 @@ from service.store.base import (
     Tail,
     UnknownModelError,
 )
-from service.store.codec import decode_decision, decode_x, eligible_of, encode_decision, encode_x
+from service.store.codec import (
+    decode_decision,
+    decode_x,
+    eligible_of,
+    encode_decision,
+    encode_x,
+    rollout_of,
+)
 
 __all__ = ["RedisStore", "slot_tag"]
 
@@ -286,7 +293,9 @@ return {out, nxt[2] or ''}
 
 # KEYS: meta, decision key, claim key, due, decision log. ARGV: decision id, ttl (ms), x, decision,
 # model_version, created_at, expires_at, then for a logged decision: created_at in whole ms,
-# probabilities, label. Returns 'ok', 'unknown_model' or 'not_new'.
+# probabilities, label, the eligible labels ('' for all), and for a decision served in logging or
+# apprentice mode the learner's own probabilities and the baseline label. Returns 'ok',
+# 'unknown_model' or 'not_new'.
 _PUT_DECISION = (
     _LUA_COMMON
     + """
@@ -307,9 +316,15 @@ if ARGV[8] then
     if ms >= tonumber(ARGV[8]) then eid = ms .. '-' .. (seq + 1) end
   end
   local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[9], 'l', ARGV[10]}
-  if ARGV[11] then  -- the eligible labels, one byte each (only for a decision restricted to some)
+  if ARGV[11] and ARGV[11] ~= '' then  -- the eligible labels, one byte each (only when restricted)
     entry[#entry + 1] = 'e'
     entry[#entry + 1] = ARGV[11]
+  end
+  if ARGV[12] then  -- logging or apprentice mode: the learner's own distribution and the baseline
+    entry[#entry + 1] = 'q'
+    entry[#entry + 1] = ARGV[12]
+    entry[#entry + 1] = 'b'
+    entry[#entry + 1] = ARGV[13]
   end
   redis.call('XADD', KEYS[5], eid, unpack(entry))
   counts[3], counts[4] = 'dlog_last', eid
@@ -771,8 +786,11 @@ class RedisStore(Store):
             probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
             args += [_ms(record.created_at), probs, int(record.decision["label"])]
             mask = eligible_of(record.decision)
-            if mask is not None:
-                args.append(mask.astype(np.uint8).tobytes())
+            policy, baseline = rollout_of(record.decision)
+            if mask is not None or policy is not None:
+                args.append(b"" if mask is None else mask.astype(np.uint8).tobytes())
+            if policy is not None:
+                args += [policy.astype("<f8").tobytes(), baseline]
         status = await self._put_decision(keys=keys, args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
@@ -933,6 +951,8 @@ class RedisStore(Store):
                     int(f[b"l"]),
                     *done,
                     None if b"e" not in f else np.frombuffer(f[b"e"], dtype=np.uint8).astype(bool),
+                    None if b"q" not in f else np.frombuffer(f[b"q"], dtype="<f8").astype(np.float64),
+                    None if b"b" not in f else int(f[b"b"]),
                 )
             )
         return page, (entries[-1][0].decode() if len(entries) == limit else None)

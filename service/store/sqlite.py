@@ -140,7 +140,14 @@ from service.store.base import (
     UnknownModelError,
     feedback_outcome,
 )
-from service.store.codec import decode_decision, decode_x, eligible_of, encode_decision, encode_x
+from service.store.codec import (
+    decode_decision,
+    decode_x,
+    eligible_of,
+    encode_decision,
+    encode_x,
+    rollout_of,
+)
 
 try:
     import fcntl
@@ -895,6 +902,7 @@ class SQLiteStore(Store):
                         None if reward is None else float(reward) if outcome == "reward" else bool(reward),
                         outcome_at,
                         eligible_of(d),
+                        *rollout_of(d),
                     )
                 )
                 if len(page) == limit or time.perf_counter() >= deadline:

@@ -65,6 +65,7 @@ FALLBACK_BODIES: dict[tuple[str, str], Any] = {
         mode="json", exclude_none=True
     ),
     ("post", "/models/{name}/evaluations"): {"policies": ["uniform"], "runs": 2},
+    ("post", "/models/{name}/rollout"): {"mode": "online"},
 }
 
 # Documented answers the app cannot give (a documentation drift, reported). Both 503s: these two
@@ -521,6 +522,11 @@ async def exercise_models(api: Api) -> None:
         await api.call("delete", "/models/{name}/evaluations/{job}", name=name, job=jobs[0], expect=404)
         _, reset = await api.call("post", "/models/{name}/reset", name=name, expect=200)
         assert reset["checksum"] == info["checksum"] and reset["counts"]["decisions"] == 1
+        _, switched = await api.call(
+            "post", "/models/{name}/rollout", name=name, json={"mode": "logging"}, expect=200
+        )
+        assert switched["rollout"]["mode"] == "logging" and switched["version"] == 3
+        await api.call("post", "/models/{name}/rollout", name=name, json={"mode": "no"}, expect=422)
         _, imported = await api.call(
             "put",
             "/models/{name}/state",
@@ -548,6 +554,7 @@ async def exercise_models(api: Api) -> None:
         ]:
             await api.call(method, path, name=name, expect=404)
         await api.call("post", "/models/{name}/evaluations", name=name, json=evaluation, expect=404)
+        await api.call("post", "/models/{name}/rollout", name=name, json={"mode": "online"}, expect=404)
         await api.call(
             "put",
             "/models/{name}/state",
@@ -597,6 +604,7 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, bool]] = [
     ("put", "/models/{name}", raw(b'{"learner": "banditron",'), 400, True),
     ("put", "/models/{name}", raw(b""), 400, True),
     ("post", "/models/{name}/evaluations", raw(b'{"policies": ["uniform"'), 400, True),
+    ("post", "/models/{name}/rollout", raw(b'{"mode": '), 400, True),
     # The state import takes octets, so its 400 is the empty body (a body labelled JSON that does not
     # parse gets 400 too, but JSON is not what it documents).
     ("put", "/models/{name}/state", {"content": b"", "headers": {"content-type": OCTETS}}, 400, False),
@@ -701,6 +709,7 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("get", "/models/{name}/log", "m", {}),
                 ("post", "/models/{name}/evaluations", "m", {"json": {"policies": ["uniform"]}}),
                 ("post", "/models/{name}/reset", "m", {}),
+                ("post", "/models/{name}/rollout", "m", {"json": {"mode": "apprentice"}}),
                 ("put", "/models/{name}/state", "m", {"content": state, "headers": {"content-type": OCTETS}}),
                 ("delete", "/models/{name}", "m", {}),
                 ("get", "/models/{name}/stats", "m", {}),
@@ -779,6 +788,7 @@ async def test_body_limit() -> None:
             ("put", "/models/{name}"),
             ("put", "/models/{name}/state"),
             ("post", "/models/{name}/evaluations"),
+            ("post", "/models/{name}/rollout"),
         }
 
 
