@@ -10,7 +10,7 @@ from the event log that checkpoints trim, for ``CLICKBOOST_LOG_RETENTION`` (docs
      "created_at": 1764079200.125, "features": {"idx": [17, 803], "val": [1.0, 31.0], "dim": 1024},
      "probs": [0.0167, 0.9667, 0.0167], "label_index": 1, "label": "politics",
      "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null,
-     "learner_probs": null, "baseline": null}
+     "learner_probs": null, "baseline": null, "deferred": false, "activated_at": null}
 
 decision_id : str
     The id ``POST /predict`` answered with.
@@ -33,7 +33,8 @@ label : str
 outcome : "click", "no_click", "reward", "expired", "dropped" or null
     null while pending; "reward": feedback gave a graded reward strictly between 0 and 1;
     "expired": the reward window passed and the model learned its default reward (no click);
-    "dropped": it passed with ``default_reward = "drop"`` (nothing learned).
+    "dropped": it passed with ``default_reward = "drop"``, or it was deferred and never activated
+    (nothing learned).
 reward : 1, 0, a number in (0, 1), or null
     The reward learned from: 1 click, 0 no click or expired, the graded reward itself; null when
     pending or dropped.
@@ -49,6 +50,12 @@ learner_probs : list of float, or null
     judge the learner on the baseline's traffic; null otherwise (and in records exported before).
 baseline : int or null
     Likewise, the index of the request's baseline label.
+deferred : bool
+    The decision was made with ``defer`` (issue 38): learned only if activated within its window.
+    Records exported before this field existed read as false.
+activated_at : float or null
+    Unix seconds of its activation (``POST /decisions/{id}/activate``); null while not activated and
+    for a decision not deferred.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -123,6 +130,8 @@ class LogRecord:
     eligible: list[int] | None = None
     learner_probs: list[float] | None = None
     baseline: int | None = None
+    deferred: bool = False
+    activated_at: float | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -146,6 +155,8 @@ class LogRecord:
             None if entry.eligible is None else np.flatnonzero(entry.eligible).tolist(),
             None if entry.learner_probs is None else entry.learner_probs.tolist(),
             entry.baseline,
+            entry.deferred,
+            entry.activated_at,
         )
 
     def to_json(self) -> str:
@@ -161,6 +172,8 @@ class LogRecord:
             doc.setdefault("eligible", None)  # exported before eligible labels existed
             doc.setdefault("learner_probs", None)  # exported before safe rollout
             doc.setdefault("baseline", None)
+            doc.setdefault("deferred", False)  # ... before deferred decisions existed
+            doc.setdefault("activated_at", None)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)

@@ -97,6 +97,8 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "eligible",
         "learner_probs",
         "baseline",
+        "deferred",
+        "activated_at",
     ]
     assert json.loads(line) == {
         "decision_id": "d1",
@@ -113,10 +115,15 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "eligible": None,
         "learner_probs": None,
         "baseline": None,
+        "deferred": False,
+        "activated_at": None,
     }
     assert LogRecord.from_json(line) == rec
-    # exported before issue 38 (eligible labels, safe rollout)
-    old = {k: v for k, v in json.loads(line).items() if k not in ("eligible", "learner_probs", "baseline")}
+    old = {  # exported before issue 38 (eligible labels, safe rollout, deferred decisions)
+        k: v
+        for k, v in json.loads(line).items()
+        if k not in ("eligible", "learner_probs", "baseline", "deferred", "activated_at")
+    }
     assert LogRecord.from_json(json.dumps(old)) == rec
     assert np.array(json.loads(line)["features"]).tobytes() == x.tobytes()  # exact
 
