@@ -9,7 +9,8 @@ from the event log that checkpoints trim, for ``CLICKBOOST_LOG_RETENTION`` (docs
     {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "model": "news", "model_version": 41,
      "created_at": 1764079200.125, "features": {"idx": [17, 803], "val": [1.0, 31.0], "dim": 1024},
      "probs": [0.0167, 0.9667, 0.0167], "label_index": 1, "label": "politics",
-     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null}
+     "outcome": "click", "reward": 1, "outcome_at": 1764079203.5, "eligible": null,
+     "deferred": false, "activated_at": null}
 
 decision_id : str
     The id ``POST /predict`` answered with.
@@ -32,7 +33,8 @@ label : str
 outcome : "click", "no_click", "reward", "expired", "dropped" or null
     null while pending; "reward": feedback gave a graded reward strictly between 0 and 1;
     "expired": the reward window passed and the model learned its default reward (no click);
-    "dropped": it passed with ``default_reward = "drop"`` (nothing learned).
+    "dropped": it passed with ``default_reward = "drop"``, or it was deferred and never activated
+    (nothing learned).
 reward : 1, 0, a number in (0, 1), or null
     The reward learned from: 1 click, 0 no click or expired, the graded reward itself; null when
     pending or dropped.
@@ -42,6 +44,12 @@ eligible : list of int, or null
     The label indices the request allowed (``eligible`` / ``excluded`` of ``POST /predict``),
     increasing; null: every label. ``probs`` is 0 outside them. Records exported before this field
     existed read as null.
+deferred : bool
+    The decision was made with ``defer`` (issue 38): learned only if activated within its window.
+    Records exported before this field existed read as false.
+activated_at : float or null
+    Unix seconds of its activation (``POST /decisions/{id}/activate``); null while not activated and
+    for a decision not deferred.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -114,6 +122,8 @@ class LogRecord:
     reward: int | float | None
     outcome_at: float | None
     eligible: list[int] | None = None
+    deferred: bool = False
+    activated_at: float | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -135,6 +145,8 @@ class LogRecord:
             _reward(entry.reward),
             entry.outcome_at,
             None if entry.eligible is None else np.flatnonzero(entry.eligible).tolist(),
+            entry.deferred,
+            entry.activated_at,
         )
 
     def to_json(self) -> str:
@@ -148,6 +160,8 @@ class LogRecord:
         names = [f.name for f in fields(cls)]
         if isinstance(doc, dict):
             doc.setdefault("eligible", None)  # exported before eligible labels existed
+            doc.setdefault("deferred", False)  # ... before deferred decisions existed
+            doc.setdefault("activated_at", None)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)

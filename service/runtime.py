@@ -15,13 +15,14 @@ import copy
 import logging
 import math
 import os
+import re
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -35,10 +36,14 @@ from service.sampling import DecisionIds, decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode, encode_sparse
 from service.store import (
     ACTIVITY_MINUTES,
+    ActivateOutcome,
+    ActivateStatus,
     Activity,
     Checkpoint,
+    Claim,
     ClaimOutcome,
     ClaimStatus,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     Heartbeat,
@@ -49,7 +54,15 @@ from service.store import (
 )
 from service.store.base import Reward, Tail
 
-__all__ = ["DEMO_MODEL", "ModelRuntime", "Prediction", "Runtime", "build_learner"]
+__all__ = [
+    "DEMO_MODEL",
+    "EVENT_ID",
+    "ModelRuntime",
+    "Prediction",
+    "Runtime",
+    "build_learner",
+    "check_event_id",
+]
 
 log = logging.getLogger("clickboost.runtime")
 
@@ -80,9 +93,17 @@ RECOVERY_SECONDS = 2.0
 ACTIVITY_FLUSH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 2.0
 HEARTBEAT_TTL_SECONDS = 15.0
+# A client-chosen decision id (``event_id``): at most 256 characters as Personalizer's eventId, of a set
+# safe in a URL path segment and in a store key (no braces: Redis hash tags; no slash: the routes).
+# The Redis store appends ".{slot tag}" to every id, and a tag has no dot, so the last dot still
+# separates the tag and two (model, id) pairs never share a routed id.
+EVENT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 # Checkpoints of states under this size are encoded on the event loop: that takes less than handing
 # them to a thread (~20 us for 64 KiB against ~80 us per asyncio.to_thread); larger ones in a thread.
 INLINE_CHECKPOINT_BYTES = 1 << 16
+
+
+_Answer = TypeVar("_Answer", ClaimOutcome, ActivateOutcome)
 
 
 class _LoadFailure(NamedTuple):
@@ -102,6 +123,15 @@ DEMO_MODEL = ModelSpec(  # the default learner
     labels=["sports", "politics", "music"],
     reward_window_seconds=600,
 )
+
+
+def check_event_id(event_id: str) -> str:
+    """``event_id`` if it is a valid client-chosen decision id, else :class:`ParamError` (422) naming it."""
+    if not isinstance(event_id, str) or EVENT_ID.fullmatch(event_id) is None:
+        raise ParamError(
+            f"decision id {str(event_id)[:80]!r}: 1 to 256 characters of A-Z, a-z, 0-9, '_', '.', ':', '-'"
+        )
+    return event_id
 
 
 class ModelUnavailableError(Exception):
@@ -709,9 +739,9 @@ class Runtime:
         """Record the decisions made while the store was down (their reward windows run as usual)."""
         async with self._flush_lock:
             while self._unsaved:
-                # UnknownModelError: its model was deleted meanwhile; ValueError: saved by an earlier
-                # attempt whose reply was lost.
-                with contextlib.suppress(UnknownModelError, ValueError):
+                # UnknownModelError: its model was deleted meanwhile; DecisionExistsError: saved by
+                # an earlier attempt whose reply was lost, or a client-chosen id taken meanwhile.
+                with contextlib.suppress(UnknownModelError, DecisionExistsError):
                     await self.store.put_decision(self._unsaved[0])
                 self._unsaved.popleft()
 
@@ -874,7 +904,9 @@ class Runtime:
                 n += len(expiry.claims)
                 if expiry.claims:
                     m.trim_due = True
-                    self._minute(m.name, now).expired += len(expiry.claims)
+                    # a deferred decision never activated is dropped, not expired (issue 38)
+                    unshown = sum(c.deferred and not c.activated for c in expiry.claims)
+                    self._minute(m.name, now).expired += len(expiry.claims) - unshown
                     await self.catch_up(m)
                 if expiry.next_due is not None:
                     m.next_expiry = min(expiry.next_due, now + m.spec.reward_window_seconds)
@@ -1001,15 +1033,28 @@ class Runtime:
         features: Sequence[float] | Mapping[str, FeatureValue],
         eligible: Sequence[str | int] | None = None,
         excluded: Sequence[str | int] | None = None,
+        *,
+        event_id: str | None = None,
+        defer: bool = False,
     ) -> Prediction:
         """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
         record the pending decision (the reward window starts now), also in the decision log when
         the model keeps one. The mask travels in the decision's memo, so the learn event and the
-        decision log carry it."""
+        decision log carry it.
+
+        ``event_id``: a client-chosen id (:func:`check_event_id`, else :class:`ParamError`); the
+        decision id is then ``store.route(model, event_id)``, deterministic, and seeds the sampling
+        as a drawn id does. It is taken once: :class:`DecisionExistsError` (409) while its pending
+        record or its claim is known (the store inserts it only if absent). While the store is down
+        the decision is served and saved once it is back, as any other (learning from it is then
+        best effort: an id found taken then is not saved). ``defer``: the decision is learned only
+        if :meth:`activate` comes within its reward window (issue 38).
+        """
         m = await self.resolve(name)
         x = m.featurise(features)
         mask = m.label_mask(eligible, excluded)
-        decision_id = self.store.route(m.name, self.ids.new())
+        drawn = self.ids.new() if event_id is None else check_event_id(event_id)
+        decision_id = self.store.route(m.name, drawn)
         d = m.decide(x, decision_id, mask)
         now = self.clock()
         record = DecisionRecord(
@@ -1021,6 +1066,7 @@ class Runtime:
             now,
             now + m.spec.reward_window_seconds,
             m.spec.log_decisions,
+            defer,
         )
         try:
             await self.store.put_decision(record)
@@ -1044,39 +1090,65 @@ class Runtime:
         """Claim the decision and append its learn event; with ``wait``, apply it here first.
 
         ``reward``: the click bit, or a graded reward in [0, 1] (0 and 1 are taken as the bit, so
-        they behave exactly as a click / no click).
+        they behave exactly as a click / no click). A deferred decision not activated yet holds the
+        feedback (HELD): it is learned when :meth:`activate` comes within the window.
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
+        if not isinstance(reward, bool) and reward in (0.0, 1.0):
+            reward = reward == 1.0
+        out = await self._answered(lambda now: self.store.claim_and_append(decision_id, reward, now))
+        applied = False
+        if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
+            applied = await self._learned(out.claim, reward, wait)
+        return out, applied
+
+    async def activate(self, decision_id: str, wait: bool = False) -> ActivateOutcome:
+        """Mark the deferred decision ``decision_id`` as shown (``POST /decisions/{id}/activate``).
+
+        Within its reward window it will be learned: now, from a feedback held for it (the outcome's
+        ``claim`` and ``reward``; with ``wait`` applied here before this returns), or from the
+        feedback to come, or at expiry from the model's default reward. After the window a deferred
+        decision never activated is EXPIRED (dropped); one not deferred is a harmless ALREADY.
+        """
+        out = await self._answered(lambda now: self.store.activate(decision_id, now))
+        if out.status is ActivateStatus.ACTIVATED and out.claim is not None and out.reward is not None:
+            await self._learned(out.claim, out.reward, wait)
+        return out
+
+    async def _answered(self, call: Callable[[float], Awaitable[_Answer]]) -> _Answer:
+        """``call(now)`` against the store for a decision id a client sent (feedback, activation):
+        the decisions made while the store was down are saved first; an unknown id is 503, not 404,
+        for :data:`RECOVERY_SECONDS` after the store was last seen down."""
         try:
             if self._unsaved:  # the decision may be one of them
                 await self._save_unsaved()
-            if not isinstance(reward, bool) and reward in (0.0, 1.0):
-                reward = reward == 1.0
-            out = await self.store.claim_and_append(decision_id, reward, self.clock())
+            out = await call(self.clock())
         except StoreUnavailableError:
             self._store_down_at = time.monotonic()
             raise
-        if out.status is ClaimStatus.UNKNOWN and time.monotonic() - self._store_down_at < RECOVERY_SECONDS:
+        if out.status.value == "unknown" and time.monotonic() - self._store_down_at < RECOVERY_SECONDS:
             raise StoreUnavailableError(
                 "the store is just back; decisions made meanwhile may not be saved yet"
             )
-        applied = False
-        if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
-            counts = self._minute(out.claim.model, out.claim.at)
-            if out.claim.outcome == "click":
-                counts.clicks += 1
-            elif out.claim.outcome == "no_click":
-                counts.no_clicks += 1
-            else:
-                counts.graded += 1
-                counts.graded_sum += reward
-            m = self.models.get(out.claim.model)
-            if wait and m is not None and out.claim.position is not None:
-                applied = await self.wait_applied(m, out.claim.position)
-            else:
-                self._wake.set()
-        return out, applied
+        return out
+
+    async def _learned(self, claim: Claim, reward: Reward, wait: bool) -> bool:
+        """Count a feedback just learned in its minute and let the model apply its event (with
+        ``wait``: here, before returning whether it did)."""
+        counts = self._minute(claim.model, claim.at)
+        if claim.outcome == "click":
+            counts.clicks += 1
+        elif claim.outcome == "no_click":
+            counts.no_clicks += 1
+        else:
+            counts.graded += 1
+            counts.graded_sum += reward
+        m = self.models.get(claim.model)
+        if wait and m is not None and claim.position is not None:
+            return await self.wait_applied(m, claim.position)
+        self._wake.set()
+        return False
 
     # -- administration -------------------------------------------------------------------------
 

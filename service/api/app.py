@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     # APIRoutes stay for the OpenAPI contract. The endpoints take the Request and return a Response.
     for path, endpoint in (("/predict", predict.predict), ("/feedback", predict.feedback)):
         app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
+    app.include_router(predict.activation)
     app.include_router(models.router)
     app.include_router(dashboard.stats)
     app.include_router(dashboard.replicas)

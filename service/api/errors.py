@@ -26,7 +26,7 @@ from service.learners.base import ParamError
 from service.registry import UnknownNameError
 from service.runtime import ModelUnavailableError
 from service.serial import StateFormatError
-from service.store import ModelExistsError, StoreUnavailableError, UnknownModelError
+from service.store import DecisionExistsError, ModelExistsError, StoreUnavailableError, UnknownModelError
 
 RETRY_AFTER_SECONDS = 1
 
@@ -121,6 +121,7 @@ def install(app: FastAPI) -> None:
         (StateFormatError, 422),
         (UnknownModelError, 404),
         (ModelExistsError, 409),
+        (DecisionExistsError, 409),
     ]:
         app.add_exception_handler(exc, _status(code))
 

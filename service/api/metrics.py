@@ -36,8 +36,13 @@ HTTP_SECONDS = Histogram(
 DECISIONS = Counter("clickboost_decisions_total", "Decisions served", ["model"])
 FEEDBACK = Counter(
     "clickboost_feedback_total",
-    "Feedback requests by outcome (click, no_click, duplicate, expired, unknown)",
+    "Feedback requests by outcome (click, no_click, reward, held, duplicate, expired, unknown)",
     ["outcome"],
+)
+ACTIVATIONS = Counter(
+    "clickboost_activations_total",
+    "Activations of deferred decisions by result (activated, already, expired, unknown, not_deferred)",
+    ["result"],
 )
 PENDING = Gauge(
     "clickboost_pending_decisions", "Decisions awaiting feedback", ["model"], multiprocess_mode="mostrecent"

@@ -50,6 +50,9 @@ def model_counts(c: Counts) -> ModelCounts:
         graded=c.graded,
         reward_sum=c.reward_sum,
         mean_reward=c.mean_reward,
+        deferred=c.deferred,
+        activated=c.activated,
+        dropped_unactivated=c.dropped_unactivated,
     )
 
 

@@ -1,4 +1,5 @@
-"""``POST /predict`` and ``POST /feedback``: the two calls a web app makes.
+"""``POST /predict`` and ``POST /feedback``: the two calls a web app makes; and
+``POST /decisions/{decision_id}/activate`` for the decisions it deferred (issue 38).
 
 These two are the hot path. The functions take the raw :class:`Request` and return a
 :class:`Response`, doing by hand what FastAPI's dependency injection would (key check, body
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from service.api import metrics
 from service.api.auth import SECURITY, check_api_key
 from service.api.schemas import (
+    ActivateResponse,
     ErrorBody,
     FeedbackRequest,
     FeedbackResponse,
@@ -28,13 +30,15 @@ from service.api.schemas import (
     error_responses,
 )
 from service.runtime import Runtime
-from service.store import ClaimStatus
+from service.store import ActivateStatus, Claim, ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
 
 # /predict answers during a store outage (the decision is recorded once the store is back), so
 # only /feedback documents 503.
 router = APIRouter(tags=["decisions"], responses=error_responses(401, 413))
+# The activation takes no body: no 413.
+activation = APIRouter(tags=["decisions"], responses=error_responses(401))
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -43,6 +47,24 @@ async def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+WAIT = {
+    "name": "wait",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "boolean", "default": False},
+    "description": "Return only after this process's model applied the update.",
+}
+
+
+def _wait(request: Request) -> bool:
+    return request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
+
+
+def _first(claim: Claim) -> dict[str, Any]:
+    """A claim as the answers' ``first_outcome`` / ``learned`` (:class:`FirstOutcome`)."""
+    return {"outcome": claim.outcome, "model": claim.model, "model_version": claim.position, "at": claim.at}
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -68,7 +90,12 @@ def parse(model: type[M], body: bytes) -> M:
 @router.post(
     "/predict",
     response_model=PredictResponse,
-    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    responses={
+        400: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "The client-chosen `decision_id` is taken"},
+        422: {"model": ErrorBody},
+    },
     summary="Sample a label for a context",
     openapi_extra={"requestBody": _body(PredictRequest), **SECURITY},
 )
@@ -81,7 +108,9 @@ async def predict(request: Request) -> Response:
     check_api_key(request)
     body = parse(PredictRequest, await request.body())
     runtime: Runtime = request.app.state.runtime
-    p = await runtime.predict(body.model, body.features, body.eligible, body.excluded)
+    p = await runtime.predict(
+        body.model, body.features, body.eligible, body.excluded, event_id=body.decision_id, defer=body.defer
+    )
     metrics.DECISIONS.labels(p.model).inc()
     d = p.decision
     probs = d.probs.tolist()
@@ -117,15 +146,7 @@ async def predict(request: Request) -> Response:
     summary="Report whether the user clicked, or a graded reward in [0, 1]",
     openapi_extra={
         "requestBody": _body(FeedbackRequest),
-        "parameters": [
-            {
-                "name": "wait",
-                "in": "query",
-                "required": False,
-                "schema": {"type": "boolean", "default": False},
-                "description": "Return only after this process's model applied the update.",
-            }
-        ],
+        "parameters": [WAIT],
         **SECURITY,
     },
 )
@@ -137,26 +158,79 @@ async def feedback(request: Request) -> Response:
     """
     check_api_key(request)
     body = parse(FeedbackRequest, await request.body())
-    wait = request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
     runtime: Runtime = request.app.state.runtime
-    out, _ = await runtime.feedback(body.decision_id, body.value, wait)
+    out, _ = await runtime.feedback(body.decision_id, body.value, _wait(request))
     claim = out.claim
-    if out.status is ClaimStatus.ACCEPTED and claim is not None and claim.position is not None:
-        metrics.FEEDBACK.labels(claim.outcome).inc()
+    held = out.status is ClaimStatus.HELD
+    if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
+        metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
         ok = FeedbackResponse(
             decision_id=body.decision_id,
             click=body.click,
             reward=float(body.value),
             model=claim.model,
             model_version=claim.position,
+            held=held,
         )
         return Response(ok.model_dump_json(), media_type="application/json")
     metrics.FEEDBACK.labels(out.status.value).inc()
     if claim is None:
         return JSONResponse({"detail": f"unknown decision id {body.decision_id!r}"}, status_code=404)
-    first = {"outcome": claim.outcome, "model": claim.model, "model_version": claim.position, "at": claim.at}
+    first = _first(claim)
     if out.status is ClaimStatus.EXPIRED:
         detail = f"decision {body.decision_id!r}: reward window passed; the model's default reward applies"
         return JSONResponse({"detail": detail, "first_outcome": first}, status_code=410)
     detail = f"decision {body.decision_id!r} was already answered ({claim.outcome}); not learned twice"
     return JSONResponse({"detail": detail, "first_outcome": first}, status_code=409)
+
+
+DecisionPath = Annotated[
+    str, Path(min_length=1, max_length=300, description="The `decision_id` a `POST /predict` answered.")
+]
+
+
+@activation.post(
+    "/decisions/{decision_id}/activate",
+    response_model=ActivateResponse,
+    responses={
+        404: {"model": ErrorBody, "description": "Unknown (or long forgotten) decision id"},
+        410: {
+            "model": ErrorBody,
+            "description": "Deferred and not activated within its reward window: dropped",
+        },
+        422: {"model": ErrorBody},
+        **error_responses(503),
+    },
+    summary="Say that a deferred decision was shown: learn from it",
+    openapi_extra={"parameters": [WAIT], **SECURITY},
+)
+async def activate(request: Request, decision_id: DecisionPath) -> Response:
+    """Activate a decision made with ``defer`` (issue 38): it is learned from only if this arrives
+    within its reward window. A feedback already held for it is learned now (with ``?wait=true``
+    applied by this process's model before the answer); otherwise its feedback, or at expiry the
+    model's default reward. Idempotent: a second activation is 200 ``already_active``; a decision
+    that was not deferred is 200 ``not_deferred``. Key as ``/feedback``.
+    """
+    check_api_key(request)
+    runtime: Runtime = request.app.state.runtime
+    out = await runtime.activate(decision_id, _wait(request))
+    metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
+    if out.status is ActivateStatus.UNKNOWN:
+        return JSONResponse({"detail": f"unknown decision id {decision_id!r}"}, status_code=404)
+    claim = out.claim
+    if out.status is ActivateStatus.EXPIRED:
+        detail = (
+            f"decision {decision_id!r}: deferred and not activated within its reward window; "
+            "dropped, nothing learned"
+        )
+        body: dict[str, Any] = {"detail": detail}
+        if claim is not None:
+            body["first_outcome"] = _first(claim)
+        return JSONResponse(body, status_code=410)
+    status = "activated" if out.status is ActivateStatus.ACTIVATED else "already_active"
+    ok = ActivateResponse(
+        decision_id=decision_id,
+        status=status if out.deferred else "not_deferred",
+        learned=None if claim is None else _first(claim),  # type: ignore[arg-type]
+    )
+    return Response(ok.model_dump_json(), media_type="application/json")

@@ -83,6 +83,23 @@ class PredictRequest(BaseModel):
         max_length=10_000,
         description="These labels may not be served (names or 0-based indices); not with `eligible`.",
     )
+    defer: StrictBool = Field(
+        False,
+        description="Learn from this decision only if `POST /decisions/{decision_id}/activate` arrives "
+        "within its reward window (the page really showed it); otherwise it is dropped, not given the "
+        "default reward. A feedback before the activation is held until it.",
+    )
+    decision_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="A client-chosen decision id instead of a drawn one; it seeds the sampling as a "
+        "drawn one does. Taken once: 409 while a decision with it is pending or was answered within "
+        "the claim TTL. Ids are one namespace for all models (the feedback names no model). The "
+        "answer's `decision_id` is the one to send the feedback for (the Redis store appends "
+        "`.{slot tag}`).",
+    )
 
 
 class RankedLabel(BaseModel):
@@ -171,13 +188,21 @@ class FeedbackRequest(BaseModel):
 
 
 class FeedbackResponse(BaseModel):
-    """Body of a ``POST /feedback`` answer: the learn event is durably in the model's log."""
+    """Body of a ``POST /feedback`` answer: the learn event is durably in the model's log (or, for a
+    deferred decision not activated yet, the feedback is durably held until the activation)."""
 
     decision_id: str
     click: bool | None = Field(description="The click bit given; null when a reward was given.")
     reward: float = Field(description="The reward learned from: 1 click, 0 no click, or the reward given.")
     model: str
-    model_version: int = Field(description="Log position of this feedback's learn event.")
+    model_version: int | None = Field(
+        description="Log position of this feedback's learn event; null while it is held."
+    )
+    held: bool = Field(
+        False,
+        description="True: the decision is deferred and not activated yet; the feedback is learned when "
+        "`POST /decisions/{decision_id}/activate` arrives within the reward window, else dropped.",
+    )
 
 
 class FirstOutcome(BaseModel):
@@ -187,6 +212,31 @@ class FirstOutcome(BaseModel):
     model: str
     model_version: int | None = Field(description="Log position of its learn event; null when dropped.")
     at: float
+
+
+class ActivateResponse(BaseModel):
+    """Body of a ``POST /decisions/{decision_id}/activate`` answer."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "status": "activated", "learned": None},
+                {"decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ", "status": "not_deferred", "learned": None},
+            ]
+        }
+    )
+
+    decision_id: str
+    status: Literal["activated", "already_active", "not_deferred"] = Field(
+        description="`activated`: now (it will be learned: from its feedback, held or to come, or from "
+        "the model's default reward at expiry); `already_active`: activated before (nothing changes); "
+        "`not_deferred`: the decision was not deferred, activation is not needed (nothing changes)."
+    )
+    learned: FirstOutcome | None = Field(
+        None,
+        description="The decision's outcome if it has one: the held feedback learned at this activation, "
+        "or the feedback or expiry that came before.",
+    )
 
 
 class ErrorBody(BaseModel):
@@ -208,6 +258,11 @@ class ModelCounts(BaseModel):
     reward_sum: float = Field(0.0, description="Sum of the feedbacks' rewards (a click counts 1).")
     mean_reward: float | None = Field(
         None, description="reward_sum / (clicks + no_clicks + graded); null before the first answer."
+    )
+    deferred: int = Field(0, description="Decisions made with `defer`: learned only if activated.")
+    activated: int = Field(0, description="Deferred decisions activated within their reward window.")
+    dropped_unactivated: int = Field(
+        0, description="Deferred decisions never activated: dropped at expiry, nothing learned."
     )
 
 

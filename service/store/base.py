@@ -10,7 +10,16 @@ What the store holds, per model ``name``:
 decision records
     ``{x, decision, model version, created_at, expires_at}`` written by ``POST /predict``, pending
     until claimed by feedback or by expiry. Implementations may forget a pending record after
-    ``expires_at + grace`` (a TTL), never before.
+    ``expires_at + grace`` (a TTL), never before. The id is new: ``put_decision`` inserts it only
+    if absent (no pending record, no claim), atomically, else :class:`DecisionExistsError`.
+deferred decisions (issue 38)
+    A record made with ``deferred=True`` is learned from only if :meth:`Store.activate` arrives
+    within its reward window (the page really showed it). A feedback before that is accepted and
+    held in the pending record (:attr:`ClaimStatus.HELD`); the activation appends its learn event,
+    or the feedback does when the decision is already active: once either way, in one atomic step.
+    At expiry a deferred decision never activated is dropped (no learn event, no default reward,
+    counted in ``dropped_unactivated``, logged "dropped"); an activated one without feedback takes
+    the model's default reward as any other.
 claims
     ``decision_id -> first outcome`` (click / no_click / expired), written in the same atomic step
     that appends the learn event, so a decision is learned from at most once. Kept for
@@ -62,11 +71,14 @@ import numpy as np
 
 __all__ = [
     "ACTIVITY_MINUTES",
+    "ActivateOutcome",
+    "ActivateStatus",
     "Activity",
     "Claim",
     "ClaimOutcome",
     "ClaimStatus",
     "Counts",
+    "DecisionExistsError",
     "DecisionRecord",
     "Event",
     "Expiry",
@@ -110,6 +122,18 @@ class ModelExistsError(ValueError):
     """``create_model`` was asked for a name that is already taken."""
 
 
+class DecisionExistsError(ValueError):
+    """``put_decision`` was given an id that is taken: its pending record or its claim is still known
+    (a client-chosen id reused, HTTP 409)."""
+
+    def __init__(self, decision_id: str) -> None:
+        super().__init__(
+            f"decision id {decision_id!r} is taken (a decision with this id is pending or was answered "
+            "recently); choose a new id"
+        )
+        self.decision_id = decision_id
+
+
 class StoreUnavailableError(ConnectionError):
     """The shared store cannot be reached now; the caller may retry later (HTTP 503)."""
 
@@ -136,6 +160,11 @@ class DecisionRecord:
         Unix seconds; feedback after ``expires_at`` is refused and the default reward applies.
     logged : bool
         Also keep the decision in the model's decision log (the model's ``log_decisions``).
+    deferred : bool
+        Learned from only if activated within the reward window (:meth:`Store.activate`).
+    activated_at : float or None
+        When a deferred decision was activated (as read back by ``get_decision``; None: not yet,
+        or not deferred).
     """
 
     decision_id: str
@@ -146,6 +175,8 @@ class DecisionRecord:
     created_at: float
     expires_at: float
     logged: bool = False
+    deferred: bool = False
+    activated_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +208,10 @@ class LoggedDecision:
         Unix seconds of the claim (feedback or expiry).
     eligible : ndarray of bool or None
         The labels the request allowed (``memo.eligible`` of the decision); None: every label.
+    deferred : bool
+        The decision was deferred (learned only if activated in its window).
+    activated_at : float or None
+        Unix seconds of its activation; None while not activated (and for one not deferred).
     """
 
     decision_id: str
@@ -189,6 +224,8 @@ class LoggedDecision:
     reward: Reward | None = None
     outcome_at: float | None = None
     eligible: np.ndarray | None = None
+    deferred: bool = False
+    activated_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,17 +272,24 @@ class ClaimStatus(enum.Enum):
     DUPLICATE = "duplicate"  # claimed before by feedback; ``claim`` says the first outcome
     EXPIRED = "expired"  # reward window passed (claimed by expiry, or due to be)
     UNKNOWN = "unknown"  # no such pending decision and no claim (never existed, or forgotten)
+    # a deferred decision not activated yet: the feedback is held in its record (``claim`` says it,
+    # position None) and learned when the activation comes within the window, else dropped
+    HELD = "held"
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The first (and only) outcome of a decision."""
+    """The first (and only) outcome of a decision (or a feedback held for a deferred decision)."""
 
     decision_id: str
     model: str
     outcome: Outcome
-    position: int | None  # log position of its learn event; None when the default reward is "drop"
+    # log position of its learn event; None when the default reward is "drop", for a deferred
+    # decision dropped unactivated, and for a held feedback
+    position: int | None
     at: float
+    deferred: bool = False  # the decision was deferred
+    activated: bool = False  # ... and activated (a deferred claim not activated was dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +298,38 @@ class ClaimOutcome:
 
     status: ClaimStatus
     claim: Claim | None = None
+
+
+class ActivateStatus(enum.Enum):
+    """Result of :meth:`Store.activate`."""
+
+    ACTIVATED = "activated"  # activated now (``reward`` set when a held feedback was learned now)
+    ALREADY = "already"  # active already: activated before, or not deferred (``deferred`` False)
+    EXPIRED = "expired"  # deferred, never activated, and its reward window passed: dropped
+    UNKNOWN = "unknown"  # no such pending decision and no claim
+
+
+@dataclass(frozen=True, slots=True)
+class ActivateOutcome:
+    """What :meth:`Store.activate` did.
+
+    Attributes
+    ----------
+    status : ActivateStatus
+    claim : Claim or None
+        The decision's claim if it has one: the one made now when a held feedback was learned at
+        this activation (ACTIVATED), the earlier one (ALREADY, EXPIRED), or the expiry to come
+        (EXPIRED before the sweep, position None).
+    deferred : bool
+        Whether the decision was deferred (an activation of one that was not is a harmless ALREADY).
+    reward : bool, float or None
+        The held feedback's reward, learned at this activation (ACTIVATED only).
+    """
+
+    status: ActivateStatus
+    claim: Claim | None = None
+    deferred: bool = True
+    reward: Reward | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +364,9 @@ class Counts:
     pending: int = 0
     graded: int = 0  # feedbacks with a graded reward strictly between 0 and 1 (issue 38)
     graded_sum: float = 0.0  # the sum of their rewards
+    deferred: int = 0  # decisions made deferred (issue 38)
+    activated: int = 0  # deferred decisions activated within their window
+    dropped_unactivated: int = 0  # deferred decisions dropped at expiry, never activated
 
     @property
     def ctr(self) -> float | None:
@@ -444,7 +523,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def put_decision(self, record: DecisionRecord) -> None:
-        """Save a pending decision and count it; the id must be new."""
+        """Save a pending decision and count it (a deferred one in ``deferred`` too).
+
+        Insert if absent, atomically: :class:`DecisionExistsError` when the id has a pending record
+        or a claim still known (two replicas saving one id: exactly one succeeds).
+        """
 
     @abc.abstractmethod
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -463,6 +546,23 @@ class Store(abc.ABC):
         return ACCEPTED with the claim (its ``position`` is the event's). ``reward`` is the click
         bit or a float strictly between 0 and 1, kept exactly. Exactly one of any number of
         concurrent callers gets ACCEPTED.
+
+        A deferred decision not activated yet: the first feedback is held in its record and HELD
+        returned (the claim to be, position None); a later one is a DUPLICATE of it. Its learn
+        event is appended by :meth:`activate` if that comes within the window.
+        """
+
+    @abc.abstractmethod
+    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+        """Mark a deferred decision as shown, atomically; learn its held feedback if any.
+
+        In one atomic step: a decision with a claim is ALREADY (deferred and activated, or not
+        deferred) or EXPIRED (deferred and dropped unactivated); with no pending record and no
+        claim, UNKNOWN; a pending one not deferred, or activated before, is ALREADY; a deferred one
+        not activated with ``now >= expires_at`` is EXPIRED (the sweep drops it); otherwise it is
+        activated now (``activated`` counted, its decision-log entry marked) and, if a feedback is
+        held, claimed with it and its learn event appended as :meth:`claim_and_append` would
+        (ACTIVATED with the claim and the reward). Exactly one of concurrent callers gets ACTIVATED.
         """
 
     @abc.abstractmethod
@@ -474,7 +574,9 @@ class Store(abc.ABC):
         Each is claimed atomically (a concurrent feedback cannot also claim it) with outcome
         ``expired``; with ``default_reward="no_click"`` a learn event with ``reward=False`` is
         appended for it, with ``"drop"`` nothing is appended (``position`` is ``None``). The
-        expired counter is bumped. Returns the claims made, in log order.
+        expired counter is bumped. A deferred decision never activated is dropped whatever the
+        default reward (a held feedback with it): no event, ``dropped_unactivated`` bumped instead,
+        its claim ``deferred`` and not ``activated``. Returns the claims made, in log order.
         """
 
     async def expire(self, model: str, now: float, default_reward: Literal["no_click", "drop"]) -> Expiry:

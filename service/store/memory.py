@@ -21,12 +21,15 @@ import numpy as np
 
 from service.store.base import (
     ACTIVITY_MINUTES,
+    ActivateOutcome,
+    ActivateStatus,
     Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
     ClaimStatus,
     Counts,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     LoggedDecision,
@@ -52,7 +55,8 @@ class _Model:
         # Heap of (expires_at, decision_id); entries of decisions claimed by feedback stay until due
         # and are skipped then, so the heap holds at most one reward window of decisions.
         self.due: list[tuple[float, str]] = []
-        # The decision log in creation order, entries ``[record, outcome, reward, outcome_at]``
+        # The decision log in creation order, entries ``[record, outcome, reward, outcome_at,
+        # activated_at]``
         # (made into LoggedDecision when read); ``dlog[i]`` has sequence number ``dlog_base + i``,
         # the read cursor. The entries still pending by id, for their outcome.
         self.dlog: list[list[Any]] = []
@@ -70,6 +74,8 @@ class MemoryStore(Store):
         self._pending: dict[str, DecisionRecord] = {}
         self._claims: dict[str, Claim] = {}
         self._claim_order: deque[tuple[float, str]] = deque()  # (forget_at, id), made in time order
+        # Feedback held for deferred decisions not activated yet: id -> (reward, the claim to be)
+        self._held: dict[str, tuple[Reward, Claim]] = {}
 
     def _model(self, name: str) -> _Model:
         try:
@@ -94,6 +100,7 @@ class MemoryStore(Store):
         m = self._model(name)
         for decision_id in m.pending:
             del self._pending[decision_id]
+            self._held.pop(decision_id, None)
         del self._models[name]
 
     async def counts(self, name: str) -> Counts:
@@ -104,14 +111,17 @@ class MemoryStore(Store):
 
     async def put_decision(self, record: DecisionRecord) -> None:
         m = self._model(record.model)
+        self._forget_old_claims(record.created_at)
         if record.decision_id in self._pending or record.decision_id in self._claims:
-            raise ValueError(f"decision id {record.decision_id!r} is not new")
+            raise DecisionExistsError(record.decision_id)
+        record = replace(record, activated_at=None)
         self._pending[record.decision_id] = record
         m.pending.add(record.decision_id)
         heapq.heappush(m.due, (record.expires_at, record.decision_id))
         m.counts.decisions += 1
+        m.counts.deferred += record.deferred
         if record.logged:
-            entry = [record, None, None, None]
+            entry = [record, None, None, None, None]
             m.dlog.append(entry)
             m.dlog_pending[record.decision_id] = entry
 
@@ -127,6 +137,7 @@ class MemoryStore(Store):
         """Remove the pending record, append its learn event (unless ``reward`` is None), record the claim."""
         m = self._models[record.model]
         del self._pending[record.decision_id]
+        self._held.pop(record.decision_id, None)
         m.pending.discard(record.decision_id)
         position = None
         if reward is not None:
@@ -146,8 +157,9 @@ class MemoryStore(Store):
             )
         entry = m.dlog_pending.pop(record.decision_id, None)
         if entry is not None:
-            entry[1:] = ("dropped" if reward is None else outcome, reward, now)
-        claim = Claim(record.decision_id, record.model, outcome, position, now)  # type: ignore[arg-type]
+            entry[1:4] = ("dropped" if reward is None else outcome, reward, now)
+        activated = record.activated_at is not None
+        claim = Claim(record.decision_id, record.model, outcome, position, now, record.deferred, activated)  # type: ignore[arg-type]
         self._claims[record.decision_id] = claim
         self._claim_order.append((now + self.claim_ttl, record.decision_id))
         return claim
@@ -162,8 +174,19 @@ class MemoryStore(Store):
         if record is None:
             return ClaimOutcome(ClaimStatus.UNKNOWN)
         if now >= record.expires_at:
-            pending = Claim(decision_id, record.model, "expired", None, record.expires_at)
+            pending = Claim(decision_id, record.model, "expired", None, record.expires_at, record.deferred)
             return ClaimOutcome(ClaimStatus.EXPIRED, pending)
+        if record.deferred and record.activated_at is None:  # held until the activation
+            held = self._held.get(decision_id)
+            if held is not None:
+                return ClaimOutcome(ClaimStatus.DUPLICATE, held[1])
+            to_be = Claim(decision_id, record.model, feedback_outcome(reward), None, now, True)
+            self._held[decision_id] = (reward, to_be)
+            return ClaimOutcome(ClaimStatus.HELD, to_be)
+        return ClaimOutcome(ClaimStatus.ACCEPTED, self._learn(record, reward, now))
+
+    def _learn(self, record: DecisionRecord, reward: Reward, now: float) -> Claim:
+        """Claim ``record`` with a feedback of ``reward`` and count it."""
         m = self._models[record.model]
         claim = self._claim(record, feedback_outcome(reward), reward, now)
         if not isinstance(reward, bool):
@@ -173,7 +196,33 @@ class MemoryStore(Store):
             m.counts.clicks += 1
         else:
             m.counts.no_clicks += 1
-        return ClaimOutcome(ClaimStatus.ACCEPTED, claim)
+        return claim
+
+    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+        self._forget_old_claims(now)
+        claim = self._claims.get(decision_id)
+        if claim is not None:
+            if claim.deferred and not claim.activated:
+                return ActivateOutcome(ActivateStatus.EXPIRED, claim)
+            return ActivateOutcome(ActivateStatus.ALREADY, claim, claim.deferred)
+        record = self._pending.get(decision_id)
+        if record is None:
+            return ActivateOutcome(ActivateStatus.UNKNOWN)
+        if not record.deferred or record.activated_at is not None:
+            return ActivateOutcome(ActivateStatus.ALREADY, None, record.deferred)
+        if now >= record.expires_at:
+            pending = Claim(decision_id, record.model, "expired", None, record.expires_at, True)
+            return ActivateOutcome(ActivateStatus.EXPIRED, pending)
+        m = self._models[record.model]
+        record = self._pending[decision_id] = replace(record, activated_at=now)
+        m.counts.activated += 1
+        entry = m.dlog_pending.get(decision_id)
+        if entry is not None:
+            entry[4] = now
+        held = self._held.get(decision_id)
+        if held is None:
+            return ActivateOutcome(ActivateStatus.ACTIVATED)
+        return ActivateOutcome(ActivateStatus.ACTIVATED, self._learn(record, held[0], now), reward=held[0])
 
     async def expire_due(
         self, model: str, now: float, default_reward: Literal["no_click", "drop"]
@@ -185,6 +234,10 @@ class MemoryStore(Store):
             _, decision_id = heapq.heappop(m.due)
             record = self._pending.get(decision_id)
             if record is None:  # claimed by feedback in time
+                continue
+            if record.deferred and record.activated_at is None:  # never shown: dropped, held feedback too
+                out.append(self._claim(record, "expired", None, now))
+                m.counts.dropped_unactivated += 1
                 continue
             reward = False if default_reward == "no_click" else None
             out.append(self._claim(record, "expired", reward, now))
@@ -246,7 +299,7 @@ class MemoryStore(Store):
             i = max(int(after) + 1 - m.dlog_base, 0)
         page: list[LoggedDecision] = []
         while i < len(log) and len(page) < limit:
-            r, outcome, reward, outcome_at = log[i]
+            r, outcome, reward, outcome_at, activated_at = log[i]
             if r.created_at >= until:
                 return page, None
             if r.created_at >= since:
@@ -264,6 +317,8 @@ class MemoryStore(Store):
                         reward,
                         outcome_at,
                         eligible_of(r.decision),
+                        r.deferred,
+                        activated_at,
                     )
                 )
             i += 1

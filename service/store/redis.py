@@ -27,6 +27,8 @@ the decision's model, ``{name}``: the model name as hash tag):
 ``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
                                                 decision/click/no-click/expired counts,
                                                 ``graded`` / ``graded_sum`` (graded rewards),
+                                                ``deferred`` / ``activated`` /
+                                                ``dropped_unactivated`` (deferred decisions),
                                                 ``dlog_last`` / ``dlog_min``: the decision log's last
                                                 entry id and the least one kept
 ``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
@@ -40,12 +42,17 @@ the decision's model, ``{name}``: the model name as hash tag):
                                                 (created_at), ``x`` (as in the record), ``p``
                                                 (probabilities, float64 little-endian), ``l`` (label)
 ``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
-                                                at`` (reward ``-`` when dropped)
+                                                at`` (reward ``-`` when dropped); ``id:a`` -> the
+                                                activation time of a deferred one
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
                                         zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
 ``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
-                                                ``lg``: its decision-log entry id, when logged
-``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``;
+                                                ``lg``: its decision-log entry id, when logged; a
+                                                deferred one: ``df`` 1, ``ac`` (activation time) and
+                                                a held feedback ``hr`` / ``ho`` / ``ha`` (reward,
+                                                outcome, time)
+``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``,
+                                                ``df`` / ``ac`` (deferred, activated: 1 or empty);
                                                 TTL ``claim_ttl`` (``forget_at`` honours the caller's clock)
 ``{p}lease:{name}``                     string  a lease (``checkpoint:{model}``) and its holder, with a TTL
 ``{p}replica:{id}``, ``{p}replicas``    string, a replica's last heartbeat (JSON, TTL); the ids that
@@ -102,12 +109,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.store.base import (
     ACTIVITY_MINUTES,
+    ActivateOutcome,
+    ActivateStatus,
     Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
     ClaimStatus,
     Counts,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     Expiry,
@@ -174,15 +184,17 @@ end
 local function notify(p, m, on, pos)
   if on == '1' then redis.call('SPUBLISH', mk(p, m, 'notify'), pos) end
 end
+-- A live claim: model, outcome, position, at, forget_at, deferred ('1' or ''), activated ('1' or '').
 local function live_claim(ck, now)
-  local c = redis.call('HMGET', ck, 'model', 'outcome', 'position', 'at', 'forget_at')
+  local c = redis.call('HMGET', ck, 'model', 'outcome', 'position', 'at', 'forget_at', 'df', 'ac')
   if not c[1] then return nil end
   if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil end
+  c[6], c[7] = c[6] or '', c[7] or ''
   return c
 end
-local function claim(ck, dkey, due, id, m, outcome, position, now, forget_at, claim_ttl_ms)
+local function claim(ck, dkey, due, id, m, outcome, position, now, forget_at, claim_ttl_ms, df, ac)
   redis.call('HSET', ck, 'model', m, 'outcome', outcome, 'position', position, 'at', now,
-             'forget_at', forget_at)
+             'forget_at', forget_at, 'df', df, 'ac', ac)
   redis.call('PEXPIRE', ck, claim_ttl_ms)
   redis.call('DEL', dkey)
   redis.call('ZREM', due, id)
@@ -192,22 +204,49 @@ local function entry_id(eid)
   local ms, seq = string.match(eid, '^(%d+)-(%d+)$')
   return tonumber(ms), tonumber(seq)
 end
--- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry
--- (its id is below ``low``, the meta's dlog_min); reading the entry itself would copy its features.
+-- Whether the decision-log entry ``lg`` was forgotten by the retention (its id is below ``low``, the
+-- meta's dlog_min); reading the entry itself would copy its features.
+local function forgotten(lg, low)
+  if not low then return false end
+  local ms, seq = entry_id(lg)
+  local lms, lseq = entry_id(low)
+  return ms < lms or (ms == lms and seq < lseq)
+end
+-- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry.
 local function log_outcome(p, m, id, lg, low, outcome, reward, now)
-  if not lg then return end
-  if low then
-    local ms, seq = entry_id(lg)
-    local lms, lseq = entry_id(low)
-    if ms < lms or (ms == lms and seq < lseq) then return end
-  end
+  if not lg or forgotten(lg, low) then return end
   redis.call('HSET', mk(p, m, 'dout'), id, outcome .. ' ' .. reward .. ' ' .. now)
+end
+-- A feedback's reward as sent ('1', '0' or a graded reward's text): its outcome and counter.
+local function outcome_of(click)
+  if click == '1' then return 'click', 'clicks' end
+  if click == '0' then return 'no_click', 'no_clicks' end
+  return 'reward', 'graded'
+end
+-- Claim the pending decision ``r`` (HMGET model, x, decision, expires_at, lg) with the feedback
+-- ``click``: its learn event, counters, decision-log outcome and claim (``df``: deferred, so also
+-- activated). Returns the event's position.
+local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, dkey, ck, df)
+  local m = r[1]
+  local outcome, counter = outcome_of(click)
+  local meta = mk(p, m, 'meta')
+  local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
+  local pos = (tonumber(v[1]) or 0) + 1
+  redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
+             'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
+  redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
+  if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
+  log_outcome(p, m, id, r[5], v[3], outcome, click, now)
+  claim(ck, dkey, mk(p, m, 'due'), id, m, outcome, pos, now, forget_at, claim_ttl_ms, df, df)
+  notify(p, m, on, pos)
+  return pos
 end
 """
 
 # KEYS: decision key, claim key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
 # reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0).
-# Returns {status, model, outcome, position ('' if none), at}.
+# Returns {status, model, outcome, position ('' if none), at, deferred, activated}; a deferred decision
+# not activated yet holds the feedback in its record ('held').
 _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
@@ -216,49 +255,79 @@ local c = live_claim(KEYS[2], now)
 if c then
   local status = 'duplicate'
   if c[2] == 'expired' then status = 'expired' end
-  return {status, c[1], c[2], c[3], c[4]}
+  return {status, c[1], c[2], c[3], c[4], c[6], c[7]}
 end
-local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg')
+local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'ha')
 if not r[1] then return {'unknown'} end
-if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4]} end
+local df = r[6] or ''
+if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4], df, ''} end
+local outcome = outcome_of(click)
+if df == '1' and not r[7] then
+  if r[8] then return {'duplicate', r[1], r[8], '', r[9], '1', ''} end
+  redis.call('HSET', KEYS[1], 'hr', click, 'ho', outcome, 'ha', now)
+  return {'held', r[1], outcome, '', now, '1', ''}
+end
+local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], KEYS[1], KEYS[2], df)
+return {'accepted', r[1], outcome, tostring(pos), now, df, df}
+"""
+)
+
+# KEYS: decision key, claim key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
+# Returns {status, deferred} or {status, deferred, model, outcome, position, at, activated, reward}
+# when there is a claim (the held feedback's reward when it was learned now).
+_ACTIVATE = (
+    _LUA_COMMON
+    + """
+local p, id, now = ARGV[1], ARGV[2], ARGV[3]
+local c = live_claim(KEYS[2], now)
+if c then
+  local status = 'already'
+  if c[6] == '1' and c[7] ~= '1' then status = 'expired' end  -- dropped unactivated
+  return {status, c[6], c[1], c[2], c[3], c[4], c[7], ''}
+end
+local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'hr')
+if not r[1] then return {'unknown', ''} end
+if r[6] ~= '1' or r[7] then return {'already', r[6] or ''} end
+if tonumber(now) >= tonumber(r[4]) then return {'expired', '1', r[1], 'expired', '', r[4], '', ''} end
 local m = r[1]
-local outcome, counter = 'no_click', 'no_clicks'
-if click == '1' then outcome, counter = 'click', 'clicks'
-elseif click ~= '0' then outcome, counter = 'reward', 'graded' end
 local meta = mk(p, m, 'meta')
-local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
-local pos = (tonumber(v[1]) or 0) + 1
-redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-           'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
-redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
-if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
-log_outcome(p, m, id, r[5], v[3], outcome, click, now)
-claim(KEYS[2], KEYS[1], mk(p, m, 'due'), id, m, outcome, pos, now, ARGV[5], ARGV[6])
-notify(p, m, ARGV[7], pos)
-return {'accepted', m, outcome, tostring(pos), now}
+redis.call('HSET', KEYS[1], 'ac', now)
+redis.call('HINCRBY', meta, 'activated', 1)
+if r[5] and not forgotten(r[5], redis.call('HGET', meta, 'dlog_min')) then
+  redis.call('HSET', mk(p, m, 'dout'), id .. ':a', now)
+end
+if not r[8] then return {'activated', '1'} end
+local pos = learn(p, id, r, r[9], now, ARGV[4], ARGV[5], ARGV[6], KEYS[1], KEYS[2], '1')
+return {'activated', '1', m, r[8], tostring(pos), now, '1', r[9]}
 """
 )
 
 # KEYS: meta, due. ARGV: prefix, model, now, forget_at, claim ttl (ms), append ('1' for no_click,
 # '0' for drop), batch, notify. Returns -1 when there is no such model, else {claims, next due}:
-# claims a flat list id1, position1 ('' if dropped), id2, ... in due order; next due the earliest
-# expiry still pending ('' if none).
+# claims a flat list id1, position1 ('' if dropped), flags1 ('' not deferred, '1' deferred and dropped
+# unactivated, '11' deferred and activated), id2, ... in due order; next due the earliest expiry still
+# pending ('' if none).
 _EXPIRE_DUE = (
     _LUA_COMMON
     + """
 local p, m, now = ARGV[1], ARGV[2], ARGV[3]
 local meta, due = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min')
+local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dropped_unactivated')
 if not v[1] then return -1 end
-local last, expired = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+local last, expired, dropped = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 local out = {}
 for _, id in ipairs(ids) do
   local dkey, ck = dk(p, id, 'd'), dk(p, id, 'c')
-  local r = redis.call('HMGET', dkey, 'x', 'decision', 'lg')
+  local r = redis.call('HMGET', dkey, 'x', 'decision', 'lg', 'df', 'ac')
   if r[1] and not live_claim(ck, now) then
-    local pos = ''
-    if ARGV[6] == '1' then
+    local pos, df, ac = '', r[4] or '', ''
+    if r[5] then ac = '1' end
+    if df == '1' and ac == '' then  -- never shown: dropped whatever the default reward
+      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
+      dropped = dropped + 1
+      expired = expired - 1
+    elseif ARGV[6] == '1' then
       last = last + 1
       pos = tostring(last)
       redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
@@ -267,16 +336,17 @@ for _, id in ipairs(ids) do
     else
       log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
     end
-    claim(ck, dkey, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5])
+    claim(ck, dkey, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
     expired = expired + 1
     out[#out + 1] = id
     out[#out + 1] = pos
+    out[#out + 1] = df .. ac
   else
     redis.call('ZREM', due, id)  -- forgotten by its TTL, or claimed
   end
 end
 if #out > 0 then
-  redis.call('HSET', meta, 'last', last, 'expired', expired)
+  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped)
   if ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
 end
 local nxt = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
@@ -285,34 +355,47 @@ return {out, nxt[2] or ''}
 )
 
 # KEYS: meta, decision key, claim key, due, decision log. ARGV: decision id, ttl (ms), x, decision,
-# model_version, created_at, expires_at, then for a logged decision: created_at in whole ms,
-# probabilities, label. Returns 'ok', 'unknown_model' or 'not_new'.
+# model_version, created_at, expires_at, deferred ('1' / '0'), then for a logged decision: created_at
+# in whole ms, probabilities, label (and the eligible labels). Returns 'ok', 'unknown_model' or
+# 'not_new' (insert if absent: the id has no pending record and no claim).
 _PUT_DECISION = (
     _LUA_COMMON
     + """
 local meta, dkey = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'decisions', 'dlog_last')
+local v = redis.call('HMGET', meta, 'model', 'decisions', 'dlog_last', 'deferred')
 if not v[1] then return 'unknown_model' end
 if redis.call('EXISTS', dkey, KEYS[3]) > 0 then return 'not_new' end
 local record = {'model', v[1], 'x', ARGV[3], 'decision', ARGV[4], 'model_version', ARGV[5],
                 'created_at', ARGV[6], 'expires_at', ARGV[7]}
 local counts = {'decisions', (tonumber(v[2]) or 0) + 1}
-if ARGV[8] then
+local deferred = ARGV[8] == '1'
+if deferred then
+  record[#record + 1] = 'df'
+  record[#record + 1] = '1'
+  counts[#counts + 1] = 'deferred'
+  counts[#counts + 1] = (tonumber(v[4]) or 0) + 1
+end
+if ARGV[9] then
   -- Entry ids follow creation times; a replica whose clock is behind the last entry's follows it.
   -- The last id is kept in the meta hash: reading the stream's last entry would copy its features.
-  local eid = ARGV[8] .. '-0'
+  local eid = ARGV[9] .. '-0'
   if eid == '0-0' then eid = '0-1' end  -- the one id a stream refuses
   if v[3] then
     local ms, seq = entry_id(v[3])
-    if ms >= tonumber(ARGV[8]) then eid = ms .. '-' .. (seq + 1) end
+    if ms >= tonumber(ARGV[9]) then eid = ms .. '-' .. (seq + 1) end
   end
-  local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[9], 'l', ARGV[10]}
-  if ARGV[11] then  -- the eligible labels, one byte each (only for a decision restricted to some)
+  local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[10], 'l', ARGV[11]}
+  if ARGV[12] then  -- the eligible labels, one byte each (only for a decision restricted to some)
     entry[#entry + 1] = 'e'
-    entry[#entry + 1] = ARGV[11]
+    entry[#entry + 1] = ARGV[12]
+  end
+  if deferred then
+    entry[#entry + 1] = 'df'
+    entry[#entry + 1] = '1'
   end
   redis.call('XADD', KEYS[5], eid, unpack(entry))
-  counts[3], counts[4] = 'dlog_last', eid
+  counts[#counts + 1] = 'dlog_last'
+  counts[#counts + 1] = eid
   record[#record + 1] = 'lg'
   record[#record + 1] = eid
 end
@@ -351,7 +434,11 @@ for i, entry in ipairs(old) do
   n = i
   local f = entry[2]
   for j = 1, #f, 2 do
-    if f[j] == 'id' then ids[n] = f[j + 1] break end
+    if f[j] == 'id' then
+      ids[#ids + 1] = f[j + 1]
+      ids[#ids + 1] = f[j + 1] .. ':a'  -- its activation, if deferred
+      break
+    end
   end
 end
 redis.call('HDEL', out, unpack(ids))
@@ -416,13 +503,13 @@ return done
 """
 
 # KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending, graded,
-# graded_sum}: one consistent read.
+# graded_sum, deferred, activated, dropped_unactivated}: one consistent read.
 _COUNTS = """
 local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired', 'graded',
-                     'graded_sum')
+                     'graded_sum', 'deferred', 'activated', 'dropped_unactivated')
 if not v[1] then return {0} end
 return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2]), v[6] or '0',
-        v[7] or '0'}
+        v[7] or '0', v[8] or '0', v[9] or '0', v[10] or '0'}
 """
 
 # KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,
@@ -564,6 +651,21 @@ def _reward(text: bytes) -> Reward:
     return text == b"1" if text in (b"0", b"1") else float(text)
 
 
+def _claim(decision_id: str, fields: list[bytes]) -> Claim:
+    """A claim as the scripts return it: model, outcome, position ('' if none), at, deferred and
+    activated ('1' or '')."""
+    model, outcome, position, at = (v.decode() for v in fields[:4])
+    return Claim(
+        decision_id,
+        model,
+        outcome,  # type: ignore[arg-type]
+        int(position) if position else None,
+        float(at),
+        fields[4] == b"1",
+        fields[5] == b"1",
+    )
+
+
 def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`)."""
     kind = fields[b"kind"].decode()
@@ -660,6 +762,7 @@ class RedisStore(Store):
         self._dirty: set[str] = set()
         register = self.redis.register_script
         self._claim = register(_CLAIM_AND_APPEND)
+        self._activate = register(_ACTIVATE)
         self._expire = register(_EXPIRE_DUE)
         self._put_decision = register(_PUT_DECISION)
         self._append = register(_APPEND)
@@ -744,7 +847,7 @@ class RedisStore(Store):
         if not int(out[0]):
             raise UnknownModelError(f"unknown model {name!r}")
         d, c, n, e, pending, graded = (int(v) for v in out[1:7])
-        return Counts(d, c, n, e, pending, graded, float(out[7]))
+        return Counts(d, c, n, e, pending, graded, float(out[7]), *(int(v) for v in out[8:11]))
 
     # -- decisions and feedback -------------------------------------------------------------
 
@@ -766,6 +869,7 @@ class RedisStore(Store):
             record.model_version,
             _f(record.created_at),
             _f(record.expires_at),
+            "1" if record.deferred else "0",
         ]
         if record.logged:
             probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
@@ -777,7 +881,7 @@ class RedisStore(Store):
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
         if status == b"not_new":
-            raise ValueError(f"decision id {record.decision_id!r} is not new")
+            raise DecisionExistsError(record.decision_id)
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -792,6 +896,9 @@ class RedisStore(Store):
             model_version=int(h[b"model_version"]),
             created_at=float(h[b"created_at"]),
             expires_at=float(h[b"expires_at"]),
+            logged=b"lg" in h,
+            deferred=h.get(b"df") == b"1",
+            activated_at=float(h[b"ac"]) if b"ac" in h else None,
         )
 
     def _claim_args(self, now: float) -> list[Any]:
@@ -808,9 +915,23 @@ class RedisStore(Store):
         status = ClaimStatus(out[0].decode())
         if status is ClaimStatus.UNKNOWN:
             return ClaimOutcome(status)
-        model, outcome, position, at = (v.decode() for v in out[1:])
-        claim = Claim(decision_id, model, outcome, int(position) if position else None, float(at))  # type: ignore[arg-type]
-        return ClaimOutcome(status, claim)
+        return ClaimOutcome(status, _claim(decision_id, out[1:7]))
+
+    @_available
+    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+        if self.cluster and _ROUTED.match(decision_id) is None:
+            return ActivateOutcome(ActivateStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
+        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        now_s, forget_at, ttl_ms = self._claim_args(now)
+        out = await self._activate(
+            keys=keys, args=[self.prefix, decision_id, now_s, forget_at, ttl_ms, self._notify]
+        )
+        status, deferred = ActivateStatus(out[0].decode()), out[1] == b"1"
+        if len(out) == 2:
+            return ActivateOutcome(status, None, deferred)
+        model, outcome, position, at, activated, reward = out[2:]
+        claim = _claim(decision_id, [model, outcome, position, at, out[1], activated])
+        return ActivateOutcome(status, claim, deferred, _reward(reward) if reward else None)
 
     @_available
     async def expire(self, model: str, now: float, default_reward: Literal["no_click", "drop"]) -> Expiry:
@@ -823,10 +944,20 @@ class RedisStore(Store):
             if not isinstance(out, list):
                 raise UnknownModelError(f"unknown model {model!r}")
             done, nxt = out
-            for i in range(0, len(done), 2):
-                pos = done[i + 1].decode()
-                claims.append(Claim(done[i].decode(), model, "expired", int(pos) if pos else None, now))
-            if len(done) < 2 * self._EXPIRE_BATCH:
+            for i in range(0, len(done), 3):
+                pos, flags = done[i + 1].decode(), done[i + 2]
+                claims.append(
+                    Claim(
+                        done[i].decode(),
+                        model,
+                        "expired",
+                        int(pos) if pos else None,
+                        now,
+                        flags.startswith(b"1"),
+                        flags == b"11",
+                    )
+                )
+            if len(done) < 3 * self._EXPIRE_BATCH:
                 return Expiry(claims, float(nxt) if nxt else math.inf)
 
     async def expire_due(
@@ -913,9 +1044,10 @@ class RedisStore(Store):
         if not entries:
             return [], None
         ids = [fields[b"id"] for _, fields in entries]
-        outcomes = await self.redis.hmget(self.key(model, "dout"), ids)
+        found = await self.redis.hmget(self.key(model, "dout"), [*ids, *(i + b":a" for i in ids)])
+        outcomes, activations = found[: len(ids)], found[len(ids) :]
         page = []
-        for (_, f), outcome in zip(entries, outcomes, strict=True):
+        for (_, f), outcome, activated_at in zip(entries, outcomes, activations, strict=True):
             t = float(f[b"t"])
             if not since <= t < until:
                 continue
@@ -933,6 +1065,8 @@ class RedisStore(Store):
                     int(f[b"l"]),
                     *done,
                     None if b"e" not in f else np.frombuffer(f[b"e"], dtype=np.uint8).astype(bool),
+                    f.get(b"df") == b"1",
+                    None if activated_at is None else float(activated_at),
                 )
             )
         return page, (entries[-1][0].decode() if len(entries) == limit else None)

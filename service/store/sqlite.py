@@ -34,13 +34,14 @@ copies the last few frames after one commit (a millisecond or two), see :class:`
 Durability is SQLite's own: every commit keeps its fsync level (below), a checkpoint copies only
 committed frames, and the WAL is started over only once the database file holds every frame, synced.
 
-Schema (``PRAGMA user_version`` 5; a version 1 to 4 file is migrated when opened, in one transaction):
+Schema (``PRAGMA user_version`` 6; a version 1 to 5 file is migrated when opened, in one transaction):
 
 ===============  ================================================================================
 ``models``       ``id`` (never reused), ``name`` (unique), ``config`` (JSON), ``last`` (log
                  position), counters ``decisions``, ``clicks``, ``no_clicks``, ``expired``,
                  ``pending``, ``logged`` (rows in ``decision_log``), ``graded`` and ``graded_sum``
-                 (feedbacks with a graded reward and the sum of their values)
+                 (feedbacks with a graded reward and the sum of their values), ``deferred``,
+                 ``activated`` and ``dropped_unactivated`` (deferred decisions, schema 6)
 ``blobs``        ``id`` -> ``x`` and ``decision`` of a decision (:mod:`service.store.codec`),
                  written once by ``put_decision`` and referenced by its pending record, then its
                  learn event, and by its ``decision_log`` row while that is kept (``logged`` is 1
@@ -48,11 +49,13 @@ Schema (``PRAGMA user_version`` 5; a version 1 to 4 file is migrated when opened
                  event trimmed, a dropped expiry, the log row aged out, the model deleted)
 ``decisions``    pending decision records, ``WITHOUT ROWID`` on ``id``: ``model``, ``blob``,
                  ``model_version``, ``created_at``, ``expires_at``; index ``(model, expires_at)``
-                 for the expiry sweep
+                 for the expiry sweep; for a deferred one ``deferred`` (1, else NULL),
+                 ``activated_at`` and a feedback held until then (``held_reward``,
+                 ``held_outcome``, ``held_at``)
 ``claims``       ``WITHOUT ROWID`` on ``id``: model name, ``outcome``, ``position``, ``at``,
-                 ``forget_at``; index ``forget_at``. A claim is live while ``forget_at > now`` (the
-                 caller's clock); ``expire_due`` (the sweep, every second) deletes stale ones, off the
-                 feedback path
+                 ``forget_at``, ``deferred``, ``activated``; index ``forget_at``. A claim is live
+                 while ``forget_at > now`` (the caller's clock); ``expire_due`` (the sweep, every
+                 second) deletes stale ones, off the feedback path
 ``events``       the logs, ``WITHOUT ROWID`` clustered on ``(model, position)``: ``kind``, ``at``,
                  ``decision_id``, ``blob`` (a learn event's record, not copied), ``reward`` (0 or
                  1; the REAL value for outcome ``reward``), ``outcome``, ``state``; ``x`` and
@@ -62,7 +65,8 @@ Schema (``PRAGMA user_version`` 5; a version 1 to 4 file is migrated when opened
                  ``(model, created_at, blob)`` (the order of exports and of the retention, which
                  deletes the oldest rows in steps of some hundreds: ``trim_decision_log``, from the
                  expiry sweep): ``id``, ``model_version``, then ``outcome``, ``reward``,
-                 ``outcome_at`` and the learn event's ``position``, set in the claim's commit. The
+                 ``outcome_at`` and the learn event's ``position``, set in the claim's commit,
+                 ``deferred`` and ``activated_at`` (set in the activation's commit). The
                  record's bytes stay in ``blobs``, not copied: a logged decision adds one small row
 ``activity``     per-minute counts of the dashboard, ``WITHOUT ROWID`` on ``(model, minute)``:
                  ``decisions``, ``clicks``, ``no_clicks``, ``expired``, ``exploration``, ``graded``,
@@ -124,12 +128,15 @@ import numpy as np
 
 from service.store.base import (
     ACTIVITY_MINUTES,
+    ActivateOutcome,
+    ActivateStatus,
     Activity,
     Checkpoint,
     Claim,
     ClaimOutcome,
     ClaimStatus,
     Counts,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     LoggedDecision,
@@ -152,7 +159,7 @@ __all__ = ["DataDirInUseError", "SQLiteStore"]
 log = logging.getLogger(__name__)
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # no fdatasync on macOS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MODELS = """
 CREATE TABLE models (
@@ -287,12 +294,29 @@ _MIGRATE_4 = (
     "ALTER TABLE activity ADD COLUMN graded INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE activity ADD COLUMN graded_sum REAL NOT NULL DEFAULT 0",
 )
+# Schema 5 -> 6: deferred decisions (issue 38): their counters, the activation and the held feedback
+# of a pending one, the flags of a claim and of a decision-log row (no decision was deferred before).
+_MIGRATE_5 = (
+    "ALTER TABLE models ADD COLUMN deferred INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE models ADD COLUMN activated INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE models ADD COLUMN dropped_unactivated INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE decisions ADD COLUMN deferred INTEGER",
+    "ALTER TABLE decisions ADD COLUMN activated_at REAL",
+    "ALTER TABLE decisions ADD COLUMN held_reward REAL",
+    "ALTER TABLE decisions ADD COLUMN held_outcome TEXT",
+    "ALTER TABLE decisions ADD COLUMN held_at REAL",
+    "ALTER TABLE claims ADD COLUMN deferred INTEGER",
+    "ALTER TABLE claims ADD COLUMN activated INTEGER",
+    "ALTER TABLE decision_log ADD COLUMN deferred INTEGER",
+    "ALTER TABLE decision_log ADD COLUMN activated_at REAL",
+)
 _MIGRATIONS = {
-    0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
-    1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
-    2: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
-    3: _MIGRATE_3 + _MIGRATE_4,
-    4: _MIGRATE_4,
+    0: _SCHEMA_2 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    2: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    3: _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    4: _MIGRATE_4 + _MIGRATE_5,
+    5: _MIGRATE_5,
 }
 
 # Primary result codes of a write that mean the disk cannot take it (full, I/O error): the store is
@@ -334,6 +358,21 @@ def _available(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
 
 def _unknown(name: str) -> UnknownModelError:
     return UnknownModelError(f"unknown model {name!r}")
+
+
+def _held(outcome: str, value: float) -> Reward:
+    """A held feedback's reward, from its outcome and stored value (REAL)."""
+    return float(value) if outcome == "reward" else outcome == "click"
+
+
+# A pending decision for claim_and_append and activate; a live claim.
+_PENDING = (
+    "SELECT d.model, d.blob, d.expires_at, m.name, m.last, d.created_at, d.deferred, d.activated_at, "
+    "d.held_outcome, d.held_reward, d.held_at FROM decisions d JOIN models m ON m.id = d.model WHERE d.id = ?"
+)
+_LIVE_CLAIM = (
+    "SELECT model, outcome, position, at, deferred, activated FROM claims WHERE id = ? AND forget_at > ?"
+)
 
 
 class SQLiteStore(Store):
@@ -551,15 +590,15 @@ class SQLiteStore(Store):
         row = (
             self._conn()
             .execute(
-                "SELECT decisions, clicks, no_clicks, expired, pending, graded, graded_sum "
-                "FROM models WHERE name = ?",
+                "SELECT decisions, clicks, no_clicks, expired, pending, graded, graded_sum, deferred, "
+                "activated, dropped_unactivated FROM models WHERE name = ?",
                 (name,),
             )
             .fetchone()
         )
         if row is None:
             raise _unknown(name)
-        return Counts(*(int(v) for v in row[:6]), graded_sum=float(row[6]))
+        return Counts(*(int(v) for v in row[:6]), float(row[6]), *(int(v) for v in row[7:]))
 
     # -- decisions and feedback -------------------------------------------------------------
 
@@ -567,6 +606,7 @@ class SQLiteStore(Store):
     async def put_decision(self, record: DecisionRecord) -> None:
         x, decision = encode_x(record.x), encode_decision(record.decision)
         decision_id = record.decision_id
+        deferred = 1 if record.deferred else None
         with self._write("NORMAL") as db:  # see module docstring: a lost record is a later 404
             blob = db.execute(
                 "INSERT INTO blobs (x, decision, logged) VALUES (?, ?, ?)",
@@ -574,8 +614,9 @@ class SQLiteStore(Store):
             ).lastrowid
             try:
                 added = db.execute(
-                    "INSERT INTO decisions (id, model, blob, model_version, created_at, expires_at) "
-                    "SELECT ?, id, ?, ?, ?, ? FROM models WHERE name = ? "
+                    "INSERT INTO decisions "
+                    "(id, model, blob, model_version, created_at, expires_at, deferred) "
+                    "SELECT ?, id, ?, ?, ?, ?, ? FROM models WHERE name = ? "
                     "AND NOT EXISTS (SELECT 1 FROM claims WHERE id = ?)",
                     (
                         decision_id,
@@ -583,25 +624,33 @@ class SQLiteStore(Store):
                         int(record.model_version),
                         float(record.created_at),
                         float(record.expires_at),
+                        deferred,
                         record.model,
                         decision_id,
                     ),
                 ).rowcount
             except sqlite3.IntegrityError:  # pending already
-                raise ValueError(f"decision id {decision_id!r} is not new") from None
+                raise DecisionExistsError(decision_id) from None
             if not added:  # no such model, or claimed already (the transaction is rolled back)
                 self._model_id(db, record.model)
-                raise ValueError(f"decision id {decision_id!r} is not new")
+                raise DecisionExistsError(decision_id)
             if record.logged:  # refers to the same blob: the bytes are written once
                 db.execute(
-                    "INSERT INTO decision_log (model, created_at, blob, id, model_version) "
-                    "SELECT id, ?, ?, ?, ? FROM models WHERE name = ?",
-                    (float(record.created_at), blob, decision_id, int(record.model_version), record.model),
+                    "INSERT INTO decision_log (model, created_at, blob, id, model_version, deferred) "
+                    "SELECT id, ?, ?, ?, ?, ? FROM models WHERE name = ?",
+                    (
+                        float(record.created_at),
+                        blob,
+                        decision_id,
+                        int(record.model_version),
+                        deferred,
+                        record.model,
+                    ),
                 )
             db.execute(
-                "UPDATE models SET decisions = decisions + 1, pending = pending + 1, logged = logged + ? "
-                "WHERE name = ?",
-                (int(record.logged), record.model),
+                "UPDATE models SET decisions = decisions + 1, pending = pending + 1, logged = logged + ?, "
+                "deferred = deferred + ? WHERE name = ?",
+                (int(record.logged), int(record.deferred), record.model),
             )
 
     @_available
@@ -609,7 +658,8 @@ class SQLiteStore(Store):
         row = (
             self._conn()
             .execute(
-                "SELECT m.name, b.x, b.decision, d.model_version, d.created_at, d.expires_at "
+                "SELECT m.name, b.x, b.decision, d.model_version, d.created_at, d.expires_at, "
+                "b.logged, d.deferred, d.activated_at "
                 "FROM decisions d JOIN models m ON m.id = d.model JOIN blobs b ON b.id = d.blob "
                 "WHERE d.id = ?",
                 (decision_id,),
@@ -618,64 +668,139 @@ class SQLiteStore(Store):
         )
         if row is None:
             return None
-        model, x, decision, version, created_at, expires_at = row
+        model, x, decision, version, created_at, expires_at, logged, deferred, activated_at = row
         return DecisionRecord(
-            decision_id, model, decode_x(x), decode_decision(decision), int(version), created_at, expires_at
+            decision_id,
+            model,
+            decode_x(x),
+            decode_decision(decision),
+            int(version),
+            created_at,
+            expires_at,
+            bool(logged),
+            bool(deferred),
+            activated_at,
         )
 
     @_available
     async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         with self._write(self._acked) as db:
-            row = db.execute(
-                "SELECT d.model, d.blob, d.expires_at, m.name, m.last, d.created_at "
-                "FROM decisions d JOIN models m ON m.id = d.model WHERE d.id = ?",
-                (decision_id,),
-            ).fetchone()
+            row = db.execute(_PENDING, (decision_id,)).fetchone()
             if row is None:  # claimed before (a pending record never has a claim), or unknown
-                row = db.execute(
-                    "SELECT model, outcome, position, at FROM claims WHERE id = ? AND forget_at > ?",
-                    (decision_id, now),
-                ).fetchone()
-                if row is None:
+                claim = self._live_claim(db, decision_id, now)
+                if claim is None:
                     return ClaimOutcome(ClaimStatus.UNKNOWN)
-                claim = Claim(decision_id, row[0], row[1], row[2], row[3])
                 status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
                 return ClaimOutcome(status, claim)
-            model_id, blob, expires_at, model, last, created_at = row
+            model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, _, held_at = (
+                row
+            )
             if now >= expires_at:  # left for expire_due, which claims it
-                pending = Claim(decision_id, model, "expired", None, expires_at)
+                pending = Claim(decision_id, model, "expired", None, expires_at, bool(deferred))
                 return ClaimOutcome(ClaimStatus.EXPIRED, pending)
-            position = int(last) + 1
-            outcome = feedback_outcome(reward)
-            value = int(reward) if isinstance(reward, bool) else float(reward)  # REAL when graded
-            if outcome == "reward":
+            if deferred and activated_at is None:  # held in the record until the activation
+                if held is not None:
+                    return ClaimOutcome(
+                        ClaimStatus.DUPLICATE, Claim(decision_id, model, held, None, held_at, True)
+                    )
+                outcome = feedback_outcome(reward)
                 db.execute(
-                    "UPDATE models SET last = ?, graded = graded + 1, graded_sum = graded_sum + ?, "
-                    "pending = pending - 1 WHERE id = ?",
-                    (position, value, model_id),
+                    "UPDATE decisions SET held_reward = ?, held_outcome = ?, held_at = ? WHERE id = ?",
+                    (float(reward), outcome, now, decision_id),
                 )
-            else:
-                db.execute(
-                    f"UPDATE models SET last = ?, {outcome}s = {outcome}s + 1, pending = pending - 1 "
-                    "WHERE id = ?",
-                    (position, model_id),
-                )
-            db.execute(
-                "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
-                "VALUES (?, ?, 'learn', ?, ?, ?, ?, ?)",
-                (model_id, position, now, decision_id, blob, value, outcome),
+                return ClaimOutcome(ClaimStatus.HELD, Claim(decision_id, model, outcome, None, now, True))
+            claim = self._learn(
+                db, decision_id, model_id, model, blob, created_at, int(last), reward, now, bool(deferred)
             )
+        return ClaimOutcome(ClaimStatus.ACCEPTED, claim)
+
+    @staticmethod
+    def _live_claim(db: sqlite3.Connection, decision_id: str, now: float) -> Claim | None:
+        row = db.execute(_LIVE_CLAIM, (decision_id, now)).fetchone()
+        if row is None:
+            return None
+        model, outcome, position, at, deferred, activated = row
+        return Claim(decision_id, model, outcome, position, at, bool(deferred), bool(activated))
+
+    def _learn(
+        self,
+        db: sqlite3.Connection,
+        decision_id: str,
+        model_id: int,
+        model: str,
+        blob: int,
+        created_at: float,
+        last: int,
+        reward: Reward,
+        now: float,
+        deferred: bool,
+    ) -> Claim:
+        """In the caller's transaction: claim a pending decision with a feedback of ``reward`` (its
+        learn event, claim, counters and decision-log outcome). A deferred one is activated."""
+        position = last + 1
+        outcome = feedback_outcome(reward)
+        value = int(reward) if isinstance(reward, bool) else float(reward)  # REAL when graded
+        if outcome == "reward":
             db.execute(
-                "INSERT INTO claims (id, model, outcome, position, at, forget_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (decision_id, model, outcome, position, now, now + self.claim_ttl),
+                "UPDATE models SET last = ?, graded = graded + 1, graded_sum = graded_sum + ?, "
+                "pending = pending - 1 WHERE id = ?",
+                (position, value, model_id),
             )
-            db.execute("DELETE FROM decisions WHERE id = ?", (decision_id,))
+        else:
+            db.execute(
+                f"UPDATE models SET last = ?, {outcome}s = {outcome}s + 1, pending = pending - 1 "
+                "WHERE id = ?",
+                (position, model_id),
+            )
+        db.execute(
+            "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
+            "VALUES (?, ?, 'learn', ?, ?, ?, ?, ?)",
+            (model_id, position, now, decision_id, blob, value, outcome),
+        )
+        flag = 1 if deferred else None
+        db.execute(
+            "INSERT INTO claims (id, model, outcome, position, at, forget_at, deferred, activated) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (decision_id, model, outcome, position, now, now + self.claim_ttl, flag, flag),
+        )
+        db.execute("DELETE FROM decisions WHERE id = ?", (decision_id,))
+        db.execute(  # no row unless the decision is logged
+            "UPDATE decision_log SET outcome = ?, reward = ?, outcome_at = ?, position = ? "
+            "WHERE model = ? AND created_at = ? AND blob = ?",
+            (outcome, value, now, position, model_id, created_at, blob),
+        )
+        return Claim(decision_id, model, outcome, position, now, deferred, deferred)
+
+    @_available
+    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+        with self._write(self._acked) as db:
+            row = db.execute(_PENDING, (decision_id,)).fetchone()
+            if row is None:
+                claim = self._live_claim(db, decision_id, now)
+                if claim is None:
+                    return ActivateOutcome(ActivateStatus.UNKNOWN)
+                if claim.deferred and not claim.activated:  # dropped unactivated
+                    return ActivateOutcome(ActivateStatus.EXPIRED, claim)
+                return ActivateOutcome(ActivateStatus.ALREADY, claim, claim.deferred)
+            model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, value, _ = row
+            if not deferred or activated_at is not None:
+                return ActivateOutcome(ActivateStatus.ALREADY, None, bool(deferred))
+            if now >= expires_at:  # left for expire_due, which drops it
+                pending = Claim(decision_id, model, "expired", None, expires_at, True)
+                return ActivateOutcome(ActivateStatus.EXPIRED, pending)
+            db.execute("UPDATE decisions SET activated_at = ? WHERE id = ?", (now, decision_id))
+            db.execute("UPDATE models SET activated = activated + 1 WHERE id = ?", (model_id,))
             db.execute(  # no row unless the decision is logged
-                "UPDATE decision_log SET outcome = ?, reward = ?, outcome_at = ?, position = ? "
-                "WHERE model = ? AND created_at = ? AND blob = ?",
-                (outcome, value, now, position, model_id, created_at, blob),
+                "UPDATE decision_log SET activated_at = ? WHERE model = ? AND created_at = ? AND blob = ?",
+                (now, model_id, created_at, blob),
             )
-        return ClaimOutcome(ClaimStatus.ACCEPTED, Claim(decision_id, model, outcome, position, now))
+            if held is None:
+                return ActivateOutcome(ActivateStatus.ACTIVATED)
+            reward = _held(held, value)
+            claim = self._learn(
+                db, decision_id, model_id, model, blob, created_at, int(last), reward, now, True
+            )
+        return ActivateOutcome(ActivateStatus.ACTIVATED, claim, reward=reward)
 
     @_available
     async def expire_due(
@@ -683,7 +808,10 @@ class SQLiteStore(Store):
     ) -> list[Claim]:
         db = self._conn()
         model_id = self._model_id(db, model)
-        due_query = "SELECT id, blob, created_at FROM decisions WHERE model = ? AND expires_at <= ?"
+        due_query = (
+            "SELECT id, blob, created_at, deferred, activated_at FROM decisions "
+            "WHERE model = ? AND expires_at <= ?"
+        )
         # Read first: a sweep that finds nothing (the usual case, every second) writes nothing.
         forget = db.execute("SELECT 1 FROM claims WHERE forget_at <= ? LIMIT 1", (now,)).fetchone()
         if not forget and not db.execute(due_query + " LIMIT 1", (model_id, now)).fetchone():
@@ -712,38 +840,63 @@ class SQLiteStore(Store):
                 if not due:
                     break
                 (last,) = db.execute("SELECT last FROM models WHERE id = ?", (model_id,)).fetchone()
-                if learn:  # each learn event refers to the record's blob
-                    db.executemany(
-                        "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
-                        "VALUES (?, ?, 'learn', ?, ?, ?, 0, 'expired')",
-                        [(model_id, last + i, now, d, b) for i, (d, b, _) in enumerate(due, 1)],
+                made: list[Claim] = []
+                events, learned, dropped = [], [], []
+                unactivated = 0
+                for d, b, t, deferred, activated_at in due:
+                    position = None
+                    if deferred and activated_at is None:  # never shown: dropped whatever the default
+                        unactivated += 1
+                    elif learn:  # each learn event refers to the record's blob
+                        last += 1
+                        position = last
+                        events.append((model_id, last, now, d, b))
+                        learned.append((now, last, model_id, t, b))
+                    if position is None:
+                        dropped.append((now, model_id, t, b))
+                    made.append(
+                        Claim(d, model, "expired", position, now, bool(deferred), activated_at is not None)
                     )
-                    db.executemany(
-                        "UPDATE decision_log SET outcome = 'expired', reward = 0, outcome_at = ?, "
-                        "position = ? WHERE model = ? AND created_at = ? AND blob = ?",
-                        [(now, last + i, model_id, t, b) for i, (_, b, t) in enumerate(due, 1)],
-                    )
-                    made = [Claim(d, model, "expired", last + i, now) for i, (d, _, _) in enumerate(due, 1)]
-                    last += len(due)
-                else:  # nothing refers to the blob any more, unless the decision log keeps it
-                    db.executemany(
-                        "UPDATE decision_log SET outcome = 'dropped', outcome_at = ? "
-                        "WHERE model = ? AND created_at = ? AND blob = ?",
-                        [(now, model_id, t, b) for _, b, t in due],
-                    )
-                    db.executemany(
-                        "DELETE FROM blobs WHERE id = ? AND logged IS NULL", [(b,) for _, b, _ in due]
-                    )
-                    made = [Claim(d, model, "expired", None, now) for d, _, _ in due]
                 db.executemany(
-                    "INSERT INTO claims (id, model, outcome, position, at, forget_at) "
-                    "VALUES (?, ?, 'expired', ?, ?, ?)",
-                    [(c.decision_id, model, c.position, now, forget_at) for c in made],
+                    "INSERT INTO events (model, position, kind, at, decision_id, blob, reward, outcome) "
+                    "VALUES (?, ?, 'learn', ?, ?, ?, 0, 'expired')",
+                    events,
                 )
-                db.executemany("DELETE FROM decisions WHERE id = ?", [(d,) for d, _, _ in due])
+                db.executemany(
+                    "UPDATE decision_log SET outcome = 'expired', reward = 0, outcome_at = ?, "
+                    "position = ? WHERE model = ? AND created_at = ? AND blob = ?",
+                    learned,
+                )
+                db.executemany(
+                    "UPDATE decision_log SET outcome = 'dropped', outcome_at = ? "
+                    "WHERE model = ? AND created_at = ? AND blob = ?",
+                    dropped,
+                )
+                # a dropped decision's blob: nothing refers to it any more, unless the decision log keeps it
+                db.executemany(
+                    "DELETE FROM blobs WHERE id = ? AND logged IS NULL", [(b,) for _, _, _, b in dropped]
+                )
+                db.executemany(
+                    "INSERT INTO claims (id, model, outcome, position, at, forget_at, deferred, activated) "
+                    "VALUES (?, ?, 'expired', ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            c.decision_id,
+                            model,
+                            c.position,
+                            now,
+                            forget_at,
+                            c.deferred or None,
+                            c.activated or None,
+                        )
+                        for c in made
+                    ],
+                )
+                db.executemany("DELETE FROM decisions WHERE id = ?", [(c.decision_id,) for c in made])
                 db.execute(
-                    "UPDATE models SET last = ?, expired = expired + ?, pending = pending - ? WHERE id = ?",
-                    (last, len(due), len(due), model_id),
+                    "UPDATE models SET last = ?, expired = expired + ?, "
+                    "dropped_unactivated = dropped_unactivated + ?, pending = pending - ? WHERE id = ?",
+                    (last, len(due) - unactivated, unactivated, len(due), model_id),
                 )
             claims += made
             if len(due) < self._EXPIRE_STEP or not await self._pause():
@@ -873,7 +1026,7 @@ class SQLiteStore(Store):
         at, blob = (since, 0) if after is None else (float(after.split(":")[0]), int(after.split(":")[1]))
         rows = db.execute(
             "SELECT l.created_at, l.blob, l.id, l.model_version, l.outcome, l.reward, l.outcome_at, "
-            "b.x, b.decision FROM decision_log l JOIN blobs b ON b.id = l.blob "
+            "b.x, b.decision, l.deferred, l.activated_at FROM decision_log l JOIN blobs b ON b.id = l.blob "
             "WHERE l.model = ? AND l.created_at >= ? AND l.created_at < ? "
             "AND (l.created_at > ? OR l.blob > ?) ORDER BY l.created_at, l.blob LIMIT ?",
             (model_id, max(since, at), until, at, blob, limit),
@@ -881,7 +1034,18 @@ class SQLiteStore(Store):
         deadline = time.perf_counter() + self._READ_SLICE
         page = []
         try:
-            for created_at, blob, decision_id, version, outcome, reward, outcome_at, x, decision in rows:
+            for (
+                created_at,
+                blob,
+                decision_id,
+                version,
+                outcome,
+                reward,
+                outcome_at,
+                x,
+                decision,
+                *act,
+            ) in rows:
                 d = decode_decision(decision)
                 page.append(
                     LoggedDecision(
@@ -895,6 +1059,8 @@ class SQLiteStore(Store):
                         None if reward is None else float(reward) if outcome == "reward" else bool(reward),
                         outcome_at,
                         eligible_of(d),
+                        bool(act[0]),
+                        act[1],
                     )
                 )
                 if len(page) == limit or time.perf_counter() >= deadline:

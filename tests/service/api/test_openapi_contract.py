@@ -204,7 +204,9 @@ class Api:
         A secured operation gets the key it needs, or ``key`` (None: no key header at all).
         """
         expected = (expect,) if isinstance(expect, int) else expect
-        url = path.format(name=name, job=kw.pop("job", "0" * 32)) + query  # {job}: an evaluation id
+        # {job}: an evaluation id; {decision_id}: a decision's
+        url = path.format(name=name, job=kw.pop("job", "0" * 32), decision_id=kw.pop("decision", "none"))
+        url += query
         hdrs = dict(headers or {})
         header = self.contract.key_header(method, path)
         if header is not None and key is not None:
@@ -409,7 +411,44 @@ async def exercise_predict(api: Api) -> list[dict[str, Any]]:
         assert d["probability"] == d["probabilities"][d["label_index"]]
         assert abs(sum(d["probabilities"]) - 1) < 1e-9
         answers.append(d)
+    # a client-chosen decision id: taken once (409 naming it), deferred or not
+    example = {**examples[0], "decision_id": "contract-page-1:slot.0", "defer": True}
+    _, d = await api.call("post", "/predict", json=example, expect=200)
+    _, taken = await api.call("post", "/predict", json={**example, "defer": False}, expect=409)
+    assert example["decision_id"] in taken["detail"]
+    answers.append(d)
     return answers
+
+
+async def exercise_activate(api: Api) -> None:
+    """A deferred decision: feedback held (200), activated (200, the held feedback learned), again
+    (200); one not deferred (200); unknown (404); late (410); an id too long (422)."""
+    path = "/decisions/{decision_id}/activate"
+    predict_example = api.contract.request_examples("post", "/predict")[0]
+    await ensure_model(api, predict_example["model"], predict_example["features"])
+    _, d = await api.call("post", "/predict", json={**predict_example, "defer": True}, expect=200)
+    _, held = await api.call(
+        "post", "/feedback", json={"decision_id": d["decision_id"], "click": True}, expect=200
+    )
+    assert held["held"] is True and held["model_version"] is None
+    _, on = await api.call("post", path, decision=d["decision_id"], query="?wait=true", expect=200)
+    assert on["status"] == "activated" and on["learned"]["outcome"] == "click"
+    _, again = await api.call("post", path, decision=d["decision_id"], expect=200)
+    assert again["status"] == "already_active"
+    _, plain = await api.call("post", "/predict", json=predict_example, expect=200)
+    _, other = await api.call("post", path, decision=plain["decision_id"], expect=200)
+    assert other["status"] == "not_deferred"
+    _, unknown = await api.call("post", path, decision="no-such-decision", expect=404)
+    assert "no-such-decision" in unknown["detail"]
+    await api.call("post", path, decision="x" * 301, expect=422)
+    short = {**spec_for(predict_example["features"]), "reward_window_seconds": 0.01}
+    await api.call("put", "/models/{name}", name="short-window-defer", json=short, expect=201)
+    late_context = {**predict_example, "model": "short-window-defer", "defer": True}
+    _, late = await api.call("post", "/predict", json=late_context, expect=200)
+    await anyio.sleep(0.05)
+    _, gone = await api.call("post", path, decision=late["decision_id"], expect=410)
+    assert late["decision_id"] in gone["detail"]
+    await api.call("delete", "/models/{name}", name="short-window-defer", expect=204)
 
 
 async def exercise_feedback(api: Api) -> None:
@@ -473,6 +512,9 @@ async def exercise_models(api: Api) -> None:
             "graded": 0,
             "reward_sum": 0.0,
             "mean_reward": None,
+            "deferred": 0,
+            "activated": 0,
+            "dropped_unactivated": 0,
         }
         _, got = await api.call("get", "/models/{name}", name=name, expect=200)
         assert got == info
@@ -694,6 +736,7 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
             await api.call("post", "/predict", json=context, expect=200)  # recorded once it is back
             needs_store: list[tuple[str, str, str, dict[str, Any]]] = [
                 ("post", "/feedback", "m", {"json": {"decision_id": d["decision_id"], "click": True}}),
+                ("post", "/decisions/{decision_id}/activate", "m", {"decision": d["decision_id"]}),
                 ("get", "/models", "m", {}),
                 ("put", "/models/{name}", "new", {"json": spec_for(features)}),
                 ("get", "/models/{name}", "m", {}),
@@ -733,6 +776,12 @@ async def test_predict_examples(api: Api) -> None:
 async def test_feedback_examples(api: Api) -> None:
     await exercise_feedback(api)
     assert {s for m, p, s in api.seen if p == "/feedback"} == {200, 404, 409, 410}
+
+
+async def test_activate(api: Api) -> None:
+    await exercise_activate(api)
+    path = "/decisions/{decision_id}/activate"
+    assert {s for m, p, s in api.seen if p == path} == {200, 404, 410, 422}
 
 
 async def test_model_spec_examples(api: Api) -> None:
@@ -796,6 +845,7 @@ async def test_every_documented_answer_is_exercised(tmp_path: Path) -> None:
     async with api_for(make_contract_app(), seen) as api:
         await exercise_predict(api)
         await exercise_feedback(api)
+        await exercise_activate(api)
         await exercise_models(api)
         await exercise_operations(api)
         await exercise_bad_requests(api)

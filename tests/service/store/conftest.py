@@ -53,6 +53,10 @@ class Routed:
         out = await self.store.claim_and_append(self._in(decision_id), click, now)
         return replace(out, claim=self._out(out.claim))
 
+    async def activate(self, decision_id: str, now: float) -> Any:
+        out = await self.store.activate(self._in(decision_id), now)
+        return replace(out, claim=self._out(out.claim))
+
     async def expire_due(self, *args: Any, **kwargs: Any) -> Any:
         return self._out(await self.store.expire_due(*args, **kwargs))
 

@@ -12,9 +12,11 @@ from service.learners import Decision
 from service.serial import encode
 from service.store import (
     ACTIVITY_MINUTES,
+    ActivateStatus,
     Activity,
     Checkpoint,
     ClaimStatus,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     Heartbeat,
@@ -38,6 +40,11 @@ def record(decision_id: str, model: str = "m", created: float = 0.0, window: flo
 def logged(decision_id: str, model: str = "m", created: float = 0.0, window: float = 10.0) -> DecisionRecord:
     """:func:`record`, kept in the model's decision log too."""
     return replace(record(decision_id, model, created, window), logged=True)
+
+
+def deferred(decision_id: str, created: float = 0.0, window: float = 10.0) -> DecisionRecord:
+    """:func:`logged`, deferred: learned only if activated within its window."""
+    return replace(logged(decision_id, created=created, window=window), deferred=True)
 
 
 async def read_all(store: Store, model: str, **kw: float | int) -> list[LoggedDecision]:
@@ -158,6 +165,29 @@ async def test_concurrent_claims_accept_exactly_one(store: Store) -> None:
     assert await store.log_position("m") == 1
 
 
+async def test_a_taken_id_is_refused_while_pending_or_claimed(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(record("a"))
+    with pytest.raises(DecisionExistsError, match="'a"):
+        await store.put_decision(record("a", created=1.0))
+    await store.claim_and_append("a", True, now=1.0)
+    with pytest.raises(DecisionExistsError):
+        await store.put_decision(record("a", created=2.0))
+    assert (await store.counts("m")).decisions == 1
+    assert [e.decision_id for e in await store.read_log("m", after=0)] == ["a"]
+
+
+async def test_concurrent_puts_of_one_id_save_exactly_one(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    outs = await asyncio.gather(
+        *(store.put_decision(record("a", created=float(i))) for i in range(20)), return_exceptions=True
+    )
+    assert sum(o is None for o in outs) == 1
+    assert all(isinstance(o, DecisionExistsError) for o in outs if o is not None)
+    c = await store.counts("m")
+    assert (c.decisions, c.pending) == (1, 1)
+
+
 async def test_claims_are_forgotten_after_claim_ttl(store: Store) -> None:
     await store.create_model("m", CONFIG)
     await store.put_decision(record("a"))
@@ -208,6 +238,156 @@ async def test_delete_model_forgets_its_decisions_and_log(store: Store) -> None:
 
 async def test_ping(store: Store) -> None:
     await store.ping()
+
+
+# -- deferred decisions (issue 38) --------------------------------------------------------------------
+
+
+async def test_deferred_activate_then_feedback_learns_once(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(deferred("a"))
+    got = await store.get_decision("a")
+    assert got is not None and got.deferred and got.activated_at is None
+    out = await store.activate("a", now=1.0)
+    assert (out.status, out.claim, out.deferred, out.reward) == (ActivateStatus.ACTIVATED, None, True, None)
+    again = await store.activate("a", now=2.0)
+    assert (again.status, again.deferred) == (ActivateStatus.ALREADY, True)
+    got = await store.get_decision("a")
+    assert got is not None and got.activated_at == 1.0
+    fb = await store.claim_and_append("a", True, now=3.0)
+    assert fb.status is ClaimStatus.ACCEPTED and fb.claim is not None
+    assert (fb.claim.position, fb.claim.deferred, fb.claim.activated) == (1, True, True)
+    [ev] = await store.read_log("m", after=0)
+    assert (ev.decision_id, ev.reward, ev.outcome) == ("a", True, "click")
+    late = await store.activate("a", now=4.0)
+    assert late.status is ActivateStatus.ALREADY and late.claim is not None and late.claim.position == 1
+    c = await store.counts("m")
+    assert (c.decisions, c.deferred, c.activated, c.clicks, c.pending, c.dropped_unactivated) == (
+        1,
+        1,
+        1,
+        1,
+        0,
+        0,
+    )
+
+
+async def test_deferred_feedback_before_activate_is_held_until_it(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(deferred("a"))
+    await store.put_decision(deferred("g"))
+    held = await store.claim_and_append("a", True, now=1.0)
+    assert held.status is ClaimStatus.HELD and held.claim is not None
+    assert (held.claim.outcome, held.claim.position) == ("click", None)
+    assert (await store.claim_and_append("g", 0.25, now=1.0)).status is ClaimStatus.HELD
+    dup = await store.claim_and_append("a", False, now=2.0)
+    assert dup.status is ClaimStatus.DUPLICATE and dup.claim is not None and dup.claim.outcome == "click"
+    assert await store.log_position("m") == 0 and await store.get_decision("a") is not None
+    assert (await store.counts("m")).clicks == 0  # nothing learned yet
+    out = await store.activate("a", now=3.0)
+    assert (out.status, out.reward) == (ActivateStatus.ACTIVATED, True) and out.claim is not None
+    assert (out.claim.outcome, out.claim.position, out.claim.activated) == ("click", 1, True)
+    graded = await store.activate("g", now=4.0)
+    assert graded.reward == 0.25 and graded.claim is not None and graded.claim.position == 2
+    events = await store.read_log("m", after=0)
+    assert [(e.decision_id, e.reward, e.outcome) for e in events] == [
+        ("a", True, "click"),
+        ("g", 0.25, "reward"),
+    ]
+    after = await store.claim_and_append("a", False, now=5.0)
+    assert after.status is ClaimStatus.DUPLICATE and after.claim is not None and after.claim.position == 1
+    assert (await store.activate("a", now=5.0)).status is ActivateStatus.ALREADY
+    c = await store.counts("m")
+    assert (c.clicks, c.graded, c.graded_sum, c.activated, c.pending) == (1, 1, 0.25, 2, 0)
+    assert await store.expire_due("m", now=100.0, default_reward="no_click") == []
+
+
+async def test_deferred_never_activated_is_dropped_at_expiry(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(deferred("a", window=5.0))  # a feedback held, never activated
+    await store.put_decision(deferred("b", window=5.0))  # nothing at all
+    await store.put_decision(deferred("c", window=5.0))  # activated, no feedback: the default reward
+    await store.put_decision(logged("n", window=5.0))  # not deferred: the default reward
+    assert (await store.claim_and_append("a", True, now=1.0)).status is ClaimStatus.HELD
+    assert (await store.activate("c", now=1.0)).status is ActivateStatus.ACTIVATED
+    claims = await store.expire_due("m", now=5.0, default_reward="no_click")
+    got = {c.decision_id: (c.outcome, c.position, c.deferred, c.activated) for c in claims}
+    assert got == {
+        "a": ("expired", None, True, False),
+        "b": ("expired", None, True, False),
+        "c": ("expired", got["c"][1], True, True),
+        "n": ("expired", got["n"][1], False, False),
+    }
+    events = await store.read_log("m", after=0)
+    assert sorted((e.decision_id, e.reward, e.outcome) for e in events) == [
+        ("c", False, "expired"),
+        ("n", False, "expired"),
+    ]
+    c = await store.counts("m")
+    assert (c.deferred, c.activated, c.dropped_unactivated, c.expired, c.clicks, c.pending) == (
+        3,
+        1,
+        2,
+        2,
+        0,
+        0,
+    )
+    for name in "ab":
+        out = await store.activate(name, now=6.0)
+        assert out.status is ActivateStatus.EXPIRED and out.claim is not None and out.claim.position is None
+        assert (await store.claim_and_append(name, True, now=6.0)).status is ClaimStatus.EXPIRED
+    assert (await store.activate("c", now=6.0)).status is ActivateStatus.ALREADY
+    log = {e.decision_id: e for e in await read_all(store, "m")}
+    assert [(log[n].outcome, log[n].reward, log[n].deferred, log[n].activated_at) for n in "abcn"] == [
+        ("dropped", None, True, None),
+        ("dropped", None, True, None),
+        ("expired", False, True, 1.0),
+        ("expired", False, False, None),
+    ]
+
+
+async def test_activate_after_the_window_is_expired_and_changes_nothing(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(deferred("a", window=5.0))
+    await store.claim_and_append("a", True, now=1.0)
+    out = await store.activate("a", now=5.0)
+    assert out.status is ActivateStatus.EXPIRED and out.claim is not None and out.claim.position is None
+    assert await store.log_position("m") == 0
+    c = await store.counts("m")
+    assert (c.activated, c.clicks, c.pending) == (0, 0, 1)
+    [claim] = await store.expire_due("m", now=5.0, default_reward="no_click")
+    assert (claim.position, claim.deferred, claim.activated) == (None, True, False)
+    assert await store.log_position("m") == 0
+
+
+async def test_activate_of_a_decision_not_deferred_or_unknown(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    await store.put_decision(record("a"))
+    out = await store.activate("a", now=1.0)
+    assert (out.status, out.deferred) == (ActivateStatus.ALREADY, False)
+    await store.claim_and_append("a", True, now=2.0)
+    out = await store.activate("a", now=3.0)
+    assert (out.status, out.deferred) == (ActivateStatus.ALREADY, False)
+    assert (await store.activate("nope", now=1.0)).status is ActivateStatus.UNKNOWN
+    c = await store.counts("m")
+    assert (c.deferred, c.activated) == (0, 0)
+
+
+async def test_concurrent_activations_and_feedbacks_learn_once(store: Store) -> None:
+    await store.create_model("m", CONFIG)
+    for i in range(10):
+        await store.put_decision(deferred(f"d{i}"))
+    calls = []
+    for i in range(10):
+        for j in range(4):  # interleaved: activations and feedbacks race for each decision
+            calls += [store.activate(f"d{i}", now=1.0), store.claim_and_append(f"d{i}", j % 2 == 0, now=1.0)]
+    outs = await asyncio.gather(*calls)
+    activated = [o for o in outs[::2] if o.status is ActivateStatus.ACTIVATED]
+    assert len(activated) == 10
+    events = await store.read_log("m", after=0)
+    assert sorted(e.decision_id for e in events) == [f"d{i}" for i in range(10)]
+    c = await store.counts("m")
+    assert (c.activated, c.clicks + c.no_clicks, c.pending) == (10, 10, 0)
 
 
 # -- the decision log -------------------------------------------------------------------------------

@@ -349,14 +349,31 @@ async def test_the_decision_log_shares_the_records_bytes_and_frees_them_with_the
     await s.close()
 
 
+# What schema 6 added (deferred decisions): (table, column).
+SCHEMA_6 = [
+    ("models", "deferred"),
+    ("models", "activated"),
+    ("models", "dropped_unactivated"),
+    ("decisions", "deferred"),
+    ("decisions", "activated_at"),
+    ("decisions", "held_reward"),
+    ("decisions", "held_outcome"),
+    ("decisions", "held_at"),
+    ("claims", "deferred"),
+    ("claims", "activated"),
+    ("decision_log", "deferred"),
+    ("decision_log", "activated_at"),
+]
+
+
 def downgrade(path: Path, version: int, script: str = "") -> None:
-    """Put the file at ``path`` back to schema ``version``, as its files hold it: ``script`` undoes
-    what came after ``version`` but the graded counters of schema 5, which this undoes."""
+    """Put the file at ``path`` back to schema ``version``, as its files hold it: this undoes schema 6
+    and, below 5, the graded counters of ``models``; ``script`` undoes the rest after ``version``."""
+    undo = "".join(f"ALTER TABLE {table} DROP COLUMN {column}; " for table, column in SCHEMA_6)
+    if version < 5:
+        undo += "ALTER TABLE models DROP COLUMN graded; ALTER TABLE models DROP COLUMN graded_sum; "
     db = sqlite3.connect(path)
-    db.executescript(
-        f"{script}ALTER TABLE models DROP COLUMN graded; ALTER TABLE models DROP COLUMN graded_sum; "
-        f"PRAGMA user_version = {version};"
-    )
+    db.executescript(f"{undo}{script}PRAGMA user_version = {version};")
     db.close()
 
 
@@ -393,7 +410,7 @@ async def test_a_schema_3_file_gets_the_dashboard_activity(tmp_path: Path) -> No
     downgrade(path, 3, "DROP TABLE activity; ")
     s = SQLiteStore(path)
     try:
-        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert await s.read_activity("m", 0) == {}
         await s.add_activity("m", {7: Activity(decisions=2, exploration=0.5)})
         assert await s.read_activity("m", 0) == {7: Activity(decisions=2, exploration=0.5)}
@@ -428,6 +445,39 @@ async def test_a_schema_4_file_gets_the_graded_counters_and_reads_its_clicks(tmp
         assert [e.reward for e in await s.read_log("m", 0)] == [True, False, 0.1 + 0.2]  # kept exactly
         c = await s.counts("m")
         assert (c.graded, c.graded_sum, c.reward_sum) == (1, 0.1 + 0.2, 1 + 0.1 + 0.2)
+    finally:
+        await s.close()
+
+
+async def test_a_schema_5_file_gets_deferred_decisions_and_keeps_what_it_held(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(replace(record("a"), logged=True))
+    await s.put_decision(replace(record("b"), logged=True))
+    await s.claim_and_append("a", True, 1.0)
+    await s.close()
+    downgrade(path, 5)
+    s = SQLiteStore(path, claim_ttl=100.0)
+    try:
+        assert s._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        c = await s.counts("m")
+        assert (c.decisions, c.clicks, c.pending, c.deferred, c.activated, c.dropped_unactivated) == (
+            2, 1, 1, 0, 0, 0,
+        )  # fmt: skip
+        assert (await s.claim_and_append("a", False, 2.0)).status is ClaimStatus.DUPLICATE
+        assert (await s.activate("a", 2.0)).deferred is False  # a claim from before: not deferred
+        assert (await s.activate("b", 2.0)).deferred is False
+        await s.put_decision(replace(record("c", created=2.0), logged=True, deferred=True))
+        assert (await s.claim_and_append("c", True, 3.0)).status is ClaimStatus.HELD
+        assert (await s.activate("c", 4.0)).claim.position == 2  # type: ignore[union-attr]
+        log = (await s.read_decision_log("m"))[0]
+        assert [(e.decision_id, e.outcome, e.deferred, e.activated_at) for e in log] == [
+            ("a", "click", False, None),
+            ("b", None, False, None),
+            ("c", "click", True, 4.0),
+        ]
+        blob_references_are_exact(s._conn())
     finally:
         await s.close()
 
