@@ -28,10 +28,16 @@ The mapping:
 - the answer's ``ranking`` lists every action with its probability, the eligible ones most probable
   first (ties in label order), then the excluded ones with probability 0; ``rewardActionId`` is
   the sampled label;
+- ``eventId``: the client's (taken once: 409 when reused; the characters of
+  :func:`service.runtime.check_event_id`, else 400) or one drawn here; the decision id is
+  ``store.route(model, eventId)`` and seeds the sampling as any drawn id does;
+  ``deferActivation`` defers the decision (:meth:`Runtime.predict`), ``activate`` activates it
+  (204; 404 unknown; 410 dropped), and a reward before the activation is held for it (204);
 - a reward ``value`` must be in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed [-1, 1], and a
-  value below 0 is refused with 400, never clipped or rescaled behind the caller's back;
-- ``?wait=true`` on a reward (an extension, as on ``POST /feedback``) answers once this process's
-  model has applied it.
+  value outside is refused with 400, never clipped or rescaled behind the caller's back; a second
+  reward for an event is 409 (learned once), an unknown event 404, one past its window 410;
+- ``?wait=true`` on a reward or an activation (an extension, as on ``POST /feedback``) answers
+  once this process's model has applied it.
 """
 
 from __future__ import annotations
@@ -54,7 +60,13 @@ from service.api.predict import parse
 from service.features import FeatureError, FeatureValue
 from service.learners.base import ParamError
 from service.runtime import ModelRuntime, ModelUnavailableError, Runtime
-from service.store import ClaimStatus, StoreUnavailableError, UnknownModelError
+from service.store import (
+    ActivateStatus,
+    ClaimStatus,
+    DecisionExistsError,
+    StoreUnavailableError,
+    UnknownModelError,
+)
 
 #: The versioned paths served; multi-slot exists from the v1.1 previews on.
 API_VERSIONS = ("v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3")
@@ -337,17 +349,24 @@ async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
 async def _decide(
     request: Request, body: RankRequest | MultiSlotRankRequest, excluded: list[str] | None
 ) -> tuple[str, str, list[dict[str, Any]]]:
-    """Decide among the request's actions less ``excluded``: (eventId, rewardActionId, ranking)."""
-    if body.event_id is not None:
-        raise PersonalizerError(400, "eventId: this server does not take client-chosen event ids yet")
-    if body.defer_activation:
-        raise PersonalizerError(400, "deferActivation: this server does not defer activation yet")
+    """Decide among the request's actions less ``excluded``: (eventId, rewardActionId, ranking).
+
+    The event id is the client's or one drawn here as ``POST /predict`` draws its ids; either way
+    the decision id is ``store.route(model, eventId)`` (:meth:`Runtime.predict`), so a reward or an
+    activation finds the decision from the model and the event id alone, and the answer's
+    ``eventId`` is what the client sent or will send back."""
     runtime, m = await _model(request)
     eligible = _eligible(m, body.actions, excluded)
-    p = await runtime.predict(m.name, context_features(body.context_features), eligible)
+    event_id = runtime.ids.new() if body.event_id is None else body.event_id
+    features = context_features(body.context_features)
+    defer = bool(body.defer_activation)
+    try:
+        p = await runtime.predict(m.name, features, eligible, event_id=event_id, defer=defer)
+    except DecisionExistsError:  # pending or answered: a client-chosen id is taken once
+        raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
     metrics.DECISIONS.labels(p.model).inc()
     ranking = _ranking(m, p.decision.probs.tolist(), [a.id for a in body.actions], eligible)
-    return p.decision_id, p.label, ranking
+    return event_id, p.label, ranking
 
 
 @_personalizer_errors
@@ -373,17 +392,28 @@ async def rank_multi_slot(request: Request) -> Response:
     return JSONResponse(answer, status_code=201)
 
 
+def _wait(request: Request) -> bool:
+    return request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
+
+
+async def _event(request: Request) -> tuple[Runtime, str, str]:
+    """The runtime, the decision id of the path's event (``store.route(model, eventId)``, as the
+    rank made it) and the event id."""
+    runtime, m = await _model(request)
+    event_id = request.path_params["eventId"]
+    return runtime, runtime.store.route(m.name, event_id), event_id
+
+
 async def _learn(request: Request, value: float) -> Response:
     """Claim the event's decision with reward ``value``: 204, or 404 / 409 / 410 naming why not."""
     if not 0.0 <= value <= 1.0:  # NaN too
         raise PersonalizerError(400, f"reward value {value!r} is outside [0, 1]: {REWARD_RULE}")
-    runtime, _ = await _model(request)
-    event_id = request.path_params["eventId"]
-    wait = request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
-    out, _ = await runtime.feedback(event_id, value, wait)
+    runtime, decision_id, event_id = await _event(request)
+    out, _ = await runtime.feedback(decision_id, value, _wait(request))
     claim = out.claim
-    if out.status is ClaimStatus.ACCEPTED and claim is not None and claim.position is not None:
-        metrics.FEEDBACK.labels(claim.outcome).inc()
+    held = out.status is ClaimStatus.HELD  # deferred, not activated yet: learned at the activation
+    if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
+        metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
         return Response(status_code=204)
     metrics.FEEDBACK.labels(out.status.value).inc()
     if claim is None:
@@ -411,6 +441,36 @@ async def reward_multi_slot(request: Request) -> Response:
     return await _learn(request, _one_slot("reward", body.reward).value)
 
 
+async def _activate(request: Request, multislot: bool) -> Response:
+    """Say that a ``deferActivation`` event was shown: 204, and it is learned from (its held reward
+    now, else the reward to come, else the model's default reward at expiry). An event that was
+    not deferred, or is active already, is a harmless 204 too."""
+    check_api_key(request, KEY_HEADERS)
+    _check_version(request, multislot)
+    runtime, decision_id, event_id = await _event(request)
+    out = await runtime.activate(decision_id, _wait(request))
+    metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
+    if out.status is ActivateStatus.UNKNOWN:
+        raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
+    if out.status is ActivateStatus.EXPIRED:
+        raise PersonalizerError(
+            410, f"event {event_id!r}: deferred and not activated within its reward window; dropped"
+        )
+    return Response(status_code=204)
+
+
+@_personalizer_errors
+async def activate(request: Request) -> Response:
+    """Activate an event (:func:`_activate`)."""
+    return await _activate(request, multislot=False)
+
+
+@_personalizer_errors
+async def activate_multi_slot(request: Request) -> Response:
+    """Activate a one-slot event (:func:`_activate`)."""
+    return await _activate(request, multislot=True)
+
+
 def _add(router: APIRouter, path: str, endpoint: Endpoint) -> None:
     for prefix in ("", LOOP_PREFIX):
         for version in ("", "/{version}"):
@@ -423,5 +483,7 @@ router = APIRouter(tags=["personalizer"])
 # Multi-slot first: "/personalizer/multislot/rank" would otherwise match "/personalizer/{version}/rank".
 _add(router, "/multislot/rank", rank_multi_slot)
 _add(router, "/multislot/events/{eventId}/reward", reward_multi_slot)
+_add(router, "/multislot/events/{eventId}/activate", activate_multi_slot)
 _add(router, "/rank", rank)
 _add(router, "/events/{eventId}/reward", reward)
+_add(router, "/events/{eventId}/activate", activate)

@@ -110,6 +110,27 @@ def test_cognitiveservices_client_rank_then_reward_learns(server: str) -> None:
     assert after["clicks"] == before["clicks"] + 1  # the reward 1 is a click
 
 
+def test_cognitiveservices_client_rank_reward_activate(server: str) -> None:
+    """A deferred event with a client-chosen id: its reward is held until the activation."""
+    client = CogClient(server, CognitiveServicesCredentials(KEY))
+    before = counts(server, "grocery")
+    request = RankRequest(actions=actions(GROCERY), event_id="cog-deferred-1", defer_activation=True)
+    r = client.rank(request)
+    assert r.event_id == "cog-deferred-1" and r.reward_action_id in GROCERY
+    client.events.reward("cog-deferred-1", 1.0)  # 204: held, not learned yet
+    held = counts(server, "grocery")
+    assert (held["deferred"], held["clicks"]) == (before["deferred"] + 1, before["clicks"])
+    assert client.events.activate("cog-deferred-1") is None  # 204: learned now
+    after = counts(server, "grocery")
+    assert (after["activated"], after["clicks"]) == (before["activated"] + 1, before["clicks"] + 1)
+    client.events.activate("cog-deferred-1")  # again: harmless
+    with pytest.raises(ErrorResponseException) as reused:
+        client.rank(RankRequest(actions=actions(GROCERY), event_id="cog-deferred-1"))
+    assert reused.value.response.status_code == 409
+    assert reused.value.error.error.code == "Conflict"
+    assert "eventId 'cog-deferred-1' is taken" in reused.value.error.error.message
+
+
 def test_cognitiveservices_client_errors_are_its_exceptions(server: str) -> None:
     client = CogClient(server, CognitiveServicesCredentials(KEY))
     with pytest.raises(ErrorResponseException) as bad_key:
@@ -171,6 +192,33 @@ def test_ai_client_rank_then_reward(server: str) -> None:
     after = counts(server, "grocery")
     assert (after["decisions"], after["graded"]) == (before["decisions"] + 1, before["graded"] + 1)
     assert after["reward_sum"] == pytest.approx(before["reward_sum"] + 0.5)
+
+
+def test_ai_client_rank_reward_activate(server: str) -> None:
+    client = AiClient(server, AzureKeyCredential(KEY))
+    before = counts(server, "grocery")
+    r = client.rank(rank_body(GROCERY, eventId="ai-deferred-1", deferActivation=True))
+    assert r["eventId"] == "ai-deferred-1"
+    assert client.activate("ai-deferred-1") is None  # 204, before the reward this time
+    assert client.reward("ai-deferred-1", {"value": 0.0}) is None
+    after = counts(server, "grocery")
+    assert (after["activated"], after["no_clicks"]) == (before["activated"] + 1, before["no_clicks"] + 1)
+    with pytest.raises(ResourceExistsError) as reused:
+        client.rank(rank_body(GROCERY, eventId="ai-deferred-1"))
+    assert reused.value.error.code == "Conflict"
+    with pytest.raises(ResourceNotFoundError):
+        client.activate("never-ranked")
+    with pytest.raises(HttpResponseError) as bad_id:
+        client.rank(rank_body(GROCERY, eventId="has space"))
+    assert bad_id.value.status_code == 400 and "'has space'" in bad_id.value.message
+    r = client.rank_multi_slot(
+        rank_body(
+            GROCERY, eventId="ai-slot-1", deferActivation=True, slots=[{"id": "s", "baselineAction": "bao"}]
+        )
+    )
+    assert client.activate_multi_slot("ai-slot-1") is None
+    assert client.reward_multi_slot("ai-slot-1", {"reward": [{"slotId": "s", "value": 1.0}]}) is None
+    assert counts(server, "grocery")["activated"] == before["activated"] + 2
 
 
 def test_ai_client_multi_slot_with_one_slot(server: str) -> None:
@@ -242,6 +290,8 @@ async def test_every_path_and_its_status_codes(http: httpx.AsyncClient) -> None:
         assert set(r.json()) == {"ranking", "eventId", "rewardActionId"}
         reward = await http.post(f"{base}/events/{r.json()['eventId']}/reward", json={"value": 1})
         assert reward.status_code == 204 and reward.content == b"", (base, reward.text)
+        activated = await http.post(f"{base}/events/{r.json()['eventId']}/activate")
+        assert activated.status_code == 204 and activated.content == b"", (base, activated.text)
         if base.endswith("v1.0"):  # multi-slot came with the v1.1 previews
             r = await http.post(f"{base}/multislot/rank", json=rank_body(GROCERY))
             assert is_error(r, 404, "ResourceNotFound", "multi-slot API version 'v1.0'")
@@ -254,6 +304,8 @@ async def test_every_path_and_its_status_codes(http: httpx.AsyncClient) -> None:
             f"{base}/multislot/events/{event}/reward", json={"reward": [{"slotId": "s", "value": 0}]}
         )
         assert reward.status_code == 204, (base, reward.text)
+        activated = await http.post(f"{base}/multislot/events/{event}/activate")
+        assert activated.status_code == 204, (base, activated.text)
     r = await http.post("/personalizer/v2.0/rank", json=rank_body(GROCERY))
     assert is_error(r, 404, "ResourceNotFound", "unknown Personalizer API version 'v2.0'; served: v1.0")
 
@@ -314,6 +366,23 @@ async def test_bodies_and_models_refused(http: httpx.AsyncClient) -> None:
     assert is_error(r, 400, "BadRequest", "reward: List should have at least 1 item")
     r = await http.post(f"/personalizer/v1.0/events/{event}/reward?wait=true", json={"value": 1})
     assert r.status_code == 204
+
+
+@pytest.mark.anyio
+async def test_an_event_id_seeds_the_sampling(models_file: Path) -> None:
+    """The same eventId on two fresh servers (ids not seeded) gets the same decision, whatever
+    came before it (the decision id is routed from it and seeds the sampling as a drawn id does)."""
+    settings = {"config_file": models_file, "default_model": "grocery"}
+    async with app_client(make_app(**settings)) as a, app_client(make_app(**settings)) as b:
+        await b.post("/personalizer/v1.0/rank", json=rank_body(GROCERY))  # b drew an id more
+        for i in range(10):
+            body = rank_body(GROCERY, eventId=f"E-{i}", contextFeatures=[{"i": i}])
+            ra, rb = (
+                await a.post("/personalizer/v1.0/rank", json=body),
+                await b.post("/personalizer/v1.0/rank", json=body),
+            )
+            assert ra.status_code == rb.status_code == 201
+            assert ra.json() == rb.json()
 
 
 @pytest.mark.anyio
