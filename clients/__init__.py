@@ -17,11 +17,12 @@ from clients.errors import (
     TransportError,
     Unauthorized,
 )
-from clients.models import FeedbackResult, ModelCounts, ModelInfo, Prediction
+from clients.models import ActivateResult, FeedbackResult, ModelCounts, ModelInfo, Prediction
 from clients.sdk import AsyncClient, Client, ModelState, Retry
 
 __all__ = [
     "APIError",
+    "ActivateResult",
     "AsyncClient",
     "BadRequest",
     "ClickboostError",

@@ -67,26 +67,67 @@ class Prediction:
 
 @dataclass(frozen=True)
 class FeedbackResult:
-    """Answer of ``POST /feedback``: the event is durably recorded (and applied, with ``wait``)."""
+    """Answer of ``POST /feedback``: the event is durably recorded (and applied, with ``wait``).
+
+    ``click`` is the bit given (None when a graded ``reward`` was given); ``reward`` what is learned
+    (1 click, 0 no click, or the graded reward). ``held``: the decision is deferred and not activated
+    yet, so the feedback waits for :meth:`Client.activate` (``model_version`` None until then).
+    """
 
     decision_id: str
-    click: bool
+    click: bool | None
     model: str
-    model_version: int
+    model_version: int | None
+    reward: float | None = None
+    held: bool = False
 
     @classmethod
     def from_json(cls, body: Any) -> FeedbackResult:
+        reward = body.get("reward") if isinstance(body, dict) else None
+        if reward is not None and (not isinstance(reward, _NUM) or isinstance(reward, bool)):
+            raise ProtocolError(f"feedback answer has reward={reward!r}, expected a number")
         return cls(
             decision_id=_get(body, "decision_id", str, "feedback"),
-            click=_get(body, "click", bool, "feedback"),
+            click=_get(body, "click", (bool, type(None)), "feedback"),
             model=_get(body, "model", str, "feedback"),
-            model_version=_get(body, "model_version", int, "feedback"),
+            model_version=_get(body, "model_version", (int, type(None)), "feedback"),
+            reward=None if reward is None else float(reward),
+            held=bool(body.get("held", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ActivateResult:
+    """Answer of ``POST /decisions/{decision_id}/activate``.
+
+    ``status``: ``activated`` (now), ``already_active`` (before) or ``not_deferred`` (the decision
+    was not deferred: nothing to do). ``learned``: the decision's outcome if it has one (the held
+    feedback learned now, or what came before), as the server's ``FirstOutcome``.
+    """
+
+    decision_id: str
+    status: str
+    learned: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, body: Any) -> ActivateResult:
+        learned = body.get("learned") if isinstance(body, dict) else None
+        if learned is not None and not isinstance(learned, dict):
+            raise ProtocolError(f"activate answer has learned={learned!r}, expected an object or null")
+        return cls(
+            decision_id=_get(body, "decision_id", str, "activate"),
+            status=_get(body, "status", str, "activate"),
+            learned=learned,
         )
 
 
 @dataclass(frozen=True)
 class ModelCounts:
-    """Decision counters of a model; ``ctr`` = clicks / (clicks + no_clicks), None before any answer."""
+    """Decision counters of a model; ``ctr`` = clicks / (clicks + no_clicks), None before any answer.
+
+    ``deferred``, ``activated``, ``dropped_unactivated``: decisions made with ``defer``, those
+    activated in their window, those dropped at expiry without an activation (0 from older servers).
+    """
 
     decisions: int
     clicks: int
@@ -94,6 +135,9 @@ class ModelCounts:
     expired: int
     pending: int
     ctr: float | None
+    deferred: int = 0
+    activated: int = 0
+    dropped_unactivated: int = 0
 
     @classmethod
     def from_json(cls, body: Any) -> ModelCounts:
@@ -106,7 +150,11 @@ class ModelCounts:
                 for k in ("decisions", "clicks", "no_clicks", "expired", "pending")
             ),
             ctr=None if ctr is None else float(ctr),
+            **{k: _get(body, k, int, "model counts") for k in _DEFER_COUNTS if k in body},
         )
+
+
+_DEFER_COUNTS = ("deferred", "activated", "dropped_unactivated")
 
 
 @dataclass(frozen=True)

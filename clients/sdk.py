@@ -27,7 +27,7 @@ outage), with exponentially growing, fully jittered sleeps and ``Retry-After`` a
   service records feedback exactly once per id, so a retry can at worst meet its own first attempt,
   which answers 409 with the first outcome; when that outcome is the one being sent, the retry
   succeeded and the SDK returns it instead of raising. 404 (unknown id) and 410 (reward window
-  passed) are final.
+  passed) are final. ``activate`` is idempotent on the server and retried the same way.
 * ``GET``/``PUT`` calls are idempotent and retried the same way.
 * ``predict`` is retried freely only when it cannot have been recorded: the connection was never
   made (refused, connect or pool timeout), or the server answered 429 or 503 (nothing recorded).
@@ -39,7 +39,9 @@ outage), with exponentially growing, fully jittered sleeps and ``Retry-After`` a
   nothing). Once only, so that a request that itself crashes replicas cannot take down more than
   two. A read timeout or a 504 is not re-sent: the replica is alive and most likely recording the
   decision, and a second request would add load where there is too much. ``Client.stats`` counts
-  the re-sends (``resent_predicts``), i.e. the possible orphan decisions.
+  the re-sends (``resent_predicts``), i.e. the possible orphan decisions. A predict with a
+  client-chosen ``decision_id`` leaves no orphan: the server takes an id once, so a re-send that
+  meets its own first attempt is refused (:class:`Conflict`) instead of recorded twice.
 * ``DELETE`` and ``reset`` are retried only when they cannot have been processed (connection never
   made, 429, 503).
 """
@@ -63,7 +65,7 @@ from typing import Any, Generic, Self, TypeVar
 import httpx
 
 from clients.errors import Conflict, ProtocolError, TransportError, error_for
-from clients.models import FeedbackResult, ModelInfo, Prediction
+from clients.models import ActivateResult, FeedbackResult, ModelInfo, Prediction
 
 T = TypeVar("T")
 
@@ -205,7 +207,9 @@ class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
     @staticmethod
-    def predict(features: Features, model: str | None) -> _Call[Prediction]:
+    def predict(
+        features: Features, model: str | None, defer: bool = False, decision_id: str | None = None
+    ) -> _Call[Prediction]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
         else:
@@ -213,6 +217,10 @@ class _Calls:
         body: dict[str, Any] = {"features": feats}
         if model is not None:
             body["model"] = model
+        if defer:
+            body["defer"] = True
+        if decision_id is not None:
+            body["decision_id"] = decision_id
         return _Call(
             "POST",
             "/predict",
@@ -223,13 +231,26 @@ class _Calls:
         )
 
     @staticmethod
-    def feedback(decision_id: str, click: bool, wait: bool) -> _Call[FeedbackResult]:
+    def feedback(
+        decision_id: str, click: bool | None, wait: bool, reward: float | None = None
+    ) -> _Call[FeedbackResult]:
+        if (click is None) == (reward is None):
+            raise ValueError("give click (True/False) or reward (a number in [0, 1]), one of them")
+        if reward is not None:  # the server takes 0 and 1 as the click bit
+            outcome = "click" if reward == 1 else "no_click" if reward == 0 else "reward"
+            body: dict[str, Any] = {"decision_id": decision_id, "reward": float(reward)}
+        else:
+            outcome = "click" if click else "no_click"
+            body = {"decision_id": decision_id, "click": bool(click)}
+
         def reconcile(err: Conflict) -> FeedbackResult | None:
             first = err.first_outcome or {}
-            if first.get("outcome") != ("click" if click else "no_click"):
+            if first.get("outcome") != outcome:
                 return None
-            try:
-                return FeedbackResult.from_json({**first, "decision_id": decision_id, "click": bool(click)})
+            learned = float(reward) if reward is not None else float(bool(click))
+            doc = {**first, "decision_id": decision_id, "click": body.get("click"), "reward": learned}
+            try:  # a feedback held for a deferred decision has no version yet
+                return FeedbackResult.from_json({**doc, "held": first.get("model_version") is None})
             except ProtocolError:
                 return None
 
@@ -237,10 +258,20 @@ class _Calls:
             "POST",
             "/feedback",
             lambda r: FeedbackResult.from_json(_json(r)),
-            json={"decision_id": decision_id, "click": bool(click)},
+            json=body,
             params={"wait": "true"} if wait else {},
             decision_id=decision_id,
             reconcile=reconcile,
+        )
+
+    @staticmethod
+    def activate(decision_id: str, wait: bool) -> _Call[ActivateResult]:
+        return _Call(
+            "POST",
+            f"/decisions/{decision_id}/activate",
+            lambda r: ActivateResult.from_json(_json(r)),
+            params={"wait": "true"} if wait else {},
+            decision_id=decision_id,
         )
 
     @staticmethod
@@ -633,7 +664,14 @@ class Client(_Base):
                 delay = answered
             time.sleep(delay)
 
-    def predict(self, features: Features, model: str | None = None) -> Prediction:
+    def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+    ) -> Prediction:
         """Ask for a label: ``POST /predict``.
 
         Parameters
@@ -643,16 +681,42 @@ class Client(_Base):
             that the server hashes.
         model : str, optional
             Model name; the server's default model when omitted.
+        defer : bool
+            Learn from the decision only if :meth:`activate` is called within its reward window (the
+            page really showed it); otherwise it is dropped, not given the default reward.
+        decision_id : str, optional
+            A client-chosen id (1 to 256 of ``A-Za-z0-9_.:-``) instead of a drawn one; taken once
+            (:class:`Conflict` when taken). Send the feedback for the answer's ``decision_id`` (a
+            Redis-backed server appends ``.{slot tag}``).
         """
-        return self._run(_Calls.predict(features, model))
+        return self._run(_Calls.predict(features, model, defer, decision_id))
 
-    def feedback(self, decision_id: str, click: bool, *, wait: bool = False) -> FeedbackResult:
-        """Report the click bit of a decision: ``POST /feedback`` (``?wait=true`` with ``wait``).
+    def feedback(
+        self,
+        decision_id: str,
+        click: bool | None = None,
+        *,
+        reward: float | None = None,
+        wait: bool = False,
+    ) -> FeedbackResult:
+        """Report the click bit, or a graded ``reward`` in [0, 1], of a decision: ``POST /feedback``
+        (``?wait=true`` with ``wait``). Exactly one of ``click`` and ``reward``.
 
         With ``wait`` the call returns after the update was applied to the model serving the
-        replica that answered, so a following ``predict`` on it sees the update.
+        replica that answered, so a following ``predict`` on it sees the update. For a deferred
+        decision not activated yet the feedback is held (``held`` True) until :meth:`activate`.
         """
-        return self._run(_Calls.feedback(decision_id, click, wait))
+        return self._run(_Calls.feedback(decision_id, click, wait, reward))
+
+    def activate(self, decision_id: str, *, wait: bool = False) -> ActivateResult:
+        """Say that a deferred decision was shown: ``POST /decisions/{decision_id}/activate``.
+
+        Idempotent. Within the reward window the decision will be learned (a feedback held for it
+        now: with ``wait`` applied before the call returns); after it, :class:`Gone` (dropped).
+        :class:`NotFound` for an unknown id; ``status == "not_deferred"`` for a decision that was
+        not deferred.
+        """
+        return self._run(_Calls.activate(decision_id, wait))
 
     def health(self) -> dict[str, Any]:
         """``GET /healthz`` (liveness)."""
@@ -791,13 +855,31 @@ class AsyncClient(_Base):
                 delay = answered
             await asyncio.sleep(delay)
 
-    async def predict(self, features: Features, model: str | None = None) -> Prediction:
+    async def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+    ) -> Prediction:
         """See :meth:`Client.predict`."""
-        return await self._run(_Calls.predict(features, model))
+        return await self._run(_Calls.predict(features, model, defer, decision_id))
 
-    async def feedback(self, decision_id: str, click: bool, *, wait: bool = False) -> FeedbackResult:
+    async def feedback(
+        self,
+        decision_id: str,
+        click: bool | None = None,
+        *,
+        reward: float | None = None,
+        wait: bool = False,
+    ) -> FeedbackResult:
         """See :meth:`Client.feedback`."""
-        return await self._run(_Calls.feedback(decision_id, click, wait))
+        return await self._run(_Calls.feedback(decision_id, click, wait, reward))
+
+    async def activate(self, decision_id: str, *, wait: bool = False) -> ActivateResult:
+        """See :meth:`Client.activate`."""
+        return await self._run(_Calls.activate(decision_id, wait))
 
     async def health(self) -> dict[str, Any]:
         """See :meth:`Client.health`."""

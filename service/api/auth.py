@@ -4,9 +4,9 @@ Fail closed. With no key configured at all every request is allowed (a developme
 ``clickboost serve`` then refuses to bind anything but loopback unless ``--insecure``). Once any
 key is configured:
 
-- ``/predict`` and ``/feedback`` need an API key (``CLICKBOOST_API_KEY``) or the admin key; so do
-  the Personalizer routes (:mod:`service.api.personalizer`), which also take the key in
-  Personalizer's ``Ocp-Apim-Subscription-Key`` header;
+- ``/predict``, ``/feedback`` and ``/decisions/{id}/activate`` need an API key (``CLICKBOOST_API_KEY``) or
+  the admin key; so do the Personalizer routes (:mod:`service.api.personalizer`), which also take
+  the key in Personalizer's ``Ocp-Apim-Subscription-Key`` header;
 - every ``/models`` route, reads included (they expose learned state, configs and counts), needs
   the admin key (``CLICKBOOST_ADMIN_KEY``); with API keys but no admin key they answer 403 naming
   the missing setting, never serve;
@@ -48,8 +48,8 @@ def _matches(key: str | None, candidates: list[str]) -> bool:
 
 
 def check_api_key(request: Request, headers: tuple[str, ...] = (HEADER,)) -> None:
-    """Allow /predict and /feedback to holders of an API key or the admin key (401 otherwise), sent
-    in the first of ``headers`` the request has."""
+    """Allow /predict, /feedback and the activation to holders of an API key or the admin key (401
+    otherwise), sent in the first of ``headers`` the request has."""
     settings: Settings = request.app.state.settings
     allowed = [*settings.api_key_set, *([settings.admin_key] if settings.admin_key else [])]
     if not allowed:

@@ -26,7 +26,7 @@ PRED = {
     "model": "m",
     "model_version": 7,
 }
-FB = {"decision_id": "abc", "click": True, "model": "m", "model_version": 8}
+FB = {"decision_id": "abc", "click": True, "reward": 1.0, "model": "m", "model_version": 8}
 
 
 def reply(status: int, body: Any, headers: dict[str, str] | None = None, after: float = 0.0) -> Action:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from clients import (
+    ActivateResult,
     AsyncClient,
     BadRequest,
     Client,
@@ -34,7 +35,7 @@ def test_predict_then_feedback_updates_the_model(server: str) -> None:
         )
         assert p.probability == p.probabilities[p.label_index] and abs(sum(p.probabilities) - 1) < 1e-9
         fb = c.feedback(p.decision_id, click=True, wait=True)
-        assert fb == FeedbackResult(p.decision_id, True, "car", fb.model_version)
+        assert fb == FeedbackResult(p.decision_id, True, "car", fb.model_version, 1.0)
         after = c.get_model("car")
         assert after.version == fb.model_version == before.version + 1 and after.checksum != before.checksum
         assert after.counts.clicks == before.counts.clicks + 1
@@ -73,6 +74,38 @@ def test_expired_decision_is_gone(server: str) -> None:
             c.feedback(p.decision_id, click=True)
         assert gone.value.status == 410
         c.delete_model("short")
+
+
+def test_deferred_decisions_graded_rewards_and_chosen_ids(server: str) -> None:
+    with Client(server, api_key=API_KEY, admin_key=ADMIN_KEY) as c:
+        c.create_model("later", "banditron", n_features=2, n_labels=2, reward_window_seconds=0.5)
+        before = c.get_model("later")
+        p = c.predict([0.5, -0.5], model="later", defer=True, decision_id="sdk-page-1:slot.0")
+        assert p.decision_id == "sdk-page-1:slot.0"  # the memory store routes ids as they are
+        with pytest.raises(Conflict, match=r"sdk-page-1:slot\.0"):
+            c.predict([0.5, -0.5], model="later", decision_id="sdk-page-1:slot.0")
+        held = c.feedback(p.decision_id, reward=0.25)
+        assert held == FeedbackResult(p.decision_id, None, "later", None, 0.25, held=True)
+        on = c.activate(p.decision_id, wait=True)
+        assert isinstance(on, ActivateResult) and on.status == "activated"
+        assert on.learned is not None and on.learned["outcome"] == "reward"
+        assert c.activate(p.decision_id).status == "already_active"
+        assert c.get_model("later").version == before.version + 1 == on.learned["model_version"]
+        plain = c.predict([0.5, -0.5], model="later")
+        assert c.activate(plain.decision_id).status == "not_deferred"
+        assert c.feedback(plain.decision_id, reward=1.0, wait=True).click is None
+        never = c.predict([0.5, -0.5], model="later", defer=True)
+        with pytest.raises(NotFound):
+            c.activate("no-such-decision")
+        time.sleep(1.5)  # past the window, and a sweep (every second) dropped it
+        with pytest.raises(Gone, match="dropped"):
+            c.activate(never.decision_id)
+        counts = c.get_model("later").counts
+        assert counts is not None
+        assert (counts.deferred, counts.activated, counts.dropped_unactivated) == (2, 1, 1)
+        with pytest.raises(ValueError, match="one of them"):
+            c.feedback(plain.decision_id, True, reward=0.5)
+        c.delete_model("later")
 
 
 def test_admin_calls_round_trip(server: str) -> None:

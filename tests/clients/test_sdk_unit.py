@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from clients import (
+    ActivateResult,
     AsyncClient,
     BadRequest,
     Client,
@@ -139,7 +140,7 @@ def test_sdk_imports_without_numpy_fastapi_or_pydantic() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['APIError', 'AsyncClient']"
+    assert proc.stdout.strip() == "['APIError', 'ActivateResult']"
 
 
 # -- retries over real HTTP ---------------------------------------------------------------------
@@ -169,6 +170,22 @@ def test_feedback_whose_answer_was_lost_succeeds_on_its_own_409(scripted: Script
     with Client(scripted.url, retry=FAST) as c:
         assert c.feedback("abc", True, wait=True) == FeedbackResult.from_json(FB)
     assert [r["path"] for r in scripted.seen] == ["/feedback?wait=true"] * 2
+
+
+def test_a_graded_feedback_held_whose_answer_was_lost_succeeds_on_its_own_409(scripted: Scripted) -> None:
+    conflict = {"detail": "already answered", "first_outcome": first("reward", None)}
+    scripted.script = [drop, reply(409, conflict)]
+    with Client(scripted.url, retry=FAST) as c:
+        assert c.feedback("abc", reward=0.25) == FeedbackResult("abc", None, "m", None, 0.25, held=True)
+    assert [r["body"] for r in scripted.seen] == [{"decision_id": "abc", "reward": 0.25}] * 2
+
+
+def test_activate_is_retried_as_idempotent(scripted: Scripted) -> None:
+    done = {"decision_id": "abc", "status": "already_active", "learned": None}
+    scripted.script = [drop, reply(503, {"detail": "down"}, {"retry-after": "0"}), reply(200, done)]
+    with Client(scripted.url, retry=FAST) as c:
+        assert c.activate("abc", wait=True) == ActivateResult("abc", "already_active", None)
+    assert [r["path"] for r in scripted.seen] == ["/decisions/abc/activate?wait=true"] * 3
 
 
 def test_a_real_conflict_is_raised(scripted: Scripted) -> None:

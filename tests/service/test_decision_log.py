@@ -95,6 +95,8 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "reward",
         "outcome_at",
         "eligible",
+        "deferred",
+        "activated_at",
     ]
     assert json.loads(line) == {
         "decision_id": "d1",
@@ -109,9 +111,13 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "reward": 1,
         "outcome_at": T0 + 2,
         "eligible": None,
+        "deferred": False,
+        "activated_at": None,
     }
     assert LogRecord.from_json(line) == rec
-    old = {k: v for k, v in json.loads(line).items() if k != "eligible"}  # exported before issue 38
+    old = {  # exported before issue 38
+        k: v for k, v in json.loads(line).items() if k not in ("eligible", "deferred", "activated_at")
+    }
     assert LogRecord.from_json(json.dumps(old)) == rec
     assert np.array(json.loads(line)["features"]).tobytes() == x.tobytes()  # exact
 
