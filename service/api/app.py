@@ -19,7 +19,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from service.api import dashboard, errors, health, models, predict
+from service.api import dashboard, errors, health, models, personalizer, predict
 from service.api.hygiene import RequestHygiene
 from service.api.metrics import HTTPMetrics
 from service.config import Settings, load_settings
@@ -95,6 +95,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(dashboard.stats)
     app.include_router(dashboard.replicas)
     app.include_router(health.router)
+    # Azure Personalizer's rank / reward / activate on the same models (docs/PERSONALIZER.md).
+    app.include_router(personalizer.router)
     # The dashboard page and its files (not in the OpenAPI document: a page, not an API).
     app.include_router(dashboard.page)
     app.mount(dashboard.STATIC_PATH, dashboard.static_files(), name="dashboard-static")

@@ -5,7 +5,8 @@ Fail closed. With no key configured at all every request is allowed (a developme
 key is configured:
 
 - ``/predict``, ``/feedback`` and ``/decisions/{id}/activate`` need an API key (``CLICKBOOST_API_KEY``) or
-  the admin key;
+  the admin key; so do the Personalizer routes (:mod:`service.api.personalizer`), which also take
+  the key in Personalizer's ``Ocp-Apim-Subscription-Key`` header;
 - every ``/models`` route, reads included (they expose learned state, configs and counts), needs
   the admin key (``CLICKBOOST_ADMIN_KEY``); with API keys but no admin key they answer 403 naming
   the missing setting, never serve;
@@ -26,6 +27,8 @@ from fastapi.security import APIKeyHeader
 from service.config import Settings
 
 HEADER = "X-API-Key"
+#: Azure Personalizer's key header, accepted on the Personalizer routes (the official clients send it).
+SUBSCRIPTION_HEADER = "Ocp-Apim-Subscription-Key"
 api_key_header = APIKeyHeader(name=HEADER, auto_error=False, description="API key (admin key for /models).")
 # For routes that check keys inline (the hot path) but still show the scheme in the OpenAPI docs.
 SECURITY = {"security": [{"APIKeyHeader": []}]}
@@ -44,15 +47,21 @@ def _matches(key: str | None, candidates: list[str]) -> bool:
     return any([hmac.compare_digest(given, _digest(c)) for c in candidates])
 
 
-def check_api_key(request: Request) -> None:
+def check_api_key(request: Request, headers: tuple[str, ...] = (HEADER,)) -> None:
     """Allow /predict, /feedback and the activation to holders of an API key or the admin key (401
-    otherwise)."""
+    otherwise), sent in the first of ``headers`` the request has."""
     settings: Settings = request.app.state.settings
     allowed = [*settings.api_key_set, *([settings.admin_key] if settings.admin_key else [])]
     if not allowed:
         return
-    if not _matches(request.headers.get(HEADER), allowed):
-        raise HTTPException(401, f"missing or invalid {HEADER}", headers={"WWW-Authenticate": "APIKey"})
+    key = None
+    for h in headers:
+        key = request.headers.get(h)
+        if key is not None:
+            break
+    if not _matches(key, allowed):
+        named = " or ".join(headers)
+        raise HTTPException(401, f"missing or invalid {named}", headers={"WWW-Authenticate": "APIKey"})
 
 
 async def require_admin(request: Request, key: Annotated[str | None, Depends(api_key_header)]) -> None:

@@ -98,7 +98,8 @@ class RequestHygiene:
                 )
         if self.rate is None or path.startswith(_UNLIMITED):
             return None
-        key = headers.get(b"x-api-key")
+        # Personalizer's clients send their key as Ocp-Apim-Subscription-Key (service.api.personalizer)
+        key = headers.get(b"x-api-key") or headers.get(b"ocp-apim-subscription-key")
         if key is not None:
             key = b"k" + blake2b(key, digest_size=16).digest()  # no key kept in memory as is
         else:

@@ -1,0 +1,489 @@
+"""Azure Personalizer's API on clickboost's models (issue 38, part 6): rank, reward, activate.
+
+An application written for Azure Personalizer moves over by changing its endpoint and key
+(docs/PERSONALIZER.md). These routes take Personalizer's request bodies, answer its shapes and
+status codes (201 for a rank, 204 for a reward or an activation) and its error body
+``{"error": {"code": ..., "message": ...}}``, which the two official Python clients turn into their
+own exception types. They are left out of clickboost's OpenAPI document: their contract is
+Personalizer's REST reference, checked by those clients (tests/service/api/test_personalizer.py).
+
+Paths (all ``POST``), each under two prefixes: none, for the default model (``runtime.get(None)``:
+``CLICKBOOST_DEFAULT_MODEL``, else the demo model, else the only model), and ``/loops/{name}`` for
+model ``name`` (one server, many learning loops). ``{v}`` is one of :data:`API_VERSIONS`; the paths
+without it are those of ``azure-ai-personalizer`` (which adds ``?api-version=2022-09-01-preview``):
+
+- ``/personalizer/{v}/rank`` and ``/personalizer/rank``;
+- ``/personalizer/{v}/events/{eventId}/reward`` and ``/personalizer/events/{eventId}/reward``;
+- ``/personalizer/{v}/events/{eventId}/activate`` and ``/personalizer/events/{eventId}/activate``;
+- multi-slot with one slot (the v1.1 previews and the unversioned paths):
+  ``/personalizer[/{v}]/multislot/rank``, ``.../multislot/events/{eventId}/reward`` and ``/activate``.
+
+The mapping:
+
+- ``contextFeatures`` (a list of objects) become named features (:func:`context_features`), so the
+  model must hash named features (``hashing_bits``);
+- ``actions[].id`` are the model's labels (an unknown id: 400 naming it); the request's actions less
+  ``excludedActions`` are the eligible labels of the decision; action features are accepted and
+  ignored (no clickboost learner scores actions by their features yet);
+- the answer's ``ranking`` lists every action with its probability, the eligible ones most probable
+  first (ties in label order), then the excluded ones with probability 0; ``rewardActionId`` is
+  the sampled label;
+- ``eventId``: the client's (taken once: 409 when reused; the characters of
+  :func:`service.runtime.check_event_id`, else 400) or one drawn here; the decision id is
+  ``store.route(model, eventId)`` and seeds the sampling as any drawn id does;
+  ``deferActivation`` defers the decision (:meth:`Runtime.predict`), ``activate`` activates it
+  (204; 404 unknown; 410 dropped), and a reward before the activation is held for it (204);
+- a reward ``value`` must be in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed [-1, 1], and a
+  value outside is refused with 400, never clipped or rescaled behind the caller's back; a second
+  reward for an event is 409 (learned once), an unknown event 404, one past its window 410;
+- ``?wait=true`` on a reward or an activation (an extension, as on ``POST /feedback``) answers
+  once this process's model has applied it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from service.api import metrics
+from service.api.auth import HEADER, SUBSCRIPTION_HEADER, check_api_key
+from service.api.errors import RETRY_AFTER_SECONDS
+from service.api.hygiene import _is_json
+from service.api.predict import parse
+from service.features import FeatureError, FeatureValue
+from service.learners.base import ParamError
+from service.runtime import ModelRuntime, ModelUnavailableError, Runtime
+from service.store import (
+    ActivateStatus,
+    ClaimStatus,
+    DecisionExistsError,
+    StoreUnavailableError,
+    UnknownModelError,
+)
+
+#: The versioned paths served; multi-slot exists from the v1.1 previews on.
+API_VERSIONS = ("v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3")
+MULTISLOT_VERSIONS = API_VERSIONS[1:]
+#: The prefix of a named model's paths: the client's endpoint is ``http://host:port/loops/NAME``.
+LOOP_PREFIX = "/loops/{name}"
+REWARD_RULE = (
+    "clickboost learns rewards in [0, 1]; map a Personalizer reward r in [-1, 1] to (r + 1) / 2 "
+    "before sending it"
+)
+#: Personalizer's error codes by status (its clients read ``error.code`` and ``error.message``).
+CODES = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    404: "ResourceNotFound",
+    409: "Conflict",
+    410: "Gone",
+    415: "UnsupportedMediaType",
+    503: "ServiceUnavailable",
+}
+KEY_HEADERS = (SUBSCRIPTION_HEADER, HEADER)
+M = TypeVar("M", bound=BaseModel)
+S = TypeVar("S")
+MAX_LISTED_LABELS = 10
+
+
+class PersonalizerError(Exception):
+    """An answer in Personalizer's error shape: ``status`` and a one-line ``message``."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"code": CODES[self.status], "message": self.message}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+# -- bodies ----------------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    # Unknown fields are refused (400 naming them): a misspelt "excludedAction" must not be ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class RankableAction(_Body):
+    """An action: its id (a label of the model) and its features (accepted, not used)."""
+
+    id: str = Field(min_length=1, max_length=256)
+    features: list[dict[str, Any]] | None = None
+
+
+class RankRequest(_Body):
+    """Body of a rank (Personalizer's ``RankRequest``)."""
+
+    context_features: list[dict[str, Any]] | None = Field(None, alias="contextFeatures")
+    actions: list[RankableAction] = Field(min_length=1)
+    excluded_actions: list[str] | None = Field(None, alias="excludedActions")
+    event_id: str | None = Field(None, alias="eventId", min_length=1, max_length=256)
+    defer_activation: bool | None = Field(None, alias="deferActivation")
+
+
+class SlotRequest(_Body):
+    """One slot of a multi-slot rank; its features are accepted and not used, like actions'."""
+
+    id: str = Field(min_length=1, max_length=256)
+    features: list[dict[str, Any]] | None = None
+    excluded_actions: list[str] | None = Field(None, alias="excludedActions")
+    baseline_action: str = Field(alias="baselineAction", min_length=1, max_length=256)
+
+
+class MultiSlotRankRequest(_Body):
+    """Body of a multi-slot rank; this server ranks one slot per event."""
+
+    context_features: list[dict[str, Any]] | None = Field(None, alias="contextFeatures")
+    actions: list[RankableAction] = Field(min_length=1)
+    slots: list[SlotRequest] = Field(min_length=1)
+    event_id: str | None = Field(None, alias="eventId", min_length=1, max_length=256)
+    defer_activation: bool | None = Field(None, alias="deferActivation")
+
+
+class RewardRequest(_Body):
+    """Body of a reward: the ``value`` (see :data:`REWARD_RULE`)."""
+
+    value: float
+
+
+class SlotReward(_Body):
+    slot_id: str = Field(alias="slotId", min_length=1, max_length=256)
+    value: float
+
+
+class MultiSlotRewardRequest(_Body):
+    """Body of a multi-slot reward: one entry, for the event's one slot."""
+
+    reward: list[SlotReward] = Field(min_length=1)
+
+
+# -- translation -----------------------------------------------------------------------------------
+
+
+def context_features(objects: list[dict[str, Any]] | None) -> dict[str, FeatureValue]:
+    """Personalizer's ``contextFeatures`` as clickboost's named features.
+
+    Nested objects are flattened with dots (``{"user": {"tier": "gold"}}`` -> ``user.tier``); a
+    string, number or bool is the value of its name (a string one-hot encodes as ``name=value``,
+    :mod:`service.features`); in a list, a string is one more one-hot value of the list's name (a
+    set of categories: ``{"tags": ["a", "b"]}`` -> ``tags=a`` and ``tags=b``) and anything else
+    takes its index (``{"v": [0.5, 2]}`` -> ``v.0``, ``v.1``); ``null`` is no feature. A name
+    given twice is refused (400) rather than summed or overwritten.
+
+    >>> context_features([{"user": {"tier": "gold", "visits": 3}}, {"tags": ["a", "b"]}, {"x": None}])
+    {'user.tier': 'gold', 'user.visits': 3, 'tags=a': 1.0, 'tags=b': 1.0}
+    """
+    out: dict[str, FeatureValue] = {}
+
+    def put(name: str, value: FeatureValue) -> None:
+        if name in out:
+            raise PersonalizerError(400, f"contextFeatures: feature {name!r} is given twice")
+        out[name] = value
+
+    def walk(name: str, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{name}.{key}", inner)
+        elif isinstance(value, list):
+            for i, inner in enumerate(value):
+                if isinstance(inner, str):
+                    put(f"{name}={inner}", 1.0)  # the bucket of the string feature name=inner
+                else:
+                    walk(f"{name}.{i}", inner)
+        else:
+            put(name, value)
+
+    for obj in objects or ():
+        for key, value in obj.items():
+            walk(key, value)
+    return out
+
+
+def _listed(labels: list[str]) -> str:
+    shown = ", ".join(repr(label) for label in labels[:MAX_LISTED_LABELS])
+    more = len(labels) - MAX_LISTED_LABELS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _eligible(m: ModelRuntime, actions: list[RankableAction], excluded: list[str] | None) -> list[str]:
+    """The request's action ids less the excluded ones, checked against the model's labels."""
+    ids = [a.id for a in actions]
+    seen: set[str] = set()
+    for i, action_id in enumerate(ids):
+        if action_id in seen:
+            raise PersonalizerError(400, f"actions[{i}].id {action_id!r} is given twice")
+        seen.add(action_id)
+        if action_id not in m._label_index:
+            raise PersonalizerError(
+                400,
+                f"actions[{i}].id {action_id!r} is not a label of model {m.name!r}: action ids must be "
+                f"its labels ({_listed(m.labels)})",
+            )
+    out = set(excluded or ())
+    for action_id in out - seen:
+        raise PersonalizerError(400, f"excludedActions: {action_id!r} is not one of the request's actions")
+    eligible = [a for a in ids if a not in out]
+    if not eligible:
+        raise PersonalizerError(400, "excludedActions: every action is excluded; nothing to rank")
+    return eligible
+
+
+def _ranking(
+    m: ModelRuntime, probs: list[float], ids: list[str], eligible: list[str]
+) -> list[dict[str, Any]]:
+    """Every action with its probability: the eligible ones most probable first (ties in label
+    order, as ``POST /predict``'s ranking), then the excluded ones with probability 0."""
+    index = m._label_index
+    allowed = set(eligible)
+    ranked = sorted(eligible, key=lambda a: (-probs[index[a]], index[a]))
+    return [
+        *({"id": a, "probability": probs[index[a]]} for a in ranked),
+        *({"id": a, "probability": 0.0} for a in ids if a not in allowed),
+    ]
+
+
+def _one_slot(field: str, items: list[S]) -> S:
+    """The one entry of a multi-slot list (400 otherwise): this server ranks one slot per event."""
+    if len(items) != 1:
+        raise PersonalizerError(
+            400, f"{field}: one slot per event here, got {len(items)}; send one rank per slot"
+        )
+    return items[0]
+
+
+def _check_version(request: Request, multislot: bool) -> None:
+    version = request.path_params.get("version")
+    served = MULTISLOT_VERSIONS if multislot else API_VERSIONS
+    if version is not None and version not in served:
+        what = "multi-slot API" if multislot else "API"
+        message = f"unknown Personalizer {what} version {version!r}; served: {', '.join(served)}"
+        raise PersonalizerError(404, message)
+
+
+async def _request(request: Request, model: type[M], multislot: bool) -> M:
+    """The key checked, the path's API version and the body: refused (415) unless JSON, as on
+    clickboost's own JSON routes (a ``text/plain`` body would let a page post cross-origin without a
+    CORS preflight), then parsed as ``model``."""
+    check_api_key(request, KEY_HEADERS)
+    _check_version(request, multislot)
+    body = await request.body()
+    if body and not _is_json(request.headers.get("content-type", "").encode("latin-1")):
+        got = request.headers.get("content-type") or "none"
+        message = f"the body must be JSON: send Content-Type: application/json (got {got})"
+        raise PersonalizerError(415, message)
+    return parse(model, body)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"] if p != "body"]
+        if err["type"] == "missing" and not loc:
+            return "empty body: expected a JSON object"
+        if err["type"] == "json_invalid":
+            return f"malformed JSON: {err.get('ctx', {}).get('error', 'invalid JSON')}"
+        problems.append(f"{'.'.join(loc) or 'body'}: {err['msg']}")
+    return "; ".join(problems)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _personalizer_errors(endpoint: Endpoint) -> Endpoint:
+    """Answer every failure of ``endpoint`` in Personalizer's error shape, not clickboost's
+    ``{"detail": ...}``: the official clients read ``error.code`` and ``error.message``."""
+
+    @functools.wraps(endpoint)
+    async def answer(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except PersonalizerError as exc:
+            return exc.response()
+        except HTTPException as exc:  # the key check
+            return PersonalizerError(exc.status_code, exc.detail, dict(exc.headers or {})).response()
+        except RequestValidationError as exc:
+            return PersonalizerError(400, _validation_message(exc)).response()
+        except (FeatureError, ParamError) as exc:
+            return PersonalizerError(400, str(exc)).response()
+        except UnknownModelError as exc:
+            return PersonalizerError(404, str(exc)).response()
+        except ModelUnavailableError as exc:
+            return PersonalizerError(503, str(exc), {"Retry-After": str(RETRY_AFTER_SECONDS)}).response()
+        except StoreUnavailableError:
+            # as clickboost's own 503: the cause goes to the log (service.api.errors), not to clients
+            message = "shared store unavailable, nothing recorded; retry later"
+            return PersonalizerError(503, message, {"Retry-After": str(RETRY_AFTER_SECONDS)}).response()
+
+    return answer
+
+
+async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
+    """The runtime and the model the path names (the default model without ``/loops/{name}``)."""
+    runtime: Runtime = request.app.state.runtime
+    m = await runtime.resolve(request.path_params.get("name"))
+    if m.spec.hashing_bits is None:
+        raise PersonalizerError(
+            400,
+            f"model {m.name!r} takes a list of {m.spec.n_features} numbers; the Personalizer routes need "
+            "a model that hashes named features (hashing_bits)",
+        )
+    return runtime, m
+
+
+# -- endpoints -------------------------------------------------------------------------------------
+
+
+async def _decide(
+    request: Request, body: RankRequest | MultiSlotRankRequest, excluded: list[str] | None
+) -> tuple[str, str, list[dict[str, Any]]]:
+    """Decide among the request's actions less ``excluded``: (eventId, rewardActionId, ranking).
+
+    The event id is the client's or one drawn here as ``POST /predict`` draws its ids; either way
+    the decision id is ``store.route(model, eventId)`` (:meth:`Runtime.predict`), so a reward or an
+    activation finds the decision from the model and the event id alone, and the answer's
+    ``eventId`` is what the client sent or will send back."""
+    runtime, m = await _model(request)
+    eligible = _eligible(m, body.actions, excluded)
+    event_id = runtime.ids.new() if body.event_id is None else body.event_id
+    features = context_features(body.context_features)
+    defer = bool(body.defer_activation)
+    try:
+        p = await runtime.predict(m.name, features, eligible, event_id=event_id, defer=defer)
+    except DecisionExistsError:  # pending or answered: a client-chosen id is taken once
+        raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
+    metrics.DECISIONS.labels(p.model).inc()
+    ranking = _ranking(m, p.decision.probs.tolist(), [a.id for a in body.actions], eligible)
+    return event_id, p.label, ranking
+
+
+@_personalizer_errors
+async def rank(request: Request) -> Response:
+    """Rank the request's actions for its context: 201 with ``ranking``, ``eventId``, ``rewardActionId``."""
+    body = await _request(request, RankRequest, multislot=False)
+    event_id, chosen, ranking = await _decide(request, body, body.excluded_actions)
+    return JSONResponse({"ranking": ranking, "eventId": event_id, "rewardActionId": chosen}, status_code=201)
+
+
+@_personalizer_errors
+async def rank_multi_slot(request: Request) -> Response:
+    """A multi-slot rank of one slot: 201 with ``eventId`` and ``slots: [{id, rewardActionId}]``."""
+    body = await _request(request, MultiSlotRankRequest, multislot=True)
+    slot = _one_slot("slots", body.slots)
+    baseline = slot.baseline_action
+    if baseline not in {a.id for a in body.actions}:
+        raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is not one of the actions")
+    if baseline in (slot.excluded_actions or ()):
+        raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is excluded")
+    event_id, chosen, _ = await _decide(request, body, slot.excluded_actions)
+    answer = {"eventId": event_id, "slots": [{"id": slot.id, "rewardActionId": chosen}]}
+    return JSONResponse(answer, status_code=201)
+
+
+def _wait(request: Request) -> bool:
+    return request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
+
+
+async def _event(request: Request) -> tuple[Runtime, str, str]:
+    """The runtime, the decision id of the path's event (``store.route(model, eventId)``, as the
+    rank made it) and the event id."""
+    runtime, m = await _model(request)
+    event_id = request.path_params["eventId"]
+    return runtime, runtime.store.route(m.name, event_id), event_id
+
+
+async def _learn(request: Request, value: float) -> Response:
+    """Claim the event's decision with reward ``value``: 204, or 404 / 409 / 410 naming why not."""
+    if not 0.0 <= value <= 1.0:  # NaN too
+        raise PersonalizerError(400, f"reward value {value!r} is outside [0, 1]: {REWARD_RULE}")
+    runtime, decision_id, event_id = await _event(request)
+    out, _ = await runtime.feedback(decision_id, value, _wait(request))
+    claim = out.claim
+    held = out.status is ClaimStatus.HELD  # deferred, not activated yet: learned at the activation
+    if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
+        metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
+        return Response(status_code=204)
+    metrics.FEEDBACK.labels(out.status.value).inc()
+    if claim is None:
+        raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
+    if out.status is ClaimStatus.EXPIRED:
+        raise PersonalizerError(
+            410, f"event {event_id!r}: reward window passed; the model's default reward was applied"
+        )
+    raise PersonalizerError(
+        409, f"event {event_id!r} was already answered ({claim.outcome}); a reward is learned once"
+    )
+
+
+@_personalizer_errors
+async def reward(request: Request) -> Response:
+    """Report the reward of an event's ``rewardActionId``: 204 once it is stored."""
+    body = await _request(request, RewardRequest, multislot=False)
+    return await _learn(request, body.value)
+
+
+@_personalizer_errors
+async def reward_multi_slot(request: Request) -> Response:
+    """The reward of a one-slot event: ``{"reward": [{"slotId", "value"}]}`` with one entry."""
+    body = await _request(request, MultiSlotRewardRequest, multislot=True)
+    return await _learn(request, _one_slot("reward", body.reward).value)
+
+
+async def _activate(request: Request, multislot: bool) -> Response:
+    """Say that a ``deferActivation`` event was shown: 204, and it is learned from (its held reward
+    now, else the reward to come, else the model's default reward at expiry). An event that was
+    not deferred, or is active already, is a harmless 204 too."""
+    check_api_key(request, KEY_HEADERS)
+    _check_version(request, multislot)
+    runtime, decision_id, event_id = await _event(request)
+    out = await runtime.activate(decision_id, _wait(request))
+    metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
+    if out.status is ActivateStatus.UNKNOWN:
+        raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
+    if out.status is ActivateStatus.EXPIRED:
+        raise PersonalizerError(
+            410, f"event {event_id!r}: deferred and not activated within its reward window; dropped"
+        )
+    return Response(status_code=204)
+
+
+@_personalizer_errors
+async def activate(request: Request) -> Response:
+    """Activate an event (:func:`_activate`)."""
+    return await _activate(request, multislot=False)
+
+
+@_personalizer_errors
+async def activate_multi_slot(request: Request) -> Response:
+    """Activate a one-slot event (:func:`_activate`)."""
+    return await _activate(request, multislot=True)
+
+
+def _add(router: APIRouter, path: str, endpoint: Endpoint) -> None:
+    for prefix in ("", LOOP_PREFIX):
+        for version in ("", "/{version}"):
+            router.add_api_route(
+                f"{prefix}/personalizer{version}{path}", endpoint, methods=["POST"], include_in_schema=False
+            )
+
+
+router = APIRouter(tags=["personalizer"])
+# Multi-slot first: "/personalizer/multislot/rank" would otherwise match "/personalizer/{version}/rank".
+_add(router, "/multislot/rank", rank_multi_slot)
+_add(router, "/multislot/events/{eventId}/reward", reward_multi_slot)
+_add(router, "/multislot/events/{eventId}/activate", activate_multi_slot)
+_add(router, "/rank", rank)
+_add(router, "/events/{eventId}/reward", reward)
+_add(router, "/events/{eventId}/activate", activate)
