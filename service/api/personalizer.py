@@ -27,7 +27,9 @@ The mapping:
   ignored (no clickboost learner scores actions by their features yet);
 - the answer's ``ranking`` lists every action with its probability, the eligible ones most probable
   first (ties in label order), then the excluded ones with probability 0; ``rewardActionId`` is
-  the sampled label;
+  the sampled label; the first action not excluded (a multi-slot rank: the slot's
+  ``baselineAction``) is the baseline a model in logging or apprentice rollout serves
+  (:mod:`service.rollout`: Personalizer's apprentice mode, with its own promotion rule);
 - ``eventId``: the client's (taken once: 409 when reused; the characters of
   :func:`service.runtime.check_event_id`, else 400) or one drawn here; the decision id is
   ``store.route(model, eventId)`` and seeds the sampling as any drawn id does;
@@ -347,9 +349,15 @@ async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
 
 
 async def _decide(
-    request: Request, body: RankRequest | MultiSlotRankRequest, excluded: list[str] | None
+    request: Request,
+    body: RankRequest | MultiSlotRankRequest,
+    excluded: list[str] | None,
+    baseline: str | None = None,
 ) -> tuple[str, str, list[dict[str, Any]]]:
     """Decide among the request's actions less ``excluded``: (eventId, rewardActionId, ranking).
+
+    ``baseline`` (default: the first action not excluded, Personalizer's baseline) is what a model
+    in logging or apprentice rollout serves (:mod:`service.rollout`); online it is only checked.
 
     The event id is the client's or one drawn here as ``POST /predict`` draws its ids; either way
     the decision id is ``store.route(model, eventId)`` (:meth:`Runtime.predict`), so a reward or an
@@ -357,11 +365,12 @@ async def _decide(
     ``eventId`` is what the client sent or will send back."""
     runtime, m = await _model(request)
     eligible = _eligible(m, body.actions, excluded)
+    baseline = eligible[0] if baseline is None else baseline
     event_id = runtime.ids.new() if body.event_id is None else body.event_id
     features = context_features(body.context_features)
     defer = bool(body.defer_activation)
     try:
-        p = await runtime.predict(m.name, features, eligible, event_id=event_id, defer=defer)
+        p = await runtime.predict(m.name, features, eligible, None, baseline, event_id=event_id, defer=defer)
     except DecisionExistsError:  # pending or answered: a client-chosen id is taken once
         raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
     metrics.DECISIONS.labels(p.model).inc()
@@ -387,7 +396,7 @@ async def rank_multi_slot(request: Request) -> Response:
         raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is not one of the actions")
     if baseline in (slot.excluded_actions or ()):
         raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is excluded")
-    event_id, chosen, _ = await _decide(request, body, slot.excluded_actions)
+    event_id, chosen, _ = await _decide(request, body, slot.excluded_actions, baseline)
     answer = {"eventId": event_id, "slots": [{"id": slot.id, "rewardActionId": chosen}]}
     return JSONResponse(answer, status_code=201)
 

@@ -457,3 +457,25 @@ def test_quickstart_loop_learns(capsys: pytest.CaptureFixture[str]) -> None:
     assert figures["uniformly random product (expected)"] == pytest.approx(random_rate, abs=5e-4)
     assert figures["best product for each context"] == 1.0
     assert last >= random_rate + 0.3, out
+
+
+@pytest.mark.anyio
+async def test_the_first_action_is_the_baseline_of_a_rollout(models_file: Path) -> None:
+    """In logging rollout a rank serves its first action not excluded (a multi-slot rank: the
+    slot's ``baselineAction``) with probability 1 (service/rollout.py)."""
+    app = make_app(config_file=models_file, default_model="grocery", api_keys=KEY, admin_key=ADMIN_KEY)
+    async with app_client(app) as http:
+        admin = {"X-API-Key": ADMIN_KEY}
+        r = await http.post("/models/grocery/rollout", json={"mode": "logging"}, headers=admin)
+        assert r.status_code == 200, r.text
+        http.headers["Ocp-Apim-Subscription-Key"] = KEY
+        first, second = GROCERY[2], GROCERY[0]
+        for excluded, served in (([], first), ([first], second)):
+            body = rank_body([first, *[a for a in GROCERY if a != first]], excludedActions=excluded or None)
+            r = await http.post("/personalizer/v1.0/rank", json=body)
+            assert r.status_code == 201, r.text
+            assert r.json()["rewardActionId"] == served
+            assert r.json()["ranking"][0] == {"id": served, "probability": 1.0}
+        body = rank_body(GROCERY, slots=[{"id": "s", "baselineAction": GROCERY[1]}])
+        r = await http.post("/personalizer/v1.1-preview.3/multislot/rank", json=body)
+        assert r.status_code == 201 and r.json()["slots"][0]["rewardActionId"] == GROCERY[1], r.text
