@@ -48,12 +48,19 @@ class Prediction:
     model: str
     model_version: int
     server: str = field(default="", compare=False)
+    #: Every eligible label, most probable first: ``(label, label_index, probability)``.
+    ranking: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> Prediction:
         probs = _get(body, "probabilities", list, "predict")
         if not all(isinstance(p, _NUM) and not isinstance(p, bool) for p in probs):
             raise ProtocolError(f"predict answer has non-numeric probabilities: {probs!r:.200}")
+        ranked = body.get("ranking", []) if isinstance(body, dict) else []
+        try:
+            ranking = tuple((str(r["label"]), int(r["label_index"]), float(r["probability"])) for r in ranked)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"predict answer has a malformed ranking: {ranked!r:.200}") from exc
         return cls(
             decision_id=_get(body, "decision_id", str, "predict"),
             label=_get(body, "label", str, "predict"),
@@ -62,6 +69,7 @@ class Prediction:
             probabilities=tuple(float(p) for p in probs),
             model=_get(body, "model", str, "predict"),
             model_version=_get(body, "model_version", int, "predict"),
+            ranking=ranking,
         )
 
 

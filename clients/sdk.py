@@ -208,7 +208,13 @@ class _Calls:
 
     @staticmethod
     def predict(
-        features: Features, model: str | None, defer: bool = False, decision_id: str | None = None
+        features: Features,
+        model: str | None,
+        defer: bool = False,
+        decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
     ) -> _Call[Prediction]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
@@ -221,6 +227,11 @@ class _Calls:
             body["defer"] = True
         if decision_id is not None:
             body["decision_id"] = decision_id
+        for key, labels in (("eligible", eligible), ("excluded", excluded)):
+            if labels is not None:
+                body[key] = list(labels)
+        if baseline is not None:
+            body["baseline"] = baseline
         return _Call(
             "POST",
             "/predict",
@@ -329,7 +340,7 @@ class _Calls:
 
 
 def _model_spec(
-    learner: str,
+    learner: str | None,
     params: Mapping[str, Any] | None,
     n_features: int | None,
     hashing_bits: int | None,
@@ -338,8 +349,10 @@ def _model_spec(
     seed: int | None,
     reward_window_seconds: float | None,
     default_reward: str | None,
+    more: Mapping[str, Any],
 ) -> dict[str, Any]:
     return {
+        **more,
         "learner": learner,
         "params": dict(params) if params is not None else None,
         "n_features": n_features,
@@ -671,6 +684,9 @@ class Client(_Base):
         *,
         defer: bool = False,
         decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
     ) -> Prediction:
         """Ask for a label: ``POST /predict``.
 
@@ -688,8 +704,14 @@ class Client(_Base):
             A client-chosen id (1 to 256 of ``A-Za-z0-9_.:-``) instead of a drawn one; taken once
             (:class:`Conflict` when taken). Send the feedback for the answer's ``decision_id`` (a
             Redis-backed server appends ``.{slot tag}``).
+        eligible, excluded : sequence of str or int, optional
+            Only these labels may be served, or all but these (names or 0-based indices; one of the
+            two): the answer's probabilities are 0 outside the set, its ``ranking`` lists the set.
+        baseline : str or int, optional
+            The label your current policy would show: required while the model's rollout is
+            ``logging`` (served) or ``apprentice`` (served with probability 1 - epsilon).
         """
-        return self._run(_Calls.predict(features, model, defer, decision_id))
+        return self._run(_Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline))
 
     def feedback(
         self,
@@ -741,7 +763,7 @@ class Client(_Base):
     def create_model(
         self,
         name: str,
-        learner: str,
+        learner: str | None = None,
         *,
         params: Mapping[str, Any] | None = None,
         n_features: int | None = None,
@@ -751,8 +773,11 @@ class Client(_Base):
         seed: int | None = None,
         reward_window_seconds: float | None = None,
         default_reward: str | None = None,
+        **more: Any,
     ) -> ModelInfo:
-        """``PUT /models/{name}`` (admin); arguments left as None take the server's defaults."""
+        """``PUT /models/{name}`` (admin); arguments left as None take the server's defaults (no
+        ``learner``: the server's default learner). Other fields of the model spec go by keyword,
+        e.g. ``log_decisions=True``, ``rollout="apprentice"``, ``promote="auto"``."""
         spec = _model_spec(
             learner,
             params,
@@ -763,6 +788,7 @@ class Client(_Base):
             seed,
             reward_window_seconds,
             default_reward,
+            more,
         )
         return self._run(_Calls.create_model(name, spec))
 
@@ -862,9 +888,14 @@ class AsyncClient(_Base):
         *,
         defer: bool = False,
         decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
     ) -> Prediction:
         """See :meth:`Client.predict`."""
-        return await self._run(_Calls.predict(features, model, defer, decision_id))
+        return await self._run(
+            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline)
+        )
 
     async def feedback(
         self,
@@ -904,7 +935,7 @@ class AsyncClient(_Base):
     async def create_model(
         self,
         name: str,
-        learner: str,
+        learner: str | None = None,
         *,
         params: Mapping[str, Any] | None = None,
         n_features: int | None = None,
@@ -914,6 +945,7 @@ class AsyncClient(_Base):
         seed: int | None = None,
         reward_window_seconds: float | None = None,
         default_reward: str | None = None,
+        **more: Any,
     ) -> ModelInfo:
         """See :meth:`Client.create_model`."""
         spec = _model_spec(
@@ -926,6 +958,7 @@ class AsyncClient(_Base):
             seed,
             reward_window_seconds,
             default_reward,
+            more,
         )
         return await self._run(_Calls.create_model(name, spec))
 

@@ -160,3 +160,15 @@ def test_health_ready_and_metrics(server: str) -> None:
     with Client(server) as c:
         assert isinstance(c.health(), dict) and isinstance(c.ready(), dict)
         assert "clickboost" in c.metrics()
+
+
+def test_eligible_labels_ranking_and_a_rollout_baseline(server: str) -> None:
+    with Client(server, api_key=API_KEY, admin_key=ADMIN_KEY) as c:
+        info = c.create_model("shop", n_features=2, labels=["a", "b", "c"], rollout="logging")
+        assert info.config["learner"] == "cova" and info.config["rollout"] == "logging"
+        p = c.predict([0.5, -0.5], model="shop", eligible=["b", 2], baseline="c")
+        assert (p.label, p.probabilities) == ("c", (0.0, 0.0, 1.0))  # logging serves the baseline
+        assert p.ranking[0] == ("c", 2, 1.0) and {r[0] for r in p.ranking} == {"b", "c"}
+        with pytest.raises(BadRequest, match="baseline"):
+            c.predict([0.5, -0.5], model="shop", excluded=["c"], baseline="c")  # not eligible
+        c.delete_model("shop")
