@@ -1,6 +1,6 @@
 """``clickboost sweep-defaults [LEARNER ...]``: the boosters' and C-OVA's default hyperparameters.
 
-Every setting of each learner's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
+Every setting of each learner's grid (lab/sweep.py) on car, dna, nursery and digits, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. ``vw``
 sweeps Vowpal Wabbit alike (the race's ``vw@sweep``; its default is what ``--cbify K`` does alone).
 The runs are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable: a run already stored
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep-defaults",
-        help="sweep the boosters', C-OVA's and VW's settings on car, dna and nursery (the defaults' source)",
+        help="sweep the boosters', C-OVA's and VW's settings on the tuning sets (the defaults' source)",
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
