@@ -418,8 +418,8 @@ class BanditTreeBoosterParams(TreeBoosterParams):
         leaf keeping about ``4 sqrt(d)`` of the features (all of them up to d = 16), and a leaf
         whose evaluation failed waiting until its bound can pass. Chosen by ``clickboost
         sweep-defaults``' protocol on car, dna, nursery and digits only (docs/BENCHMARKS.md): mean
-        online error 0.137 (AdaBandit) against 0.244 for the papers' schedule (seed 0..2, 10,000
-        rounds). Seed 001's reproduction passes the papers' settings explicitly
+        online error 0.137 (AdaBandit) against 0.185 for the papers' schedule (3 shuffles, 10,000
+        rounds; printed by `bench boosters`). Seed 001's reproduction passes the papers' settings explicitly
         (``lab.repro.seed001``), so these defaults never move it. A model stored before its
         parameters were stored complete read the papers' values (:attr:`omit_at`).
     """
