@@ -648,8 +648,10 @@ class Runtime:
 
     async def _load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
         spec = ModelSpec.model_validate(config["spec"])
-        if not config.get("params_complete"):  # stored before parameters were stored complete
-            spec = spec.model_copy(update={"params": _bandit_class(spec).Params.legacy(spec.params)})
+        # a parameter the stored spec lacks reads the value it had then (Params.legacy): stored before
+        # parameters were stored complete, or complete before the parameter existed (issue 41's
+        # grace_unit and subspace, whose defaults are not what the trees did before)
+        spec = spec.model_copy(update={"params": _bandit_class(spec).Params.legacy(spec.params)})
         need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
         await self.warm(spec)
         m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)

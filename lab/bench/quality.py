@@ -86,6 +86,7 @@ ALL_DATASETS = (
     "mnist",
     "synsep",
     "synnonsep",
+    "digits",  # issue 41's wide numeric tuning set: a tuning row (lab.sweep.TUNING), not evaluation
 )
 FULL = Plan(ALL_DATASETS, (0, 1, 2, 3, 4), None)
 QUICK = Plan(("balance", "car", "dna"), (0, 1), 400)

@@ -1,6 +1,6 @@
 """``clickboost sweep-defaults [LEARNER ...]``: the boosters' and C-OVA's default hyperparameters.
 
-Every setting of each learner's grid (lab/sweep.py) on car, dna and nursery, 3 shuffles each,
+Every setting of each learner's grid (lab/sweep.py) on car, dna, nursery and digits, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. ``vw``
 sweeps Vowpal Wabbit alike (the race's ``vw@sweep``; its default is what ``--cbify K`` does alone).
 The runs are stored in ``docs/repro/sweep-runs.jsonl`` (committed, resumable: a run already stored
@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
         f"`python -m service sweep-defaults`. {report.machine()} Every setting on "
         f"{', '.join(TUNING)} ({len(SEEDS)} shuffles each, streams cut at {ROUNDS:,} rounds), ranked "
         "by the mean online error (sampled label wrong) over data sets and shuffles; the defaults are "
-        "the best settings (tuned on these three only; the other seven of `bench quality` are untouched), "
+        "the best settings (tuned on these four only; the other seven of `bench quality` are untouched), "
         "except BanditBoost's: its best perceptron setting, as naive Bayes' statistics grow as K N d, "
         "too large for hashed input; and VW's, which are VW's own (its sweep picks the race's "
         "`vw@sweep`). C-OVA's `interactions=auto` adds pairs only where each pair gets "
-        "its own column (small dense inputs such as these three); on larger input (hashed from b = 10) "
-        "it is `none`, as "
+        "its own column (small dense inputs such as car, dna and nursery); on larger input (hashed "
+        "from b = 10) it is `none`, as "
         "hashed pairs made C-OVA slower and worse on `bench sparse`'s stream (a linear teacher). "
         "The grids stop at an exploration rate of 0.01 on purpose "
         "(lab/sweep.py)."
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep-defaults",
-        help="sweep the boosters', C-OVA's and VW's settings on car, dna and nursery (the defaults' source)",
+        help="sweep the boosters', C-OVA's and VW's settings on the tuning sets (the defaults' source)",
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -147,9 +147,17 @@ def _fingerprint(learner: str) -> str:
 #: Parameters this table fixes at the reference code's values whatever the served defaults become
 #: (the defaults come from ``clickboost sweep-defaults``). They are not part of the run keys: every
 #: stored run was made with exactly these values.
+#: The papers' split schedule (issue 41: the served defaults of the bandit boosters are ours).
+PAPER_SCHEDULE: dict[str, Any] = {"grace_unit": "weight", "subspace": 1.0, "adaptive_grace": False}
 REFERENCE_FIXED: dict[str, dict[str, Any]] = {
-    "adabandit": {"lr_scale": 1.0},  # the reference's alpha rate (ALGORITHMS.md §2.7)
-    "banditbbm": {"gamma": 0.1, "potential": "exact", "ties": "random", "unclicked_label": "argmin"},
+    "adabandit": {"lr_scale": 1.0, **PAPER_SCHEDULE},  # the reference's alpha rate (ALGORITHMS.md §2.7)
+    "banditbbm": {
+        "gamma": 0.1,
+        "potential": "exact",
+        "ties": "random",
+        "unclicked_label": "argmin",
+        **PAPER_SCHEDULE,
+    },
 }
 
 

@@ -32,8 +32,9 @@ class AdaBanditParams(BanditTreeBoosterParams):
         §2.7: the paper's rate has the form ``Theta(rho / (k^2 sqrt t))``; ``c = 1`` is the reference
         code's rate).
 
-    The defaults (N = 20, rho = 0.01, c = 10) are the best setting of ``clickboost sweep-defaults``
-    (car, dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01 (lab/sweep.py says why).
+    N = 20, rho = 0.01, c = 10 are the best setting of ``clickboost sweep-defaults`` (car, dna,
+    nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01 (lab/sweep.py says why). The trees'
+    split schedule at the defaults is ours (:class:`BanditTreeBoosterParams`, issue 41).
     """
 
     rho: float = Field(0.01, gt=0.0, lt=1.0)

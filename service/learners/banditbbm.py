@@ -43,8 +43,9 @@ class BanditBBMParams(BanditTreeBoosterParams):
         not in the paper), a label uniform among those other than the greedy one. The weights are
         the reduction's either way.
 
-    The defaults (N = 20, rho = 0.01, gamma = 0.2) are the best setting of ``clickboost
-    sweep-defaults`` (car, dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01.
+    N = 20, rho = 0.01, gamma = 0.2 are the best setting of ``clickboost sweep-defaults`` (car,
+    dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01. The trees' split schedule at
+    the defaults is ours (:class:`BanditTreeBoosterParams`, issue 41).
     """
 
     n_learners: int = Field(20, ge=1, le=150)

@@ -421,7 +421,7 @@ def bbm_decide(
 
 @kernel(
     "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
-    f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], boolean, float64[:, :], "
+    f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64[:, :], "
     "float64, float64[:], int64, boolean, int64[::1])",
 )
 def forest_learn_costs(
@@ -430,7 +430,8 @@ def forest_learn_costs(
     trees: np.ndarray,
     leaves: np.ndarray,
     known: np.ndarray,
-    adaptive: bool,
+    schedule: int,
+    subspace: float,
     C: np.ndarray,
     clip: float,
     U: np.ndarray,
@@ -446,9 +447,10 @@ def forest_learn_costs(
     ``leaves`` are the decision's leaves of ``x``, used when the trees' node counts are still
     ``known`` (those at decision time: no tree has split since), else ``x`` is routed again.
     ``given``, when not empty, replaces the reduction's labels (the weights stay; BanditBBM's
-    ``unclicked_label="random"``). Returns forest_update's ``(start, lack)``, the labels and weights,
-    and whether ``leaves`` were used: when the update stopped for room, the caller grows the forest
-    and resumes it with those.
+    ``unclicked_label="random"``). ``schedule`` and ``subspace`` are the forest's (its split schedule
+    and leaf subspaces, :func:`~service.learners.weak.forest_kernels.forest_update`). Returns
+    forest_update's ``(start, lack)``, the labels and weights, and whether ``leaves`` were used: when
+    the update stopped for room, the caller grows the forest and resumes it with those.
     """
     labels, weights = cost_examples(C, clip, U, prefer, divide)
     if given.size:
@@ -458,5 +460,5 @@ def forest_learn_costs(
     for i in range(known.size if same else 0):
         same = same and known[i] == n_nodes[i]
     nodes = leaves if same else leaves[:0]
-    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, adaptive)
+    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
     return start, lack, labels, weights, same

@@ -121,3 +121,23 @@ def test_the_run_key_keeps_the_old_form() -> None:
     assert COVAParams().key() == {"base": "pa1", "C": 0.1, "interactions": "auto"}
     assert COVAParams(interactions="none").key() == {"base": "pa1", "C": 0.1}
     assert COVAParams(interactions="none").model_dump()["interactions"] == "none"
+
+
+@pytest.mark.parametrize("learner", ["adabandit", "banditbbm"])
+async def test_a_complete_model_stored_before_a_parameter_existed_reads_its_old_value(
+    runtime: Runtime, learner: str
+) -> None:
+    # issue 41: stored complete before grace_unit and subspace existed (and with the tree ranges and
+    # adaptive_grace of then), a bandit booster keeps the papers' split schedule it ran with
+    params = make_learner(learner, 8, 3, {"tie_threshold": (0.01, 0.9), "split_confidence": (0.01, 0.9)})
+    old = {k: v for k, v in params.params.complete().items() if k not in ("grace_unit", "subspace")}
+    old["adaptive_grace"] = False
+    spec = ModelSpec(learner=learner, n_features=8, n_labels=3, params=old)
+    stored = {"spec": spec.model_dump(mode="json"), "incarnation": "i2", "created_at": 0.0}
+    await runtime.store.create_model("trees-old", {**stored, "params_complete": True})
+    await runtime.sync_models()
+    got = runtime.get("trees-old").learner
+    assert (got.params.grace_unit, got.params.subspace, got.params.adaptive_grace) == ("weight", 1.0, False)
+    assert not got.trees_.by_examples and got.trees_.subspace == 1.0
+    new = await runtime.create_model("trees-new", ModelSpec(learner=learner, n_features=8, n_labels=3))
+    assert (new.learner.params.grace_unit, new.learner.params.subspace) == ("examples", "auto")

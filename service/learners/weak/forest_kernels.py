@@ -37,6 +37,8 @@ from numba import njit
 from service._jit_cache import kernel
 
 __all__ = [
+    "ADAPTIVE",
+    "BY_EXAMPLES",
     "FOREST",
     "GROW_NODES",
     "GROW_ROWS",
@@ -47,12 +49,16 @@ __all__ = [
     "distribution",
     "forest_distribution",
     "forest_update",
+    "leaf_keeps",
 ]
 
 N_CANDIDATES = 10  # candidate thresholds per numeric feature (ALGORITHMS.md §2.8)
 MIN_BRANCH_FRACTION = 0.01  # a split needs more than this share of the leaf weight on both sides
 
 GROW_NODES, GROW_ROWS = -1, -2  # what forest_update asks the caller to grow, besides entries
+# the split schedule's flags (ours, both off in the papers' setting): the nmin adaptation after a failed
+# evaluation, and the grace period counted in examples instead of weight (:func:`_try_split`)
+ADAPTIVE, BY_EXAMPLES = 1, 2
 # columns of ``pool`` (forest-wide counters), ``segment`` (per leaf row) and ``moments`` (per entry)
 ROWS, END, GARBAGE = 0, 1, 2
 START, USED, CAP = 0, 1, 2
@@ -505,7 +511,7 @@ def _split(
 
 
 @kernel(
-    f"void(int64, int64, int64, float64, float64, float64, boolean, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, "
+    f"void(int64, int64, int64, float64, float64, float64, int64, {_TABLES}, {_I1}, {_I1}, {_F2}, {_F2}, "
     f"{_I2}, {_F1}, {_F1}, {_ENTRIES}, boolean[:], {_I1}, {_S2}, {_K2})",
 )
 def _try_split(
@@ -515,7 +521,7 @@ def _try_split(
     tie: float,
     delta: float,
     grace: float,
-    adaptive: bool,
+    schedule: int,
     feature: np.ndarray,
     threshold: np.ndarray,
     child: np.ndarray,
@@ -548,12 +554,16 @@ def _try_split(
     change the outcome (the feature's best, the best overall, and when ``eps >= tie`` the second
     best) is dropped after the cheap bound of :func:`_split_entropy`: the result is the full scan's.
 
-    ``adaptive`` (ours, off in the papers' setting): when the margin test fails, the next evaluation
-    waits until the bound can pass, the *nmin adaptation* of García-Martín et al. (2018): ``eps``
-    falls below ``max(best - second, tie)`` once ``n >= R^2 ln(1/delta) / (2 max(best - second,
-    tie)^2)``, so the leaf waits for that weight (at least ``grace``) instead of ``grace``. On a failed
-    evaluation the computed margin is exact (a pruned candidate could only have made it larger than
-    ``eps``), so the wait is a function of the statistics alone, as the rest of the tree.
+    ``schedule`` (flags, ours, both off in the papers' setting): with :data:`ADAPTIVE`, when the margin
+    test fails, the next evaluation waits until the bound can pass, the *nmin adaptation* of
+    García-Martín et al. (2018): ``eps`` falls below ``max(best - second, tie)`` once ``n >= R^2
+    ln(1/delta) / (2 max(best - second, tie)^2)``, so the leaf waits for that weight (at least
+    ``grace``) instead of ``grace``. On a failed evaluation the computed margin is exact (a pruned
+    candidate could only have made it larger than ``eps``), so the wait is a function of the
+    statistics alone, as the rest of the tree. With :data:`BY_EXAMPLES` the leaf's ``seen`` counts
+    examples, not weight (the bound's ``n`` stays the weight: counting examples there too grew
+    fewer, worse trees on MNIST), and the adaptive wait is turned into examples at the leaf's mean
+    weight per example since its creation.
     """
     evaluated[r] = seen[r]
     k = class_w.shape[1]
@@ -633,10 +643,16 @@ def _try_split(
         return
     margin = (best - max(second, 0.0)) * _LOG2E  # in bits
     if margin_matters and not margin > eps:  # over the second best or "no split"
-        if adaptive:  # evaluated + grace = seen + max(grace, need - n): the weight at which eps < gap
+        if schedule & ADAPTIVE:  # evaluated + grace = seen + max(grace, need - n): where eps < gap
             gap = max(margin, tie)
             need = bits * bits * math.log(1.0 / delta) / (2.0 * gap * gap)
-            evaluated[r] = seen[r] + max(0.0, need - n - grace)
+            if schedule & BY_EXAMPLES:  # the weight still needed, in examples at the leaf's mean weight
+                examples = 0
+                for c in range(k):
+                    examples += n_class[r, c]
+                evaluated[r] = seen[r] + max(0.0, (need - n) * examples / total - grace)
+            else:
+                evaluated[r] = seen[r] + max(0.0, need - n - grace)
         return
     f = best_f
     for j in range(nobs):  # the best feature's entries, found in each class's run
@@ -653,6 +669,31 @@ def _try_split(
 
 
 # -- the update --------------------------------------------------------------------------------------
+
+
+@njit(inline="always", **_OPTS)
+def _mix(z: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words that scatters
+    every input bit over the output (wrapping unsigned arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def leaf_keeps(tree: int, node: int, features: np.ndarray, subspace: float) -> np.ndarray:
+    """Whether leaf ``node`` of tree ``tree`` keeps statistics of each of ``features`` (ours): the
+    draw of :func:`forest_update` with ``subspace < 1``, a hash of (tree, node, feature) below
+    ``subspace`` 2^64, so every replica draws the same features and a state needs no record of them."""
+    m = 2**64 - 1
+
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        return z ^ (z >> 31)
+
+    salt = mix(mix(tree) ^ node)
+    cut = int(np.uint64(subspace * 18446744073709551616.0)) if subspace < 1.0 else 2**64
+    return np.array([mix(salt ^ int(f)) < cut for f in features], dtype=bool)
 
 
 @kernel(f"Tuple(({_I1}, {_F1}))({_F1}, {_I1}, {_F1}, int64)")
@@ -687,7 +728,7 @@ FOREST = (
 OPERANDS = f"{_F1}, {_I1}, {_F1}"
 
 
-@kernel(f"UniTuple(int64, 2)({FOREST}, {OPERANDS}, {_I1}, {_I1}, {_F1}, {_I1}, int64, boolean)")
+@kernel(f"UniTuple(int64, 2)({FOREST}, {OPERANDS}, {_I1}, {_I1}, {_F1}, {_I1}, int64, int64, float64)")
 def forest_update(
     feature: np.ndarray,
     threshold: np.ndarray,
@@ -718,7 +759,8 @@ def forest_update(
     weights: np.ndarray,
     nodes: np.ndarray,
     start: int,
-    adaptive: bool,
+    schedule: int,
+    subspace: float,
 ) -> tuple[int, int]:
     """Tree ``trees[t]`` learns ``(x, labels[t])`` with weight ``weights[t]``, for ``t = start, ...``.
 
@@ -727,8 +769,11 @@ def forest_update(
     split when the leaf has seen ``grace`` more weight since the last evaluation. Returns ``(-1, 0)``
     when done, or ``(t, m)`` when tree ``t`` needs the caller to grow the arrays first: ``m`` more
     entries than the pool holds (``m > 0``), or room for a split (:data:`GROW_NODES`,
-    :data:`GROW_ROWS`). Trees before ``t`` are updated, ``t`` and after are not. ``adaptive``: the
-    evaluation schedule of :func:`_try_split`.
+    :data:`GROW_ROWS`). Trees before ``t`` are updated, ``t`` and after are not. ``schedule``: the
+    evaluation schedule of :func:`_try_split` (flags). ``subspace`` < 1 (ours): a leaf keeps
+    statistics, and so split candidates, only for the features :func:`leaf_keeps` draws for it, that
+    share of them in expectation (a new draw at each leaf, as the random subspaces of an adaptive
+    random forest); 1: every feature.
     """
     k = class_w.shape[1]
     nz_idx, nz_val = _nonzeros(x, idx, val, binary.size)
@@ -737,6 +782,9 @@ def forest_update(
             binary[nz_idx[j]] = False
     fs = np.empty((RANGE + 1, max(k, 2)))
     ks = np.empty((ENTRY + 1, k), np.int64)
+    some = subspace < 1.0
+    cut = np.uint64(subspace * 18446744073709551616.0) if some else np.uint64(0)  # subspace * 2^64
+    sub_idx, sub_val = np.empty(nz_idx.size if some else 0, np.int64), np.empty(nz_idx.size if some else 0)
     for t in range(start, trees.size):
         i, c, w = trees[t], labels[t], weights[t]
         if c < 0 or c >= k or i < 0 or i >= grace.size:
@@ -750,16 +798,26 @@ def forest_update(
         if not active[r]:  # statistics dropped under the memory bound: the leaf only counts classes
             class_w[r, c] += w
             continue
-        lack = _merge(r, c, w, nz_idx, nz_val, binary.size, segment, key, count, moments, pool)
+        if some:  # the leaf's own features among the example's non-zeros
+            salt = _mix(_mix(np.uint64(i)) ^ np.uint64(node))
+            m = 0
+            for j in range(nz_idx.size):
+                if _mix(salt ^ np.uint64(nz_idx[j])) < cut:
+                    sub_idx[m] = nz_idx[j]
+                    sub_val[m] = nz_val[j]
+                    m += 1
+            lack = _merge(r, c, w, sub_idx[:m], sub_val[:m], binary.size, segment, key, count, moments, pool)
+        else:
+            lack = _merge(r, c, w, nz_idx, nz_val, binary.size, segment, key, count, moments, pool)
         if lack:
             return t, lack
         stat_w[r, c] += w
         class_w[r, c] += w
         n_class[r, c] += 1
-        seen[r] += w
+        seen[r] += 1.0 if schedule & BY_EXAMPLES else w
         if seen[r] - evaluated[r] >= grace[i]:
             _try_split(
-                i, node, r, tie[i], delta[i], grace[i], adaptive, feature, threshold, child, slot, n_nodes,
+                i, node, r, tie[i], delta[i], grace[i], schedule, feature, threshold, child, slot, n_nodes,
                 n_leaves, class_w, stat_w, n_class, seen, evaluated, segment, key, count, moments, binary,
                 pool, fs, ks,
             )  # fmt: skip

@@ -41,6 +41,8 @@ import numpy as np
 from service.features import SparseVector
 from service.learners.base import Stateful
 from service.learners.weak.forest_kernels import (
+    ADAPTIVE,
+    BY_EXAMPLES,
     GROW_NODES,
     GROW_ROWS,
     compact,
@@ -98,6 +100,16 @@ class HoeffdingForest(Stateful):
         instead of ``grace``: the *nmin adaptation* of García-Martín, Lavesson, Grahn, Casalicchio
         and Boeva (2018); ours, off in the papers' setting
         (:func:`~service.learners.weak.forest_kernels._try_split`).
+    by_examples : bool, default False
+        Count the grace period in examples a leaf has seen instead of their weight (ours, off in the
+        papers' setting). Under importance weights a leaf's weight grows by up to ``(k - 1) / rho``
+        per example, so a grace period in weight lets a leaf search for a split at almost every
+        example.
+    subspace : float, default 1.0
+        Share of the features a leaf keeps statistics of (ours; 1: all, the papers' setting): each
+        leaf draws its own, by a hash of (tree, node, feature)
+        (:func:`~service.learners.weak.forest_kernels.leaf_keeps`), so an update and a split search
+        cost that share of the full ones on wide input.
 
     Attributes
     ----------
@@ -111,8 +123,8 @@ class HoeffdingForest(Stateful):
     stat_w_, n_class_ : ndarray of shape (rows, k)
         Weight and number of examples per class observed since the leaf's creation.
     seen_, evaluated_ : ndarray of shape (rows,)
-        Weight seen by the leaf, and at its last split evaluation (plus the extra wait of
-        ``adaptive``: the next evaluation comes at ``evaluated_ + grace``).
+        Weight (examples with ``by_examples``) seen by the leaf, and at its last split evaluation
+        (plus the extra wait of ``adaptive``: the next evaluation comes at ``evaluated_ + grace``).
     active_ : ndarray of shape (rows,), bool
         Whether the leaf keeps feature statistics (see the memory bound above).
     segment_ : ndarray of shape (rows, 3), int
@@ -142,10 +154,16 @@ class HoeffdingForest(Stateful):
         tie: np.ndarray,
         delta: np.ndarray,
         adaptive: bool = False,
+        by_examples: bool = False,
+        subspace: float = 1.0,
     ) -> None:
         n = grace.size
         self.d, self.k, self.n = n_features, n_classes, n
         self.adaptive = bool(adaptive)
+        self.by_examples = bool(by_examples)
+        if not 0.0 < subspace <= 1.0:
+            raise ValueError(f"subspace must lie in (0, 1], got {subspace}")
+        self.subspace = float(subspace)
         self.grace_ = np.asarray(grace, dtype=np.float64).copy()
         self.tie_ = np.asarray(tie, dtype=np.float64).copy()
         self.delta_ = np.asarray(delta, dtype=np.float64).copy()
@@ -170,6 +188,11 @@ class HoeffdingForest(Stateful):
         self.binary_ = np.ones(n_features, dtype=bool)
         self.pool_ = np.array([n, 0, 0], dtype=np.int64)
         self._trees = np.arange(n)
+
+    @property
+    def schedule(self) -> int:
+        """The split schedule's flags as the kernels take them (``ADAPTIVE``, ``BY_EXAMPLES``)."""
+        return (ADAPTIVE if self.adaptive else 0) | (BY_EXAMPLES if self.by_examples else 0)
 
     @property
     def trees(self) -> np.ndarray:
@@ -249,7 +272,7 @@ class HoeffdingForest(Stateful):
             elif lack:
                 self._make_room(lack)
             start, lack = forest_update(
-                *self.arrays(), *xs, trees, labels, weights, nodes, start, self.adaptive
+                *self.arrays(), *xs, trees, labels, weights, nodes, start, self.schedule, self.subspace
             )  # fmt: skip
 
     @staticmethod

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.learners.base import Learner, StateFormatError
+from service.learners.base import Learner, StateFormatError, learners
 from service.sampling import DecisionIds, decision_rng
 from service.serial import decode
 
@@ -33,6 +33,8 @@ def _stream(n: int, d: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_a_schema_1_checkpoint_goes_on_as_before(name: str) -> None:
     saved = np.load(FIXTURE)
     config = json.loads(saved[f"{name}.config"].tobytes())
+    # the parameters added since read their values of then, as the runtime reads a stored spec
+    config["params"] = learners.get(name).Params.legacy(config["params"])
     state = decode(saved[f"{name}.state"].tobytes())
     assert state["schema_version"] == 1
     model = Learner.from_state(config, state)
