@@ -116,6 +116,7 @@ async def predict(request: Request) -> Response:
         body.baseline,
         event_id=body.decision_id,
         defer=body.defer,
+        actions=body.actions,
     )
     metrics.DECISIONS.labels(p.model).inc()
     d = p.decision
