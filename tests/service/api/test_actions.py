@@ -246,3 +246,13 @@ async def test_vowpal_wabbit_reads_the_adf_export() -> None:
     a, b = one_pass(), one_pass()
     assert b < a < 0, (a, b)
     ws.finish()
+
+
+def test_off_policy_evaluation_refuses_action_logs_naming_why(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from service.ope import EvaluationError, read_log
+
+    record = {"reward": 1, "features": {"idx": [], "val": [], "dim": 16}, "probs": [1.0], "label_index": 0}
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({**record, "actions": [{"id": "a", "idx": [], "val": []}]}) + "\n")
+    with pytest.raises(EvaluationError, match="candidates vary per decision"):
+        read_log(path)
