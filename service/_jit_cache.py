@@ -38,12 +38,15 @@ from typing import Any
 
 #: The modules with ``@njit(cache=True)`` kernels (tests/service/test_jit_cache.py checks the list).
 KERNEL_MODULES = (
+    "actions.py",
     "kernels.py",
     "interactions.py",
     "learners/banditboost.py",
     "learners/bbm_kernels.py",
     "learners/booster_kernels.py",
+    "learners/cova_adf.py",
     "learners/squarecb.py",
+    "learners/squarecb_adf.py",
     "learners/weak/family_kernels.py",
     "learners/weak/forest_kernels.py",
 )

@@ -144,6 +144,8 @@ class Settings(BaseSettings):
     # Log lines: "text" or "json" (one object per line), each with the request's X-Request-ID.
     log_format: Literal["text", "json"] = "text"
     max_named_features: int = Field(1000, ge=1)
+    # Candidates per request of an action-feature model (issue 39); Personalizer allows 50.
+    max_actions: int = Field(100, ge=1, le=10_000)
     # Answered ids are remembered this long (409 for duplicates, then 404); memory grows with rate x TTL.
     claim_ttl_seconds: float = Field(3600.0, gt=0)
     sweep_interval_seconds: float = Field(1.0, gt=0)
@@ -216,6 +218,8 @@ def load_settings(**overrides: Any) -> Settings:
 #: decision log usable for off-policy evaluation. Chosen on the tuning sets only (car, dna, nursery,
 #: digits): ``python -m service bench default-learner`` prints the choice (docs/BENCHMARKS.md).
 DEFAULT_LEARNER: tuple[str, dict[str, Any]] = ("cova", {"epsilon": 0.02})
+#: The default learner of an action-feature model (``"actions": "features"``, issue 39).
+DEFAULT_ACTION_LEARNER: tuple[str, dict[str, Any]] = ("squarecb-adf", {})
 
 
 class ModelSpec(BaseModel):
@@ -228,6 +232,11 @@ class ModelSpec(BaseModel):
     Exactly one of ``n_features`` (dense list input) and ``hashing_bits`` (named features hashed
     into ``2**hashing_bits`` buckets, see :mod:`service.features`); ``labels`` names the labels
     (their number is K), otherwise ``n_labels`` gives K and the labels are "0".."K-1".
+
+    ``actions = "features"`` (issue 39, :mod:`service.actions`): no fixed labels; each request
+    brings its candidate actions with their features, hashed with the context into ``2**hashing_bits``
+    columns (``hashing_bits`` required; no ``n_features``, ``labels`` or ``n_labels``), and the
+    learner must be an action-feature one (default :data:`DEFAULT_ACTION_LEARNER`).
     """
 
     model_config = ConfigDict(
@@ -247,6 +256,12 @@ class ModelSpec(BaseModel):
         },
     )
 
+    actions: Literal["labels", "features"] = Field(
+        "labels",
+        description="labels: a fixed set of labels (labels / n_labels); features: each POST /predict "
+        "brings its candidate actions with their features (`actions`), scored from context x action "
+        "interactions (needs hashing_bits and an action-feature learner).",
+    )
     learner: str = Field(
         DEFAULT_LEARNER[0],
         description="A bandit learner's registered name (GET /models lists them). Left out: C-OVA with "
@@ -313,14 +328,25 @@ class ModelSpec(BaseModel):
     def _default_learner(cls, data: Any) -> Any:
         """No learner: the default one, with its parameters under those given."""
         if isinstance(data, dict) and data.get("learner") is None:
+            default = DEFAULT_ACTION_LEARNER if data.get("actions") == "features" else DEFAULT_LEARNER
             params = data.get("params") or {}
             if isinstance(params, dict):  # else the field's validation says what is wrong
-                params = {**DEFAULT_LEARNER[1], **params}
-            data = {**data, "learner": DEFAULT_LEARNER[0], "params": params}
+                params = {**default[1], **params}
+            data = {**data, "learner": default[0], "params": params}
         return data
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        if self.actions == "features":
+            if self.hashing_bits is None or self.n_features is not None:
+                raise ValueError(
+                    'actions "features" hashes named features: give hashing_bits, not n_features'
+                )
+            if self.labels is not None or self.n_labels is not None:
+                raise ValueError(
+                    'actions "features": the candidates come with each request; give no labels, n_labels'
+                )
+            return self
         if (self.n_features is None) == (self.hashing_bits is None):
             raise ValueError("give exactly one of n_features (dense lists) and hashing_bits (named features)")
         if self.labels is None and self.n_labels is None:
@@ -334,10 +360,14 @@ class ModelSpec(BaseModel):
 
     @property
     def k(self) -> int:
+        if self.actions == "features":  # one scorer of every candidate's row
+            return 1
         return len(self.labels) if self.labels is not None else int(self.n_labels or 0)
 
     @property
     def label_names(self) -> list[str]:
+        if self.actions == "features":  # named by each request's candidates
+            return []
         return list(self.labels) if self.labels is not None else [str(i) for i in range(self.k)]
 
     @property

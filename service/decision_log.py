@@ -78,6 +78,10 @@ one ``f<i>``, non-zeros only. Each action of ``_multi`` has the one feature ``id
 index as a string, which VW makes a feature of its own per action (``id2``); a number would be one
 feature scaled by the index. Interactions such as ``-q xa`` let VW learn per-action weights. A
 decision restricted to some labels lists only those in ``_multi`` (action ids are positions there).
+An action-feature model's actions (``actions``) carry their own hashed features, namespace ``a``
+(``{"a": {"b17": 1.0, ...}}``), so ``vw --cb_explore_adf -q xa`` learns the same kind of context x
+action model as the server (:mod:`service.actions`); an action without features gets the feature
+``none`` (an example with no feature at all would read as the end of the multi-line example).
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from service.actions import unpack_actions
 from service.config import ModelSpec
 from service.store import LoggedDecision, Store
 from service.store.base import LogOutcome
@@ -132,14 +137,28 @@ class LogRecord:
     baseline: int | None = None
     deferred: bool = False
     activated_at: float | None = None
+    actions: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
         """The record of a store's log entry of ``model`` (configured by ``spec``)."""
         x = entry.x
-        features: list[float] | dict[str, Any] = x.tolist()
-        if spec.hashing_bits is not None:  # the packed (2, nnz) rows of bucket indices and values
+        actions: list[dict[str, Any]] | None = None
+        label = ""
+        features: list[float] | dict[str, Any]
+        if spec.actions == "features":  # the context, the candidates and their ids (service.actions)
+            packed = unpack_actions(x, spec.hashing_bits)  # type: ignore[arg-type]
+            c = packed.context
+            features = {"idx": c.idx.tolist(), "val": c.val.tolist(), "dim": spec.dim}
+            actions = []
+            for a, action_id in enumerate(packed.ids):
+                v = packed.features(a)
+                actions.append({"id": action_id, "idx": v.idx.tolist(), "val": v.val.tolist()})
+            label = packed.ids[entry.label]
+        elif spec.hashing_bits is not None:  # the packed (2, nnz) rows of bucket indices and values
             features = {"idx": [int(i) for i in x[0]], "val": x[1].tolist(), "dim": spec.dim}
+        else:
+            features = x.tolist()
         return cls(
             entry.decision_id,
             model,
@@ -148,7 +167,7 @@ class LogRecord:
             features,
             entry.probs.tolist(),
             entry.label,
-            spec.label_names[entry.label],
+            label if actions is not None else spec.label_names[entry.label],
             entry.outcome,
             _reward(entry.reward),
             entry.outcome_at,
@@ -157,6 +176,7 @@ class LogRecord:
             entry.baseline,
             entry.deferred,
             entry.activated_at,
+            actions,
         )
 
     def to_json(self) -> str:
@@ -174,9 +194,18 @@ class LogRecord:
             doc.setdefault("baseline", None)
             doc.setdefault("deferred", False)  # ... before deferred decisions existed
             doc.setdefault("activated_at", None)
+            doc.setdefault("actions", None)  # ... before action-feature models existed
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)
+
+    def _action(self, k: int) -> dict[str, Any]:
+        """Action ``k``'s entry of ``_multi``: its label index (label models) or its own hashed
+        features (action-feature models)."""
+        if self.actions is None:
+            return {"a": {"id": str(k)}}
+        a = self.actions[k]
+        return {"a": _bucket_features(a["idx"], a["val"]) or {"none": 1}}
 
     def to_dsjson(self) -> str | None:
         """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped)."""
@@ -186,7 +215,7 @@ class LogRecord:
         chosen = actions.index(self.label_index)  # positions in _multi
         order = [chosen, *(k for k in range(len(actions)) if k != chosen)]
         if isinstance(self.features, dict):
-            context = {f"b{i}": v for i, v in zip(self.features["idx"], self.features["val"], strict=True)}
+            context = _bucket_features(self.features["idx"], self.features["val"])
         else:
             context = {f"f{i}": v for i, v in enumerate(self.features) if v != 0.0}
         stamp = datetime.fromtimestamp(self.created_at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -198,11 +227,15 @@ class LogRecord:
                 "_labelIndex": chosen,
                 "a": [k + 1 for k in order],
                 "p": [self.probs[actions[k]] for k in order],
-                "c": {"x": context, "_multi": [{"a": {"id": str(k)}} for k in actions]},
+                "c": {"x": context, "_multi": [self._action(k) for k in actions]},
                 "EventId": self.decision_id,
                 "Timestamp": stamp,
             }
         )
+
+
+def _bucket_features(idx: list[int], val: list[float]) -> dict[str, float]:
+    return {f"b{i}": v for i, v in zip(idx, val, strict=True)}
 
 
 async def pages(

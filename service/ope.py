@@ -149,6 +149,11 @@ class LoggedData:
         for rec in records:
             if rec.get("reward") is None:
                 continue
+            if rec.get("actions") is not None:  # candidates vary per record: K is not fixed
+                raise ValueError(
+                    "a decision of an action-feature model: its candidates vary per decision, which "
+                    "this evaluation does not support yet (export it with format=dsjson for VW instead)"
+                )
             f = rec["features"]
             if isinstance(f, Mapping):
                 x: np.ndarray | SparseVector = SparseVector(

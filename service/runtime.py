@@ -27,10 +27,11 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from service import _jit_cache
+from service.actions import ActionFeaturiser, ActionInput
 from service.config import ModelSpec, Settings, load_model_file
 from service.decision_log import LogRecord, pages
 from service.evaluations import Evaluations
-from service.features import FeatureValue, Featuriser, SparseVector
+from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
 from service.rollout import Rollout, served
 from service.sampling import DecisionIds, decision_rng, reward_bit
@@ -154,6 +155,18 @@ def _bandit_class(spec: ModelSpec) -> type[Learner]:
             f"learner {spec.learner!r} needs the true label (full information) and cannot learn from clicks; "
             f"bandit learners: {bandit}"
         )
+    if cls.actions != (spec.actions == "features"):
+        kind = "an action-feature" if cls.actions else "a label"
+        fits = ", ".join(
+            n
+            for n, c in learners.items()
+            if c.actions == (spec.actions == "features") and not c.full_information
+        )
+        raise ParamError(
+            f"learner {spec.learner!r} is {kind} learner and cannot serve a model with "
+            f'actions "{spec.actions}"; '
+            f"learners that can: {fits}"
+        )
     return cls
 
 
@@ -235,16 +248,31 @@ class ModelRuntime:
     incarnation : str
         Random id of this creation of ``name`` (a deleted and re-created model is a new one).
     max_named : int
-        Limit on named features per request.
+        Limit on named features per request (of the context, and of each candidate action).
+    budget_bytes : int, optional
+        The state's size as checked against the budget (computed when not given).
+    max_actions : int, default 100
+        Limit on candidate actions per request of an action-feature model (``CLICKBOOST_MAX_ACTIONS``).
     """
 
     def __init__(
-        self, name: str, spec: ModelSpec, incarnation: str, max_named: int, budget_bytes: int | None = None
+        self,
+        name: str,
+        spec: ModelSpec,
+        incarnation: str,
+        max_named: int,
+        budget_bytes: int | None = None,
+        max_actions: int = 100,
     ) -> None:
         self.name = name
         self.spec = spec
         self.incarnation = incarnation
-        self.featurise = Featuriser(spec.n_features, spec.hashing_bits, max_named)
+        # An action-feature model's input is the context with the request's candidates (issue 39)
+        self.featurise: Featuriser | ActionFeaturiser = (
+            ActionFeaturiser(spec.hashing_bits, max_named, max_actions)  # type: ignore[arg-type]
+            if spec.actions == "features"
+            else Featuriser(spec.n_features, spec.hashing_bits, max_named)
+        )
         self.labels = spec.label_names
         self._label_index = {name: i for i, name in enumerate(self.labels)}
         self.learner = build_learner(spec)
@@ -284,15 +312,36 @@ class ModelRuntime:
             learner.use_sparse_layout()
         self._learner = learner
 
-    def _input(self, x: np.ndarray | SparseVector) -> np.ndarray | SparseVector:
-        """``x`` as the learner takes it: sparse where it can, else dense."""
+    def _input(self, x: Any) -> Any:
+        """``x`` as the learner takes it: sparse where it can, else dense (an action model's
+        :class:`~service.actions.ActionInput` as it is)."""
         if isinstance(x, SparseVector) and not self.learner.accepts_sparse:
             return x.dense()
         return x
 
+    def featurise_request(
+        self, features: Sequence[float] | Mapping[str, FeatureValue], actions: Sequence[Any] | None
+    ) -> np.ndarray | SparseVector | ActionInput:
+        """The learner's input for a request: its features, with its candidate ``actions`` for an
+        action-feature model (:class:`~service.features.FeatureError`, 422, when a model is sent what
+        it does not take)."""
+        if isinstance(self.featurise, ActionFeaturiser):
+            return self.featurise(features, actions)
+        if actions is not None:
+            raise FeatureError(
+                f"actions: model {self.name!r} has fixed labels ({', '.join(self.labels[:5])}"
+                f"{', ...' if len(self.labels) > 5 else ''}); candidate actions need a model with "
+                '"actions": "features"'
+            )
+        return self.featurise(features)
+
+    def names(self, x: Any) -> list[str]:
+        """The names of the decision's labels: the model's labels, or the request's action ids."""
+        return x.ids if isinstance(x, ActionInput) else self.labels
+
     def decide(
         self,
-        x: np.ndarray | SparseVector,
+        x: np.ndarray | SparseVector | ActionInput,
         decision_id: str,
         eligible: np.ndarray | None = None,
         baseline: str | int | None = None,
@@ -300,8 +349,9 @@ class ModelRuntime:
         """The decision served for ``x``, sampling seeded by ``decision_id`` (no model change),
         among the ``eligible`` labels (a mask, :meth:`label_mask`; None: all): the learner's own,
         or in logging and apprentice mode the distribution around the request's ``baseline``
-        (:func:`service.rollout.served`; :class:`ParamError` when it is missing or not eligible)."""
-        b = self.baseline_index(baseline, eligible)
+        (:func:`service.rollout.served`; :class:`ParamError` when it is missing or not eligible).
+        For an action-feature model the labels are the request's candidates (``x.ids``)."""
+        b = self.baseline_index(baseline, eligible, self.names(x))
         rng = decision_rng(decision_id)
         x = self._input(x)
         own = self.learner.decide(x, rng, eligible)
@@ -311,9 +361,13 @@ class ModelRuntime:
         assert b is not None
         return served(self.learner, x, own, r.mode, b, r.epsilon, r.epoch, rng)
 
-    def baseline_index(self, baseline: str | int | None, eligible: np.ndarray | None) -> int | None:
+    def baseline_index(
+        self, baseline: str | int | None, eligible: np.ndarray | None, names: list[str] | None = None
+    ) -> int | None:
         """The index of the request's ``baseline`` label (a name or an index); :class:`ParamError`
-        (422) when it is unknown or not eligible, or missing while the model serves baselines."""
+        (422) when it is unknown or not eligible, or missing while the model serves baselines.
+        ``names``: the labels to look it up in (an action model's candidate ids; default the
+        model's labels)."""
         if baseline is None:
             if self.rollout.mode != "online":
                 raise ParamError(
@@ -321,53 +375,68 @@ class ModelRuntime:
                     "(give the label your current policy would show, as a name or an index)"
                 )
             return None
-        k = len(self.labels)
+        labels, lookup, what = self._lookup(names)
+        k = len(labels)
         if isinstance(baseline, int):
             if not 0 <= baseline < k:
                 raise ParamError(
-                    f"unknown baseline label index {baseline} (model {self.name!r} has labels 0..{k - 1})"
+                    f"unknown baseline {what} index {baseline} ({self._has(labels, what, True)})"
                 )
             index = baseline
-        elif baseline in self._label_index:
-            index = self._label_index[baseline]
+        elif baseline in lookup:
+            index = lookup[baseline]
         else:
-            raise ParamError(
-                f"unknown baseline label {baseline!r} (model {self.name!r} has {', '.join(self.labels)})"
-            )
+            raise ParamError(f"unknown baseline {what} {baseline!r} ({self._has(labels, what)})")
         if eligible is not None and not eligible[index]:
-            raise ParamError(f"baseline label {self.labels[index]!r} is not eligible for this request")
+            raise ParamError(f"baseline {what} {labels[index]!r} is not eligible for this request")
         return index
 
+    def _lookup(self, names: list[str] | None) -> tuple[list[str], Mapping[str, int], str]:
+        """The labels to look names up in, their index, and what they are called in messages."""
+        if names is None or names is self.labels:
+            return self.labels, self._label_index, "label"
+        return names, {n: i for i, n in enumerate(names)}, "action"
+
+    def _has(self, labels: list[str], what: str, by_index: bool = False) -> str:
+        if what == "action":
+            return f"this request's actions are {', '.join(labels[:10])}{', ...' if len(labels) > 10 else ''}"
+        if by_index:
+            return f"model {self.name!r} has labels 0..{len(labels) - 1}"
+        return f"model {self.name!r} has {', '.join(labels)}"
+
     def label_mask(
-        self, eligible: Sequence[str | int] | None, excluded: Sequence[str | int] | None
+        self,
+        eligible: Sequence[str | int] | None,
+        excluded: Sequence[str | int] | None,
+        names: list[str] | None = None,
     ) -> np.ndarray | None:
         """The mask of the labels a request allows: ``eligible`` ones, or all but the ``excluded``
         ones (names or indices; at most one of the two); None when every label is allowed.
-        :class:`ParamError` (422) naming an unknown label, or when no label is left."""
+        :class:`ParamError` (422) naming an unknown label, or when no label is left. ``names``:
+        an action model's candidate ids (default the model's labels)."""
         if eligible is None and excluded is None:
             return None
         if eligible is not None and excluded is not None:
             raise ParamError("give eligible or excluded labels, not both")
         given = eligible if eligible is not None else excluded
         assert given is not None
-        k = len(self.labels)
+        labels, lookup, what = self._lookup(names)
+        k = len(labels)
         mask = np.zeros(k, dtype=bool)
         for item in given:
             if isinstance(item, int):
                 if not 0 <= item < k:
-                    raise ParamError(
-                        f"unknown label index {item} (model {self.name!r} has labels 0..{k - 1})"
-                    )
+                    raise ParamError(f"unknown {what} index {item} ({self._has(labels, what, True)})")
                 mask[item] = True
-            elif item in self._label_index:
-                mask[self._label_index[item]] = True
+            elif item in lookup:
+                mask[lookup[item]] = True
             else:
-                raise ParamError(f"unknown label {item!r} (model {self.name!r} has {', '.join(self.labels)})")
+                raise ParamError(f"unknown {what} {item!r} ({self._has(labels, what)})")
         if excluded is not None:
             mask = ~mask
         if not mask.any():
-            what = "eligible is empty" if eligible is not None else "every label is excluded"
-            raise ParamError(f"no eligible label: {what}")
+            why = "eligible is empty" if eligible is not None else f"every {what} is excluded"
+            raise ParamError(f"no eligible {what}: {why}")
         return None if mask.all() else mask
 
     def _reward(self, event: Event) -> Reward:
@@ -654,7 +723,8 @@ class Runtime:
         spec = spec.model_copy(update={"params": _bandit_class(spec).Params.legacy(spec.params)})
         need = check_budget(name, spec, self.settings, self._held(name))  # before allocating
         await self.warm(spec)
-        m = ModelRuntime(name, spec, config["incarnation"], self.settings.max_named_features, need)
+        s = self.settings
+        m = ModelRuntime(name, spec, config["incarnation"], s.max_named_features, need, s.max_actions)
         await asyncio.to_thread(m.learner.prepare)  # one-time tables: seconds for some learners
         await self._from_checkpoint(m)
         await self.catch_up(m)
@@ -1131,6 +1201,7 @@ class Runtime:
         *,
         event_id: str | None = None,
         defer: bool = False,
+        actions: Sequence[Any] | None = None,
     ) -> Prediction:
         """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
         record the pending decision (the reward window starts now), also in the decision log when
@@ -1145,10 +1216,15 @@ class Runtime:
         the decision is served and saved once it is back, as any other (learning from it is then
         best effort: an id found taken then is not saved). ``defer``: the decision is learned only
         if :meth:`activate` comes within its reward window (issue 38).
+
+        ``actions``: the candidates of an action-feature model (issue 39, :mod:`service.actions`),
+        ``{"id", "features"}`` each; ``eligible``, ``excluded`` and ``baseline`` then name action
+        ids (or indices in the request), and the prediction's labels are the candidates' ids.
         """
         m = await self.resolve(name)
-        x = m.featurise(features)
-        mask = m.label_mask(eligible, excluded)
+        x = m.featurise_request(features, actions)
+        names = m.names(x)
+        mask = m.label_mask(eligible, excluded, names)
         drawn = self.ids.new() if event_id is None else check_event_id(event_id)
         decision_id = self.store.route(m.name, drawn)
         d = m.decide(x, decision_id, mask, baseline)
@@ -1180,7 +1256,7 @@ class Runtime:
         # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)
         p = d.probs
         counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
-        return Prediction(decision_id, m.name, d, m.position, m.labels[d.label], m.labels)
+        return Prediction(decision_id, m.name, d, m.position, names[d.label], names)
 
     async def feedback(self, decision_id: str, reward: Reward, wait: bool) -> tuple[ClaimOutcome, bool]:
         """Claim the decision and append its learn event; with ``wait``, apply it here first.

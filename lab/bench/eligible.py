@@ -28,7 +28,7 @@ SEEDS = 5
 
 def bandit_learners() -> list[str]:
     """Every registered learner that learns from bandit feedback."""
-    return [name for name, cls in learners.items() if not cls.full_information]
+    return [name for name, cls in learners.items() if not cls.full_information and not cls.actions]
 
 
 def teacher(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -128,7 +128,9 @@ def bench(quick: bool) -> str:
                 f"| {data} | Vowpal Wabbit `--cbify {k} --epsilon 0.05` (pre-parsed) | {vw[0]:,} | "
                 f"{vw[1]:,.0f} | | {vw[2]:.3f} |"
             )
-        systems = [(name, None) for name, _ in learners.items()] + [("cova", {"interactions": "none"})]
+        systems = [(name, None) for name, c in learners.items() if not c.actions] + [
+            ("cova", {"interactions": "none"})
+        ]
         for name, params in systems:
             cls = learners.get(name)
             try:

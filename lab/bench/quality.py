@@ -227,6 +227,8 @@ def systems(sweep_store: Path | None = SWEEP_STORE) -> list[System]:
     """Every system compared: ours at defaults, sweep bests that differ from them, VW, references."""
     ours, swept, refs = [], [], []
     for name, cls in learners.items():
+        if cls.actions:  # scored on candidates' features: bench actions
+            continue
         defaults = cls.Params().key()  # the stored runs' keys
         kind = "reference" if cls.full_information else "ours"
         found = None if cls.full_information else sweep_best(name, sweep_store)

@@ -203,7 +203,7 @@ def measure(
 
 def bandit_learners() -> list[str]:
     """Names of the registered bandit-feedback learners."""
-    return [name for name, cls in learners.items() if not cls.full_information]
+    return [name for name, cls in learners.items() if not cls.full_information and not cls.actions]
 
 
 def run_grid(grid: Grid, progress: Callable[[str], None] = lambda _: None) -> list[Point]:

@@ -118,7 +118,9 @@ class _Body(BaseModel):
 
 
 class RankableAction(_Body):
-    """An action: its id (a label of the model) and its features (accepted, not used)."""
+    """An action: its id and its features. For a label model the id is a label and the features
+    are accepted, not used; a model with ``"actions": "features"`` (issue 39) scores the action from
+    its features (flattened as ``contextFeatures``), and any id goes."""
 
     id: str = Field(min_length=1, max_length=256)
     features: list[dict[str, Any]] | None = None
@@ -228,7 +230,7 @@ def _eligible(m: ModelRuntime, actions: list[RankableAction], excluded: list[str
         if action_id in seen:
             raise PersonalizerError(400, f"actions[{i}].id {action_id!r} is given twice")
         seen.add(action_id)
-        if action_id not in m._label_index:
+        if m.spec.actions == "labels" and action_id not in m._label_index:
             raise PersonalizerError(
                 400,
                 f"actions[{i}].id {action_id!r} is not a label of model {m.name!r}: action ids must be "
@@ -248,7 +250,7 @@ def _ranking(
 ) -> list[dict[str, Any]]:
     """Every action with its probability: the eligible ones most probable first (ties in label
     order, as ``POST /predict``'s ranking), then the excluded ones with probability 0."""
-    index = m._label_index
+    index = m._label_index if m.spec.actions == "labels" else {a: i for i, a in enumerate(ids)}
     allowed = set(eligible)
     ranked = sorted(eligible, key=lambda a: (-probs[index[a]], index[a]))
     return [
@@ -369,8 +371,13 @@ async def _decide(
     event_id = runtime.ids.new() if body.event_id is None else body.event_id
     features = context_features(body.context_features)
     defer = bool(body.defer_activation)
+    actions = None
+    if m.spec.actions == "features":  # the candidates scored from their own features (issue 39)
+        actions = [{"id": a.id, "features": context_features(a.features)} for a in body.actions]
     try:
-        p = await runtime.predict(m.name, features, eligible, None, baseline, event_id=event_id, defer=defer)
+        p = await runtime.predict(
+            m.name, features, eligible, None, baseline, event_id=event_id, defer=defer, actions=actions
+        )
     except DecisionExistsError:  # pending or answered: a client-chosen id is taken once
         raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
     metrics.DECISIONS.labels(p.model).inc()

@@ -68,7 +68,29 @@ def _first(claim: Claim) -> dict[str, Any]:
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": _inlined(model.model_json_schema())}},
+    }
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` (nested models: an action of ``PredictRequest``) written in
+    place of their ``$ref``: inside an operation's body a ``#/$defs/...`` pointer would resolve
+    against the whole OpenAPI document, where no such key is."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
 
 
 def parse(model: type[M], body: bytes) -> M:
@@ -116,6 +138,7 @@ async def predict(request: Request) -> Response:
         body.baseline,
         event_id=body.decision_id,
         defer=body.defer,
+        actions=body.actions,
     )
     metrics.DECISIONS.labels(p.model).inc()
     d = p.decision

@@ -54,6 +54,17 @@ Features = Annotated[
 ]
 
 
+class ActionCandidate(BaseModel):
+    """One candidate action of ``POST /predict`` for a model with ``"actions": "features"`` (issue 39)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str = Field(min_length=1, max_length=256, description="The action's id, distinct within the request.")
+    features: dict[FeatureName, NamedValue] = Field(
+        default_factory=dict, description="The action's named features {name: number | string | bool}."
+    )
+
+
 class PredictRequest(BaseModel):
     """Body of ``POST /predict``."""
 
@@ -64,6 +75,14 @@ class PredictRequest(BaseModel):
             "examples": [
                 {"model": "demo", "features": {"age": 31, "country": "fr", "mobile": True}},
                 {"model": "digits", "features": [0.0, 0.5, 1.0]},
+                {
+                    "model": "shop",
+                    "features": {"country": "fr", "mobile": True},
+                    "actions": [
+                        {"id": "sku-1", "features": {"brand": "acme", "price": 9.5}},
+                        {"id": "sku-2", "features": {"brand": "zeta", "price": 12.0}},
+                    ],
+                },
             ]
         },
     )
@@ -72,6 +91,13 @@ class PredictRequest(BaseModel):
     features: Features = Field(
         description="A list of d numbers (dense model) or named features {name: number | string | bool} "
         "(hashed model; strings one-hot as name=value)."
+    )
+    actions: list[ActionCandidate] | None = Field(
+        None,
+        max_length=10_000,
+        description='The candidate actions of a model with "actions": "features" (at most '
+        "CLICKBOOST_MAX_ACTIONS, ids distinct); the answer's labels are their ids, `label_index` the "
+        "chosen one's position here, and `eligible`, `excluded` and `baseline` name action ids.",
     )
     eligible: list[StrictInt | StrictStr] | None = Field(
         None,

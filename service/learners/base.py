@@ -443,6 +443,9 @@ class Learner(Stateful, abc.ABC):
     full_information: ClassVar[bool] = False
     #: ``learn`` takes a graded reward in (0, 1) itself; False: it learns a Bernoulli(reward) bit.
     graded: ClassVar[bool] = False
+    #: Scores candidate actions from their features (:class:`service.learners.action_base.ActionLearner`,
+    #: issue 39) rather than K fixed labels: it serves ``"actions": "features"`` models only.
+    actions: ClassVar[bool] = False
     schema_version: ClassVar[int] = 1
     #: State arrays of shape (K, d) stored column-major for sparse input (:meth:`use_sparse_layout`).
     _column_major: ClassVar[tuple[str, ...]] = ()
@@ -492,8 +495,9 @@ class Learner(Stateful, abc.ABC):
     ) -> None:
         if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
             raise ParamError(f"{self.name}: n_features must be a positive integer, got {n_features!r}")
-        if not isinstance(n_labels, int) or isinstance(n_labels, bool) or n_labels < 2:
-            raise ParamError(f"{self.name}: n_labels must be an integer >= 2, got {n_labels!r}")
+        least = 1 if self.actions else 2  # an action learner has one scorer for every candidate
+        if not isinstance(n_labels, int) or isinstance(n_labels, bool) or n_labels < least:
+            raise ParamError(f"{self.name}: n_labels must be an integer >= {least}, got {n_labels!r}")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ParamError(f"{self.name}: seed must be a non-negative integer, got {seed!r}")
         self.n_features = n_features

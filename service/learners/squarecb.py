@@ -74,11 +74,23 @@ def igw_sample_masked(
         raise ValueError("x or eligible has the wrong dimension")
     k = theta.shape[0]
     r = np.zeros(k)
+    for a in range(k):
+        if eligible[a]:
+            r[a] = _score(theta, a, x, constant)
+    return igw_scores(r, gamma, u, eligible)
+
+
+@kernel("Tuple((int64, int64, float64[::1]))(float64[::1], float64, float64, boolean[::1])")
+def igw_scores(r: np.ndarray, gamma: float, u: float, eligible: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """Inverse gap weighting over the ``m`` eligible entries of the predicted rewards ``r``: ``b``
+    the first maximiser among them, ``p(a) = 1 / (m + gamma (r_b - r_a))`` for the other eligible
+    ``a``, the rest on ``b``, 0 outside the set; ``b``, the index drawn by the uniform ``u``, ``p``.
+    Also the action-feature SquareCB's rule (:mod:`service.learners.squarecb_adf`)."""
+    k = r.size
     best, m = -1, 0
     for a in range(k):
         if eligible[a]:
             m += 1
-            r[a] = _score(theta, a, x, constant)
             if best < 0 or r[a] > r[best]:
                 best = a
     p = np.zeros(k)

@@ -99,6 +99,7 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "baseline",
         "deferred",
         "activated_at",
+        "actions",
     ]
     assert json.loads(line) == {
         "decision_id": "d1",
@@ -117,6 +118,7 @@ def test_records_of_dense_and_hashed_models_round_trip_as_json_lines() -> None:
         "baseline": None,
         "deferred": False,
         "activated_at": None,
+        "actions": None,
     }
     assert LogRecord.from_json(line) == rec
     old = {  # exported before issue 38 (eligible labels, safe rollout, deferred decisions)

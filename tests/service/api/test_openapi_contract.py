@@ -385,16 +385,20 @@ def spec_for(features: Any) -> dict[str, Any]:
     return {"learner": "banditron", "n_labels": 3, **shape}
 
 
-async def ensure_model(api: Api, name: str, features: Any) -> dict[str, Any]:
-    """The info of model ``name``, created to accept ``features`` if it does not exist yet."""
+async def ensure_model(api: Api, name: str, features: Any, actions: bool = False) -> dict[str, Any]:
+    """The info of model ``name``, created to accept ``features`` (with candidate ``actions``: an
+    action-feature model) if it does not exist yet."""
     r, body = await api.call("get", "/models/{name}", name=name, expect=(200, 404))
     if r.status_code == 200:
         return body
-    _, info = await api.call("put", "/models/{name}", name=name, json=spec_for(features), expect=201)
+    spec = {"actions": "features", "hashing_bits": 10} if actions else spec_for(features)
+    _, info = await api.call("put", "/models/{name}", name=name, json=spec, expect=201)
     return info
 
 
-def label_names(config: dict[str, Any]) -> list[str]:
+def label_names(config: dict[str, Any], example: dict[str, Any]) -> list[str]:
+    if "actions" in example:  # an action-feature model: the request's candidates
+        return [a["id"] for a in example["actions"]]
     return config.get("labels") or [str(i) for i in range(config["n_labels"])]
 
 
@@ -404,11 +408,11 @@ async def exercise_predict(api: Api) -> list[dict[str, Any]]:
     assert {type(e["features"]) for e in examples} == {list, dict}  # dense and named both documented
     answers = []
     for example in examples:
-        info = await ensure_model(api, example["model"], example["features"])
+        info = await ensure_model(api, example["model"], example["features"], "actions" in example)
         _, d = await api.call("post", "/predict", json=example, expect=200)
         assert d["model"] == example["model"]
         assert d["model_version"] == info["version"]
-        assert d["label"] == label_names(info["config"])[d["label_index"]]
+        assert d["label"] == label_names(info["config"], example)[d["label_index"]]
         assert d["probability"] == d["probabilities"][d["label_index"]]
         assert abs(sum(d["probabilities"]) - 1) < 1e-9
         answers.append(d)

@@ -24,7 +24,7 @@ from tests.service.api.conftest import app_client, make_app, uvicorn_server
 
 SEED = 3
 T = 300
-BANDIT = [name for name, cls in learners.items() if not cls.full_information]
+BANDIT = [name for name, cls in learners.items() if not cls.full_information and not cls.actions]
 FULL = [name for name, cls in learners.items() if cls.full_information]
 
 

@@ -54,6 +54,10 @@ labels = {NEWS!r}
 [models.dense]
 n_features = 2
 n_labels = 2
+
+[models.catalog]
+actions = "features"
+hashing_bits = 12
 """.replace("'", '"')
 
 
@@ -436,6 +440,58 @@ async def test_rank_decides_as_predict_with_the_flattened_features(models_file: 
         model_a, model_b = (await a.get("/models/grocery")).json(), (await b.get("/models/grocery")).json()
         assert model_a["version"] == model_b["version"] == 20
         assert model_a["checksum"] == model_b["checksum"]  # the same model learned the same
+
+
+@pytest.mark.anyio
+async def test_rank_of_an_action_feature_model_scores_the_actions_features(models_file: Path) -> None:
+    """With ``"actions": "features"`` (issue 39) any action id goes and its features are used: a rank
+    decides as ``POST /predict`` with the flattened context and the actions' flattened features; an
+    item never seen before is ranked first when its features are those of the rewarded one."""
+    context = [{"user": {"diet": "vegan"}}]
+    settings = {"config_file": models_file, "decision_id_seed": 5}
+    async with app_client(make_app(**settings)) as a, app_client(make_app(**settings)) as b:
+        for t in range(60):
+            ids = [f"new-{t}-{k}" for k in range(3)]
+            shelves = [
+                {"shelf": s, "tags": ["fresh"] if s == "greens" else []} for s in ("greens", "meat", "fish")
+            ]
+            body = [{"id": i, "features": [f]} for i, f in zip(ids, shelves, strict=True)]
+            r = await a.post(
+                "/loops/catalog/personalizer/v1.0/rank",
+                json={"contextFeatures": context, "actions": body, "excludedActions": [ids[2]]},
+            )
+            flat = [
+                {"id": i, "features": {"shelf": f["shelf"], **({"tags=fresh": 1.0} if f["tags"] else {})}}
+                for i, f in zip(ids, shelves, strict=True)
+            ]
+            p = await b.post(
+                "/predict",
+                json={
+                    "model": "catalog",
+                    "features": {"user.diet": "vegan"},
+                    "actions": flat,
+                    "excluded": [ids[2]],
+                },
+            )
+            ranked, predicted = r.json(), p.json()
+            assert r.status_code == 201, r.text
+            assert ranked["rewardActionId"] == predicted["label"]
+            assert [(x["id"], x["probability"]) for x in ranked["ranking"]] == [
+                *((x["label"], x["probability"]) for x in predicted["ranking"]),
+                (ids[2], 0.0),
+            ]
+            value = 1.0 if ranked["rewardActionId"] == ids[0] else 0.0
+            r = await a.post(
+                f"/loops/catalog/personalizer/v1.0/events/{ranked['eventId']}/reward?wait=true",
+                json={"value": value},
+            )
+            p = await b.post(
+                "/feedback?wait=true", json={"decision_id": predicted["decision_id"], "reward": value}
+            )
+            assert (r.status_code, p.status_code) == (204, 200)
+        assert ranked["ranking"][0]["id"] == ids[0]  # new ids, learned from the features
+        model_a, model_b = (await a.get("/models/catalog")).json(), (await b.get("/models/catalog")).json()
+        assert model_a["checksum"] == model_b["checksum"]
 
 
 # -- the quickstart ---------------------------------------------------------------------------------

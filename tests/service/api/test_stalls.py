@@ -293,7 +293,7 @@ def _admitted(name: str, k: int, settings: Settings) -> bool:
     return True
 
 
-BANDITS = sorted(n for n, c in learners.items() if not c.full_information)
+BANDITS = sorted(n for n, c in learners.items() if not c.full_information and not c.actions)
 
 
 @pytest.mark.slow

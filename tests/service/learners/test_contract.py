@@ -13,7 +13,7 @@ from service.sampling import DecisionIds, decision_rng
 from service.serial import StateFormatError, checksum, decode, encode
 
 D, K = 6, 3
-NAMES = [name for name, _ in learners.items()]
+NAMES = [name for name, cls in learners.items() if not cls.actions]  # actions: test_action_contract.py
 #: contract cases: every registered learner at its defaults, and settings with code of their own
 CASES: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in NAMES} | {
     "cova+pairs": ("cova", {"interactions": "pairs"}),  # each pair its own column

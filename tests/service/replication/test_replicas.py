@@ -33,7 +33,7 @@ from tests.conftest import redis_server_binary
 pytestmark = pytest.mark.anyio
 
 D, K = 5, 3
-BANDIT = sorted(name for name, cls in learners.items() if not cls.full_information)
+BANDIT = sorted(name for name, cls in learners.items() if not cls.full_information and not cls.actions)
 CLIENT_TIMEOUT = 10.0  # seconds: every request of these tests gives up after this (counted as a timeout)
 NO_CHECKPOINTS = {"CLICKBOOST_CHECKPOINT_EVERY": "1000000", "CLICKBOOST_CHECKPOINT_INTERVAL_SECONDS": "3600"}
 
