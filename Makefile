@@ -35,9 +35,11 @@ $(DEV_STAMP): $(STAMP)
 run: install
 	$(PY) -m service serve --host $(HOST) --port $(PORT) --demo
 
+# Two pytest-xdist workers: most tests wait on servers, subprocesses or the network, and the
+# machines are 2 cores. `$(PY) -m pytest` alone runs the same suite in one process.
 test: install-dev
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 lint: install-dev
 	$(PY) -m ruff check .

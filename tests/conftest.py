@@ -1,5 +1,5 @@
 """Shared fixtures: a real Redis server (``REDIS_URL`` or a private one), a real Redis Cluster (three
-private masters) and dataset access."""
+private masters), dataset access, and the fault tests' figures in the terminal summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -176,3 +176,36 @@ def bench_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     path = tmp_path_factory.mktemp("bench")
     monkeypatch.setenv("BENCH_DIR", str(path))
     return path
+
+
+#: Figure lines of this run, gathered from the test reports: the fixture's ``record_property`` travels
+#: in the report, so under pytest-xdist (``make test``) the controller gets them from its workers.
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def figures(
+    request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
+) -> Callable[[str], None]:
+    """Report one line of figures: printed (``pytest -s``, ``-rA``), a junit property, and repeated in
+    the terminal summary of every run, captured output or not (the fault tests of the replicas and
+    of the replay client)."""
+
+    def report(line: str) -> None:
+        print(line)
+        record_property("figures", line)
+
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        name = report.nodeid.rsplit("::", 1)[-1]
+        _FIGURES.extend(f"{name}: {value}" for key, value in report.user_properties if key == "figures")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("fault and fuzz figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
