@@ -35,9 +35,14 @@ $(DEV_STAMP): $(STAMP)
 run: install
 	$(PY) -m service serve --host $(HOST) --port $(PORT) --demo
 
+# Two pytest-xdist workers: most tests wait on servers, subprocesses or the network, and the
+# machines are 2 cores. Whole files to a worker (--dist loadfile): a module's fixtures (servers,
+# replicas, venvs) are built once. The tests marked `serial` (wall-clock bounds) run afterwards in
+# one process. `$(PY) -m pytest` alone runs the whole suite in one process.
 test: install-dev
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -m serial
 
 lint: install-dev
 	$(PY) -m ruff check .

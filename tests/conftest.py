@@ -1,5 +1,5 @@
 """Shared fixtures: a real Redis server (``REDIS_URL`` or a private one), a real Redis Cluster (three
-private masters) and dataset access."""
+private masters), dataset access, and the fault tests' figures in the terminal summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,16 @@ __all__ = ["free_port"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Import every learner once before any test: their numba loops compile into the on-disk cache
-    here (seconds on a fresh checkout) rather than inside the first server subprocess a test starts
-    and waits for with a timeout."""
+    """Compile every kernel once before any test (``service._jit_cache``: they compile at first use,
+    not at import). On a fresh checkout that is about 40 s of numba here, once, into the on-disk
+    cache; afterwards under a second of loading. Without it the first servers a test starts compile
+    them cold, three replicas started at once each the same kernels, while the test waits with a
+    timeout."""
+    from service import _jit_cache
     from service.learners import learners
 
     learners.names()
+    _jit_cache.warm(_jit_cache.module_names())
 
 
 def redis_server_binary() -> str:
@@ -172,3 +176,36 @@ def bench_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     path = tmp_path_factory.mktemp("bench")
     monkeypatch.setenv("BENCH_DIR", str(path))
     return path
+
+
+#: Figure lines of this run, gathered from the test reports: the fixture's ``record_property`` travels
+#: in the report, so under pytest-xdist (``make test``) the controller gets them from its workers.
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def figures(
+    request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
+) -> Callable[[str], None]:
+    """Report one line of figures: printed (``pytest -s``, ``-rA``), a junit property, and repeated in
+    the terminal summary of every run, captured output or not (the fault tests of the replicas and
+    of the replay client)."""
+
+    def report(line: str) -> None:
+        print(line)
+        record_property("figures", line)
+
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        name = report.nodeid.rsplit("::", 1)[-1]
+        _FIGURES.extend(f"{name}: {value}" for key, value in report.user_properties if key == "figures")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("fault and fuzz figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

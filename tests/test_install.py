@@ -2,9 +2,9 @@
 README.md and service/) and the SDK alone (``pip install ./clients``), each checked for what it
 brings, what it must not bring, and that its entry points work without the lab.
 
-Each venv is built once per module (pip uses its normal cache); ``pytest -s`` shows the size of its
-site-packages. Commands run in an empty directory with a clean environment, so neither the checkout
-nor the dev venv can leak onto ``sys.path``.
+Each venv is built once per module (by uv where the dev venv has it, else pip; each uses its normal
+cache); ``pytest -s`` shows the size of its site-packages. Commands run in an empty directory with a
+clean environment, so neither the checkout nor the dev venv can leak onto ``sys.path``.
 """
 
 from __future__ import annotations
@@ -101,6 +101,16 @@ def _size_mb(path: Path) -> float:
     return total / 1e6
 
 
+def _installer(venv: Venv) -> list[str | Path]:
+    """``uv pip install`` into ``venv`` when uv sits beside this Python (``make install-dev`` puts it
+    there): it resolves and installs the same packages as pip, about ten times faster (seconds
+    instead of about 20 s for the server). Else pip, as the Dockerfile does."""
+    uv = Path(sys.executable).with_name("uv")
+    if uv.exists():
+        return [uv, "pip", "install", "--quiet", "--python", venv.python]
+    return [venv.python, "-m", "pip", "install", *PIP_QUIET]
+
+
 def _make_venv(base: Path, source: Path, label: str) -> Venv:
     """A fresh venv under ``base`` (no system site packages) with ``source`` pip-installed in it."""
     workdir = base / "cwd"
@@ -109,7 +119,7 @@ def _make_venv(base: Path, source: Path, label: str) -> Venv:
     made = _run([sys.executable, "-m", "venv", root], cwd=workdir, timeout=VENV_TIMEOUT)
     assert made.returncode == 0, made.stderr
     venv = Venv(root, workdir)
-    installed = venv.run([venv.python, "-m", "pip", "install", *PIP_QUIET, source], timeout=INSTALL_TIMEOUT)
+    installed = venv.run([*_installer(venv), source], timeout=INSTALL_TIMEOUT)
     assert installed.returncode == 0, f"pip install {source} failed:\n{installed.stdout}\n{installed.stderr}"
     print(f"\n[{label}] site-packages of the fresh venv: {_size_mb(venv.site_packages()):.1f} MB")
     return venv

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -69,42 +69,3 @@ def server() -> Iterator[str]:
     """One server per test module, with the `car` model and the seeded decision ids of seed 0."""
     with serve(seed=0) as url:
         yield url
-
-
-class Figures:
-    """A plugin registered once per session: the figures of the fault tests in the terminal summary.
-
-    Registered under the name the service's fault tests use (``tests/service/replication``), so one
-    run of both prints one section; either registers it, the other appends to its ``lines``.
-    """
-
-    name = "clickboost-fault-figures"
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.lines:
-            terminalreporter.section("fault and fuzz figures")
-            for line in self.lines:
-                terminalreporter.write_line(line)
-
-
-@pytest.fixture
-def figures(
-    request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
-) -> Callable[[str], None]:
-    """Report one line of figures: printed (``pytest -s``, ``-rA``), a junit property, and repeated in
-    the terminal summary of every run, captured output or not."""
-    plugins = request.config.pluginmanager
-    plugin = plugins.get_plugin(Figures.name)
-    if plugin is None:
-        plugin = Figures()
-        plugins.register(plugin, Figures.name)
-
-    def report(line: str) -> None:
-        print(line)
-        record_property("figures", line)
-        plugin.lines.append(f"{request.node.name}: {line}")
-
-    return report

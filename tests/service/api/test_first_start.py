@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import free_port
 
+# a bound in seconds on a cold start: not beside another xdist worker's load
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.slow
 def test_healthz_at_once_readyz_says_it_compiles_then_ready(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ from service.store import SQLITE_FILE, DecisionRecord, SQLiteStore
 from tests.conftest import free_port
 from tests.service.api.conftest import app_client, make_app, uvicorn_server
 
+# wall-clock bounds (p99s, an event loop never 100 ms late): not beside another xdist worker's load
+pytestmark = pytest.mark.serial
+
 LOGGED = 100_000
 STORED = 2_000  # through the store's API; the rest are copies of these
 CAR = {"learner": "banditron", "params": {"gamma": 0.3}, "n_features": 21, "n_labels": 4}

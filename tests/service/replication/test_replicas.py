@@ -211,41 +211,6 @@ DOCUMENTED = {"predict 200", "predict 503", "feedback 200", "feedback 409", "fee
 FAILED = {"transport error", "timeout"}  # no HTTP answer at all
 
 
-class Figures:
-    """A plugin registered once per session: the figures of these tests in the terminal summary."""
-
-    name = "clickboost-fault-figures"
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.lines:
-            terminalreporter.section("fault and fuzz figures")
-            for line in self.lines:
-                terminalreporter.write_line(line)
-
-
-@pytest.fixture
-def figures(
-    request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
-) -> Callable[[str], None]:
-    """Report one line of figures: printed (``pytest -s``, ``-rA``), a junit property, and repeated in
-    the terminal summary of every run, captured output or not."""
-    plugins = request.config.pluginmanager
-    plugin = plugins.get_plugin(Figures.name)
-    if plugin is None:
-        plugin = Figures()
-        plugins.register(plugin, Figures.name)
-
-    def report(line: str) -> None:
-        print(line)
-        record_property("figures", line)
-        plugin.lines.append(f"{request.node.name}: {line}")
-
-    return report
-
-
 class Load:
     """Predict on one replica, feedback on another; count every answer and what was acknowledged.
 
