@@ -61,6 +61,12 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     # SquareCB (ours, issue 24): the rate of its inverse gap weighting and its ridge; VW's gamma
     # exponent (0.5) and a constant feature, as VW's squarecb
     "squarecb": {"gamma_scale": [3.0, 10.0, 30.0, 100.0], "ridge": [0.3, 1.0, 3.0]},
+    # SquareCB over VW's SGD regression (issue 41): its rate, VW's -q :: or not, VW's mtr weighting or not
+    "squarecb-sgd": {
+        "gamma_scale": [3.0, 10.0, 30.0, 100.0],
+        "interactions": ["none", "pairs"],
+        "weighting": ["mtr", "none"],
+    },
     # Vowpal Wabbit, tuned on the same three so that the race's best-of-sweep columns compare like
     # with like: every explorer of the race, without and with all pairwise interactions (`-q ::`,
     # what a VW user adds for categorical data as our C-OVA's pairs do); VW's defaults otherwise
@@ -100,6 +106,7 @@ VERSION: dict[str, str] = {
     "perceptron": "2026-11-26.1",
     "adaboost-mh": "2026-11-26.1",
     "squarecb": "2026-11-27.1",
+    "squarecb-sgd": "2026-11-28.1",
 }
 
 

@@ -776,6 +776,12 @@ TRIED = (
     "was built after a prototype of it, run once on isolet (evaluation data; 3 seeds, gamma_scale 10, "
     "ridge 1), beat VW's squarecb there; its defaults (gamma_scale 10, ridge 3) come from the sweep on "
     "the tuning sets only.",
+    "SquareCB over VW's SGD regression with hashed pairs (`squarecb-sgd`, issue 41): VW's "
+    "`--cb_explore_adf --squarecb -q ::` as a label learner (one hashed table, features crossed with the "
+    "label, `mtr` importance weights), for the wide inputs (connect4, MNIST) where the exact ridge "
+    "cannot take pairs; kept as a learner, its defaults the best of its sweep on the tuning sets. "
+    "Predicting the cost (an optimistic start) rather than the reward: mixed on the tuning sets in "
+    "one-off runs; not kept.",
 )
 
 

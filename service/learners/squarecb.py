@@ -108,6 +108,18 @@ def igw_scores(r: np.ndarray, gamma: float, u: float, eligible: np.ndarray) -> t
     return best, label, p
 
 
+def igw_decision(
+    r: np.ndarray, gamma: float, rng: np.random.Generator, eligible: np.ndarray | None
+) -> Decision:
+    """:func:`igw_scores` of the predicted rewards ``r`` over the ``eligible`` entries (None: all)
+    as a :class:`Decision` whose memo holds the greedy entry (and the mask, when there is one)."""
+    mask = as_mask(eligible, r.size)
+    allowed = np.ones(r.size, dtype=np.bool_) if mask is None else np.ascontiguousarray(mask)
+    greedy, label, p = igw_scores(r, gamma, rng.random(), allowed)
+    memo = {"greedy": greedy} if mask is None else {"greedy": greedy, "eligible": mask}
+    return Decision(p, label, memo)
+
+
 @kernel("void(float64[:, :, ::1], float64[:, ::1], int64, float64[::1], boolean, float64)")
 def ridge_update(
     A_inv: np.ndarray, theta: np.ndarray, a: int, x: np.ndarray, constant: bool, y: float

@@ -20,12 +20,13 @@ from pydantic import Field
 from service._jit_cache import kernel
 from service.actions import ActionInput, row_scores
 from service.learners.action_base import ActionLearner
-from service.learners.base import Decision, Params, as_mask, learners
-from service.learners.squarecb import igw_scores
+from service.learners.base import Decision, Params, learners
+from service.learners.squarecb import igw_decision
 
 
 @kernel(
-    "void(float64[::1], float64[::1], float64[::1], float64[::1], int64[:], float64[:], float64, float64)"
+    "void(float64[::1], float64[::1], float64[::1], float64[::1], int64[:], float64[:], float64, float64,"
+    " float64)"
 )
 def nag_update(
     w: np.ndarray,
@@ -36,20 +37,22 @@ def nag_update(
     val: np.ndarray,
     y: float,
     eta: float,
+    h: float,
 ) -> None:
     """One square-loss step of VW's default SGD (``gd.cc``: ``--adaptive --normalized --invariant``)
-    towards ``y`` on the row ``(idx, val)``.
+    towards ``y`` on the row ``(idx, val)`` with importance weight ``h`` (1: an unweighted row,
+    the same bits as without the weight; VW's ``mtr`` passes ``1 / p``).
 
     1. Normalisation (Ross, Mineiro & Langford 2013, NAG): each column keeps the largest ``|x_i|``
        seen, ``scale_i``; when a row exceeds it, ``w_i`` is scaled by ``scale_i / |x_i|`` first.
-       ``totals = [sum of ||x / scale||^2 over rows, rows]``.
+       ``totals = [sum of h ||x / scale||^2 over rows, sum of h]``.
     2. The prediction ``p = <w, x>`` and the gradient ``g = 2 (p - y)``; nothing moves when ``p = y``.
-    3. AdaGrad (Duchi, Hazan & Singer 2011): ``g2_i += (g x_i)^2``; a column's rate is
+    3. AdaGrad (Duchi, Hazan & Singer 2011): ``g2_i += h (g x_i)^2``; a column's rate is
        ``1 / (sqrt(g2_i) scale_i^2)``.
     4. The importance-invariant step of the square loss (Karampatziakis & Langford 2011), with
        ``eta_t = eta rows / sum ||x / scale||^2`` and the row's sensitivity ``s = sum x_i^2 rate_i``:
-       ``w_i += (y - p) (1 - exp(-2 eta_t s)) / s * x_i rate_i`` (``2 eta_t (y - p)`` in place of
-       the fraction when ``eta_t s < 1e-6``, its limit).
+       ``w_i += (y - p) (1 - exp(-2 eta_t h s)) / s * x_i rate_i`` (``2 eta_t h (y - p)`` in
+       place of the fraction when ``eta_t h s < 1e-6``, its limit).
     """
     norm_x = 0.0
     for t in range(idx.size):
@@ -59,8 +62,8 @@ def nag_update(
                 w[i] *= scale[i] / v
             scale[i] = v
         norm_x += (v / scale[i]) * (v / scale[i])
-    totals[0] += norm_x
-    totals[1] += 1.0
+    totals[0] += h * norm_x
+    totals[1] += h
     p = 0.0
     for t in range(idx.size):
         p += w[idx[t]] * val[t]
@@ -70,13 +73,14 @@ def nag_update(
     sens = 0.0
     for t in range(idx.size):
         i, v = idx[t], val[t]
-        g2[i] += (g * v) * (g * v)
+        g2[i] += ((g * v) * (g * v)) * h
         sens += v * v / (math.sqrt(g2[i]) * scale[i] * scale[i])
     eta_t = eta * totals[1] / totals[0]
-    if eta_t * sens < 1e-6:
-        step = 2.0 * eta_t * (y - p)
+    eta_h = eta_t * h
+    if eta_h * sens < 1e-6:
+        step = 2.0 * eta_h * (y - p)
     else:
-        step = (y - p) * (1.0 - math.exp(-2.0 * eta_t * sens)) / sens
+        step = (y - p) * (1.0 - math.exp(-2.0 * eta_h * sens)) / sens
     for t in range(idx.size):
         i, v = idx[t], val[t]
         w[i] += step * v / (math.sqrt(g2[i]) * scale[i] * scale[i])
@@ -166,14 +170,12 @@ class SquareCBADF(ActionLearner):
     ) -> Decision:
         indptr, idx, val = x.rows()
         r = row_scores(self.w_, indptr, idx, val)
-        mask = as_mask(eligible, x.n)
-        allowed = np.ones(x.n, dtype=np.bool_) if mask is None else np.ascontiguousarray(mask)
         gamma = self.params.gamma_scale * float(self.t_ + 1) ** self.params.gamma_exponent
-        greedy, label, p = igw_scores(r, gamma, rng.random(), allowed)
-        memo = {"greedy": greedy} if mask is None else {"greedy": greedy, "eligible": mask}
-        return Decision(p, label, memo)
+        return igw_decision(r, gamma, rng, eligible)
 
     def learn(self, x: ActionInput, decision: Decision, reward: bool | float) -> None:
         idx, val = x.row(decision.label)
-        nag_update(self.w_, self.g2_, self.scale_, self.totals_, idx, val, float(reward), self.params.eta)
+        nag_update(
+            self.w_, self.g2_, self.scale_, self.totals_, idx, val, float(reward), self.params.eta, 1.0
+        )
         self.t_ += 1

@@ -48,6 +48,8 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("cova", "balance", {"interactions": "auto"}))
     # SquareCB (ours, issue 24) at its defaults
     out.append(("squarecb", "nursery", {}))
+    # SquareCB over VW's SGD with hashed pairs (issue 41) at its defaults
+    out.append(("squarecb-sgd", "nursery", {}))
     return out
 
 
@@ -84,6 +86,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("cova", "car"): ("027231cff3a24b53", "fed1ed3608829fd9"),
     ("cova", "balance"): ("712506d67f058611", "ccf0b5ec244995e7"),  # pairs ("auto"), issue 24
     ("squarecb", "nursery"): ("17cc28b88f087c35", "a2ae1548975a2549"),
+    ("squarecb-sgd", "nursery"): ("7201743e594be133", "6ab2a8a1f7dcbacc"),
 }
 
 

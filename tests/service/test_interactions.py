@@ -79,16 +79,17 @@ def test_cova_with_pairs_is_cova_on_the_expanded_input(bits: int) -> None:
     assert pairs.W_.tobytes() == plain.W_.tobytes()
 
 
-def test_pairs_learn_what_a_linear_model_cannot() -> None:
-    """A label that is an XOR of two binary features: no linear scorer gets it (C-OVA without pairs
-    is at chance); with the product it does far better (not perfectly: without an intercept the
-    case of two zeros stays hard for C-OVA's one-sided updates)."""
+@pytest.mark.parametrize("learner", ["cova", "squarecb-sgd"])
+def test_pairs_learn_what_a_linear_model_cannot(learner: str) -> None:
+    """A label that is an XOR of two binary features: no linear scorer gets it (without pairs at
+    chance); with the product it does far better (C-OVA not perfectly: without an intercept the
+    case of two zeros stays hard for its one-sided updates)."""
     rng = np.random.default_rng(0)
     X = (rng.random((4000, 6)) < 0.5).astype(float)
     y = (X[:, 0] != X[:, 1]).astype(int)
     errors = {}
     for interactions in ("none", "pairs"):
-        m = make_learner("cova", 6, 2, {"interactions": interactions}, seed=0)
+        m = make_learner(learner, 6, 2, {"interactions": interactions}, seed=0)
         ids = DecisionIds.for_seed(0)
         wrong = 0
         for t in range(len(y)):

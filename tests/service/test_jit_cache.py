@@ -98,6 +98,8 @@ print(json.dumps(sorted(after)))
         ("cova", {"base": "naive_bayes"}),
         ("cova", {"base": "ogd_perceptron"}),
         ("squarecb", {}),
+        ("squarecb-sgd", {}),
+        ("squarecb-sgd", {"bits": 6}),  # hashed columns
         ("banditboost", {}),
         ("banditboost", {"weak": "naive_bayes"}),
         ("binbandit", {}),

@@ -247,8 +247,9 @@ def test_bad_actions_are_refused_naming_the_problem() -> None:
         f([1.0, 2.0], [ok])
 
 
-def _nag_textbook(w, g2, scale, totals, x: dict[int, float], y: float, eta: float) -> None:
-    """VW's gd.cc step with adaptive, normalised and invariant updates, written plainly."""
+def _nag_textbook(w, g2, scale, totals, x: dict[int, float], y: float, eta: float, h: float = 1.0) -> None:
+    """VW's gd.cc step with adaptive, normalised and invariant updates and importance weight ``h``,
+    written plainly."""
     norm = 0.0
     for i, v in x.items():
         if abs(v) > scale[i]:
@@ -256,18 +257,18 @@ def _nag_textbook(w, g2, scale, totals, x: dict[int, float], y: float, eta: floa
                 w[i] *= scale[i] / abs(v)
             scale[i] = abs(v)
         norm += (v / scale[i]) ** 2
-    totals[0] += norm
-    totals[1] += 1
+    totals[0] += h * norm
+    totals[1] += h
     p = sum(w[i] * v for i, v in x.items())
     if p == y:
         return
     g = 2 * (p - y)
     for i, v in x.items():
-        g2[i] += (g * v) ** 2
+        g2[i] += h * (g * v) ** 2
     rate = {i: 1 / (math.sqrt(g2[i]) * scale[i] ** 2) for i in x}
     s = sum(v * v * rate[i] for i, v in x.items())
-    eta_t = eta * totals[1] / totals[0]
-    step = 2 * eta_t * (y - p) if eta_t * s < 1e-6 else (y - p) * (1 - math.exp(-2 * eta_t * s)) / s
+    eta_h = eta * totals[1] / totals[0] * h
+    step = 2 * eta_h * (y - p) if eta_h * s < 1e-6 else (y - p) * (1 - math.exp(-2 * eta_h * s)) / s
     for i, v in x.items():
         w[i] += step * v * rate[i]
 
@@ -281,8 +282,9 @@ def test_the_regression_step_is_vws_normalised_adaptive_invariant_update() -> No
         idx = np.unique(rng.integers(0, n, 5))
         val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
         y = float(rng.random() < 0.3)
-        nag_update(*arrays, idx, val, y, 0.5)
-        _nag_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5)
+        h = float(rng.choice([1.0, 2.5, 40.0]))  # importance weights: squarecb-sgd's mtr
+        nag_update(*arrays, idx, val, y, 0.5, h)
+        _nag_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
     for got, want in zip(arrays, oracle, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
