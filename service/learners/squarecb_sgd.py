@@ -12,7 +12,8 @@ SquareCB's kernel) and inverse gap weighting (:func:`service.learners.squarecb.i
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 from numba import njit
@@ -167,6 +168,24 @@ class SquareCBSGD(Learner):
     )
     Params = SquareCBSGDParams
     params: SquareCBSGDParams
+
+    @classmethod
+    def _expanded(cls, n_features: int, params: Mapping[str, Any] | None) -> int:
+        """The non-zeros of ``z`` at most: the input's, with ``"pairs"`` their pairs, the constant."""
+        pairs = cls.Params.parse(cls.name, params).interactions == "pairs"
+        return n_features + (n_features * (n_features - 1) // 2 if pairs else 0) + 1
+
+    @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """Every label's row of ``z`` scored, one row learned: about ``(K + 1) dim(z)`` steps, with
+        ``dim(z)`` quadratic in the non-zeros under ``"pairs"`` (so the budget bounds the pairs of
+        the widest request)."""
+        return (n_labels + 1) * cls._expanded(n_features, params)
+
+    @classmethod
+    def event_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """``z`` and a row of it (indices and values) at a time."""
+        return 32 * cls._expanded(n_features, params) + super().event_nbytes(n_features, n_labels, params)
 
     def _init(self) -> None:
         d = self.n_features

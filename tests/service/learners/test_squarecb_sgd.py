@@ -7,8 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from service.config import ModelSpec, Settings
 from service.features import SparseVector
 from service.learners import make_learner
+from service.learners.squarecb_sgd import SquareCBSGD
+from service.runtime import BudgetError, check_event_budget
 from service.sampling import DecisionIds, decision_rng
 from tests.service.learners.test_action_contract import _nag_textbook
 
@@ -103,3 +106,15 @@ def test_a_wrong_dimension_is_refused_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="dimension 4"):
         m.decide(np.ones(4), np.random.default_rng(0))
     assert m.t_ == 0 and not m.w_.any()
+
+
+def test_the_event_budget_counts_the_pairs_of_the_widest_request() -> None:
+    """A hashed model's request may bring CLICKBOOST_MAX_NAMED_FEATURES non-zeros, whose pairs
+    cost K n^2 / 2: the budget refuses such a spec with many labels, not the one without pairs."""
+    settings = Settings(store="memory")
+    wide = ModelSpec(learner="squarecb-sgd", hashing_bits=20, n_labels=100)
+    with pytest.raises(BudgetError, match="steps per event"):
+        check_event_budget("m", wide, settings)
+    check_event_budget("m", wide.model_copy(update={"params": {"interactions": "none"}}), settings)
+    n = settings.max_named_features
+    assert SquareCBSGD.event_steps(n, 100) == 101 * (n + n * (n - 1) // 2 + 1)
