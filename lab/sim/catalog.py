@@ -91,9 +91,9 @@ class Catalog:
 
 
 TUNING = Catalog("synthetic (tuning)", True, 1000, 5_000, n_users=300, live=150)
-EVALUATION = Catalog("synthetic", False, 2000, 20_000, n_users=1000, live=300)
+EVALUATION = Catalog("synthetic", False, 2000, 10_000, n_users=1000, live=300)
 CHURN_TUNING = Catalog("churn (tuning)", True, 3000, 5_000, n_users=300, live=100, arrival=20)
-CHURN_EVALUATION = Catalog("churn", False, 4000, 20_000, n_users=1000, live=100, arrival=20)
+CHURN_EVALUATION = Catalog("churn", False, 4000, 10_000, n_users=1000, live=100, arrival=20)
 
 
 class CatalogStream:
