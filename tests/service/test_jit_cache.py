@@ -69,7 +69,23 @@ name, params = sys.argv[1], json.loads(sys.argv[2])
 cls = learners.get(name)
 _jit_cache.warm(cls.kernel_modules(params))
 before = {id(d) for ds in _jit_cache.KERNELS.values() for d in ds if not d._can_compile}
-for sparse in (False, True):
+if cls.actions:  # candidates with features: 1 to 5 per request, some masked by eligible, graded rewards
+    from service.actions import ActionFeaturiser
+
+    f = ActionFeaturiser(10, 100, 100)
+    m = make_learner(name, 1024, 1, params, seed=1)
+    rng = np.random.default_rng(0)
+    for t in range(300):
+        n = int(rng.integers(1, 6))
+        acts = [{"id": f"a{a}", "features": {"k": f"v{rng.integers(5)}", "p": float(rng.random())}}
+                for a in range(n)]
+        x = f({"u": f"s{rng.integers(4)}", "z": float(rng.random())}, acts)
+        eligible = None if t % 3 else rng.random(n) < 0.7
+        if eligible is not None and not eligible.any():
+            eligible[0] = True
+        reward = float(rng.random()) if m.graded else bool(rng.random() < 0.4)
+        m.learn(x, m.decide(x, rng, eligible), reward)
+for sparse in () if cls.actions else (False, True):
     d = 1024 if sparse else 21
     m = make_learner(name, d, 4, params, seed=1)
     if sparse and not m.accepts_sparse:
@@ -106,6 +122,9 @@ print(json.dumps(sorted(after)))
         ("adabandit", {}),
         ("banditbbm", {}),
         ("adaboost-mh", {}),
+        ("squarecb-adf", {}),
+        ("cova-adf", {}),
+        ("cova-adf", {"epsilon": 0.0}),
     ],
 )
 def test_serving_after_warming_compiles_nothing_else(name: str, params: dict) -> None:

@@ -1,0 +1,563 @@
+"""``bench actions``: action-feature models (issue 39) against ``vw --cb_explore_adf``.
+
+Parts, one run:
+
+1. **Catalog streams** (:mod:`lab.sim.catalog`, ours): a fixed catalog (``synthetic``) and a
+   **churn** stream (new items keep arriving, old ones leave), each with a tuning variant (other
+   generator seeds and sizes, marked "(tuning)") and an evaluation variant; 5 seeds; online reward
+   (mean Bernoulli reward over the stream, mean ± standard error over the seeds). Systems:
+
+   - ours at the defaults of their ``Params`` (``squarecb-adf``, ``cova-adf``), over the rows of
+     :mod:`service.actions` (``hashing_bits`` :data:`BITS`), driven as the service drives them
+     (decision ids and sampling of :mod:`service.sampling`);
+   - ``vw --cb_explore_adf`` with each explorer of :data:`VW_EXPLORERS` at VW's defaults, in-process
+     through pyvw: ADF text examples, a ``shared |u`` line of the context and one ``|a`` line per
+     candidate, ``-q ua`` (our rows hold the same products; the shared and action features are in
+     every line on their own, as our rows' ``c x 1`` and ``1 x a`` parts), cost ``1 - reward``, the
+     action sampled from VW's pmf by a generator of the seed;
+   - **fixed-label models** of the same traffic (protocol, ours): a label model whose labels are
+     every item id of the whole stream, created up front (a fixed-label model cannot name an item
+     it was not created with, so it is given them all), restricted each round to the candidates with
+     ``eligible``; its input is the context as dense features (the observed latent vector and the
+     segment one-hot, :meth:`CatalogStream.dense_context`); SquareCB and the served default C-OVA at
+     their defaults. Every label, a new item's included, is learned from scratch.
+
+   On the churn stream also the **reward on new items' first 100 appearances**: the mean reward of
+   the rounds whose shown item is a candidate for at most the 100th time (an appearance is a round
+   in which the item is a candidate), with how many rounds that is.
+
+   **Tuning** (tuning streams only, :data:`TUNE_SEEDS` seeds each): a VW sweep (learning rate ``-l``,
+   ``-q ua`` on / off, each explorer's own scale, :func:`vw_sweep`) whose best setting per explorer
+   is then run on the evaluation streams ("tuned on the tuning streams"), and a sweep of our
+   learners' parameters (:data:`OURS_SWEEP`).
+2. **Label data sets as action problems**: each label an action whose only feature is its id
+   (``{"label": "k"}``), the context the data set's features as named numeric features (zeros left
+   out); click iff the shown action is the true label, so online error = 1 - reward. Beside it the
+   label models at their defaults on the same shuffles (:func:`lab.sim.simulate.run_seeds`).
+3. **HTTP rate**: one server (memory store), a hashed label model (30 named features, K=10, the
+   served default learner) and an action-feature model (the default action learner; 30 context
+   features, 10 candidates of 10 features each), predict+feedback pairs over 8 keep-alive
+   connections, the two loads alternated; target (issue 39): action pairs/s >= 0.5 x label pairs/s.
+
+Runs of parts 1 and 2 are stored as they finish in :data:`STORE` (:mod:`lab.runcache`, keyed by
+the stream, seed, system, setting and a fingerprint of the code they ran), so the command resumes;
+``--quick`` runs short streams, 2 seeds, into ``out/bench-quick/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from lab.bench import benches, report
+from lab.bench.http import CONNECTIONS, _hashed_bodies, _load, _pair, _servers
+from lab.bench.quality import learner_files, mean_se
+from lab.bench.vw import vw_version
+from lab.runcache import cached, progress
+from lab.sim.catalog import CHURN_EVALUATION, CHURN_TUNING, EVALUATION, TUNING, Catalog, CatalogStream
+from lab.sim.datasets import load_dataset
+from lab.sim.metrics import online_error
+from lab.sim.simulate import run_seeds
+from service.actions import ActionFeaturiser
+from service.learners.base import make_learner
+from service.sampling import DecisionIds, decision_rng
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE = ROOT / "docs" / "repro" / "actions-runs.jsonl"
+BITS = 18
+SEEDS = 5
+TUNE_SEEDS = 2
+NEW = 100  # an item's first NEW appearances
+OURS: dict[str, dict[str, Any]] = {"squarecb-adf": {}, "cova-adf": {}}
+#: VW's explorers at its defaults (``--cover`` has none: 4 as bench quality; ``--epsilon`` 0.05 is
+#: ``--cb_explore_adf``'s default explorer spelled out).
+VW_EXPLORERS: dict[str, str] = {
+    "squarecb": "--squarecb",
+    "epsilon": "--epsilon 0.05",
+    "regcb": "--regcb",
+    "cover": "--cover 4",
+}
+#: The explorers' own scales swept on the tuning streams (beside ``-l`` and ``-q``).
+VW_SCALES: dict[str, tuple[str, ...]] = {
+    "squarecb": (
+        "--squarecb",
+        "--squarecb --gamma_scale 100",
+        "--squarecb --gamma_scale 1000",
+    ),
+    "epsilon": ("--epsilon 0.01", "--epsilon 0.05", "--epsilon 0.2"),
+    "regcb": ("--regcb", "--regcbopt"),
+    "cover": ("--cover 4",),
+}
+VW_RATES = (0.1, 0.5, 2.0)
+OURS_SWEEP: dict[str, list[dict[str, Any]]] = {
+    "squarecb-adf": [{"eta": e, "gamma_scale": g} for e in (0.1, 0.5, 2.0) for g in (10.0, 100.0, 1000.0)],
+    "cova-adf": [{"C": c, "epsilon": e} for c in (0.01, 0.1, 1.0) for e in (0.01, 0.02, 0.05)],
+}
+LABELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "label squarecb": ("squarecb", {}),
+    "label cova": ("cova", {}),
+}
+TUNING_SETS = ("car", "dna", "nursery", "digits")
+EVALUATION_SETS = ("balance", "mice")
+HTTP_SECONDS = 10.0
+HTTP_TARGET = 0.5
+CONTEXT_FEATURES, ACTION_FEATURES, CANDIDATES = 30, 10, 10
+
+
+def _fingerprint(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in [*paths, ROOT / "lab" / "sim" / "catalog.py"]:
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _version(kind: str, learner: str = "") -> str:
+    """What a run's numbers depend on: the generator and the learner's sources (ours, label models;
+    :func:`lab.bench.quality.learner_files`), or VW's version and this driver's revision."""
+    if kind == "vw":
+        return f"vowpalwabbit {vw_version()} adf-1 " + _fingerprint([])
+    return _fingerprint([*learner_files(learner), ROOT / "service" / "actions.py"])
+
+
+# -- catalog streams ------------------------------------------------------------------------------
+
+
+def _score(stream: CatalogStream, shown: np.ndarray, seconds: float) -> dict[str, Any]:
+    """Reward of the shown candidates, overall and on rounds showing an item among its first
+    :data:`NEW` appearances."""
+    t = np.arange(stream.rounds)
+    p = np.array([stream.prob(i)[a] for i, a in zip(t.tolist(), shown.tolist(), strict=True)])
+    reward = stream.uniform < p
+    new = stream.appearance[t, shown] <= NEW
+    return {
+        "reward": float(reward.mean()),
+        "new_reward": float(reward[new].mean()) if new.any() else math.nan,
+        "new_rounds": int(new.sum()),
+        "seconds": seconds,
+    }
+
+
+def run_ours(learner: str, params: dict[str, Any], stream: CatalogStream, seed: int) -> dict[str, Any]:
+    """One pass of our action learner over ``stream`` (decision ids of ``seed``, as the service)."""
+    f = ActionFeaturiser(BITS, 1000, 1000)
+    model = make_learner(learner, 1 << BITS, 1, params, seed=seed)
+    ids = DecisionIds.for_seed(seed)
+    shown = np.empty(stream.rounds, dtype=np.int64)
+    start = time.perf_counter()
+    for t in range(stream.rounds):
+        x = f(stream.context(t), stream.actions(t))
+        d = model.decide(x, decision_rng(ids.new()))
+        model.learn(x, d, stream.reward(t, d.label))
+        shown[t] = d.label
+    return _score(stream, shown, time.perf_counter() - start)
+
+
+def run_label(learner: str, params: dict[str, Any], stream: CatalogStream, seed: int) -> dict[str, Any]:
+    """A fixed-label model of every item id of ``stream``, each round restricted to its candidates."""
+    x0 = stream.dense_context(0)
+    model = make_learner(learner, x0.size, stream.n_items, params, seed=seed)
+    ids = DecisionIds.for_seed(seed)
+    shown = np.empty(stream.rounds, dtype=np.int64)
+    eligible = np.zeros(stream.n_items, dtype=np.bool_)
+    start = time.perf_counter()
+    for t in range(stream.rounds):
+        cands = stream.cands[t]
+        eligible[cands] = True
+        x = stream.dense_context(t)
+        d = model.decide(x, decision_rng(ids.new()), eligible)
+        eligible[cands] = False
+        a = int(np.flatnonzero(cands == d.label)[0])
+        model.learn(x, d, stream.reward(t, a))
+        shown[t] = a
+    return _score(stream, shown, time.perf_counter() - start)
+
+
+def _vw_features(named: dict[str, Any]) -> str:
+    return " ".join(f"{k}:{v:.9g}" if isinstance(v, float) else f"{k}={v}" for k, v in named.items())
+
+
+def run_vw(args: str, stream: CatalogStream, seed: int) -> dict[str, Any]:
+    """``vw --cb_explore_adf <args>`` over ``stream`` (``args`` includes ``-q ua`` when wanted)."""
+    from vowpalwabbit import Workspace
+
+    vw = Workspace(f"--cb_explore_adf {args} --random_seed {seed} --quiet")
+    rng = np.random.default_rng(seed)
+    shared = {u: "shared |u " + _vw_features(stream.context_of(u)) for u in np.unique(stream.users).tolist()}
+    items: dict[int, str] = {}
+    shown = np.empty(stream.rounds, dtype=np.int64)
+    start = time.perf_counter()
+    for t in range(stream.rounds):
+        lines = [shared[int(stream.users[t])]]
+        for i in stream.cands[t].tolist():
+            if i not in items:
+                items[i] = "|a " + _vw_features(stream.action_of(i)["features"])
+            lines.append(items[i])
+        pmf = np.asarray(vw.predict(lines), dtype=np.float64)
+        a = min(int(np.searchsorted(np.cumsum(pmf), rng.random() * pmf.sum(), side="right")), pmf.size - 1)
+        cost = 0.0 if stream.reward(t, a) else 1.0
+        lines[1 + a] = f"0:{cost:g}:{pmf[a]:.9g} {lines[1 + a]}"
+        vw.learn(lines)
+        shown[t] = a
+    seconds = time.perf_counter() - start
+    vw.finish()
+    return _score(stream, shown, seconds)
+
+
+def _run(store: Path | None, catalog: Catalog, rounds: int, seed: int, system: str, setting: Any) -> dict:
+    """A stored run (computed and stored if missing): ``system`` is ``ours``, ``label`` or ``vw``."""
+    kind, learner = system.split(":", 1) if ":" in system else (system, "")
+    key = json.dumps(
+        ["actions", catalog.name, rounds, seed, system, setting, _version(kind, learner)], sort_keys=True
+    )
+
+    def compute() -> dict[str, Any]:
+        stream = catalog.stream(seed, rounds)
+        if kind == "ours":
+            got = run_ours(learner, setting, stream, seed)
+        elif kind == "label":
+            got = run_label(learner, setting, stream, seed)
+        else:
+            got = run_vw(setting, stream, seed)
+        progress(f"{catalog.name} seed {seed} {system} {setting}: reward {got['reward']:.4f}")
+        return got
+
+    return cached(store, key, compute)
+
+
+def _cell(values: list[float]) -> str:
+    m, se = mean_se(values)
+    return f"{100 * m:.2f} ± {100 * se:.2f}" if len(values) > 1 else f"{100 * m:.2f}"
+
+
+def _vw_args(explorer: str, rate: float | None = None, q: bool = True) -> str:
+    return explorer + (f" -l {rate:g}" if rate is not None else "") + (" -q ua" if q else "")
+
+
+def vw_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, dict[str, str]]:
+    """The VW sweep on the tuning streams: per explorer, every scale x ``-l`` x ``-q``; the table of
+    each explorer's default and best setting (mean reward over both tuning streams and ``seeds``), and
+    the best setting's arguments per explorer."""
+    best: dict[str, str] = {}
+    rows = []
+    for name, scales in VW_SCALES.items():
+        scored = []
+        for scale in scales:
+            for rate in VW_RATES:
+                for q in (True, False):
+                    args = _vw_args(scale, rate, q)
+                    vals = [
+                        _run(store, c, rounds or c.rounds, s, "vw", args)["reward"]
+                        for c in (TUNING, CHURN_TUNING)
+                        for s in range(seeds)
+                    ]
+                    scored.append((float(np.mean(vals)), args))
+        default = _vw_args(VW_EXPLORERS[name], 0.5, True)
+        default_mean = next(m for m, a in scored if a == default)
+        top, args = max(scored)
+        best[name] = args
+        rows.append([name, f"`{default}`", f"{100 * default_mean:.2f}", f"`{args}`", f"{100 * top:.2f}"])
+    table = report.table(["explorer", "default", "reward %", "best of sweep", "reward %"], rows, "llrlr")
+    return table, best
+
+
+def ours_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, dict[str, dict]]:
+    """Our learners' sweep on the tuning streams, as :func:`vw_sweep`."""
+    best: dict[str, dict] = {}
+    rows = []
+    for learner, grid in OURS_SWEEP.items():
+        scored = []
+        for params in grid:
+            vals = [
+                _run(store, c, rounds or c.rounds, s, f"ours:{learner}", params)["reward"]
+                for c in (TUNING, CHURN_TUNING)
+                for s in range(seeds)
+            ]
+            scored.append((float(np.mean(vals)), json.dumps(params, sort_keys=True)))
+        top, params_json = max(scored)
+        best[learner] = json.loads(params_json)
+        rows.append([learner, f"`{params_json}`", f"{100 * top:.2f}"])
+        for m, p in sorted(scored, reverse=True)[:3]:
+            progress(f"  {learner} {p}: {100 * m:.2f}")
+    return report.table(["learner", "best of sweep", "reward %"], rows, "llr"), best
+
+
+def catalog_tables(
+    store: Path | None, rounds: int | None, seeds: int, vw_best: dict[str, str], ours_best: dict[str, dict]
+) -> tuple[str, dict[str, Any]]:
+    """The evaluation streams' table (every system, ``seeds`` seeds) and the must-show figures."""
+    systems: list[tuple[str, str, Any]] = [
+        (f"**{n}** (ours, defaults)", f"ours:{n}", p) for n, p in OURS.items()
+    ]
+    systems += [
+        (f"{n} (ours, best of sweep)", f"ours:{n}", p) for n, p in ours_best.items() if p != OURS[n] and p
+    ]
+    systems += [(f"vw {n} (defaults)", "vw", _vw_args(a)) for n, a in VW_EXPLORERS.items()]
+    systems += [
+        (f"vw {n} (best of sweep)", "vw", a)
+        for n, a in vw_best.items()
+        if a != _vw_args(VW_EXPLORERS[n], 0.5)
+    ]
+    systems += [(f"{n} (fixed labels)", f"label:{learner}", p) for n, (learner, p) in LABELS.items()]
+    results: dict[str, dict[str, list[dict]]] = {}
+    for catalog in (EVALUATION, CHURN_EVALUATION):
+        results[catalog.name] = {
+            label: [_run(store, catalog, rounds or catalog.rounds, s, system, setting) for s in range(seeds)]
+            for label, system, setting in systems
+        }
+    rows = []
+    for label, *_ in systems:
+        syn, churn = results[EVALUATION.name][label], results[CHURN_EVALUATION.name][label]
+        rows.append(
+            [
+                label,
+                _cell([r["reward"] for r in syn]),
+                _cell([r["reward"] for r in churn]),
+                _cell([r["new_reward"] for r in churn]),
+                f"{np.mean([r['new_rounds'] for r in churn]):,.0f}",
+                f"{np.mean([r['seconds'] for r in syn + churn]):.1f}",
+            ]
+        )
+    table = report.table(
+        [
+            "system",
+            f"{EVALUATION.name}: reward %",
+            f"{CHURN_EVALUATION.name}: reward %",
+            f"churn: reward % on new items' first {NEW} appearances",
+            "rounds showing such an item",
+            "seconds per run",
+        ],
+        rows,
+    )
+    figures = {}
+    for catalog in (EVALUATION, CHURN_EVALUATION):
+        res = results[catalog.name]
+
+        def best_of(prefix: str, res: dict = res) -> tuple[str, list[float]]:
+            cands = {
+                k: [r["reward"] for r in v]
+                for k, v in res.items()
+                if k.startswith(prefix) and k.endswith("defaults)")
+            }
+            name = max(cands, key=lambda k: np.mean(cands[k]))
+            return name, cands[name]
+
+        ours_name, ours_vals = best_of("**")
+        vw_name, vw_vals = best_of("vw ")
+        diff = np.array(ours_vals) - np.array(vw_vals)  # paired by seed: same stream, same luck
+        figures[catalog.name] = (ours_name, vw_name, *mean_se(diff.tolist()))
+    churn = results[CHURN_EVALUATION.name]
+    figures["new"] = {k: [r["new_reward"] for r in v] for k, v in churn.items()}
+    return table, figures
+
+
+# -- label data sets as action problems -----------------------------------------------------------
+
+
+def _label_inputs(name: str) -> tuple[list, np.ndarray]:
+    """Every row of data set ``name`` as an action input (its labels the candidates), and the labels."""
+    data = load_dataset(name)
+    f = ActionFeaturiser(BITS, max(1000, data.d), max(1000, data.n_labels))
+    actions = [{"id": str(k), "features": {"label": str(k)}} for k in range(data.n_labels)]
+    inputs = []
+    for x in data.X:
+        nz = np.flatnonzero(x)
+        inputs.append(f({f"f{j}": float(x[j]) for j in nz.tolist()}, actions))
+    return inputs, data.y
+
+
+def run_label_set(learner: str, name: str, seed: int, limit: int | None, inputs: list, y: np.ndarray) -> dict:
+    """Online error of our action learner on data set ``name`` posed as an action problem (the
+    shuffle of ``seed``, as :meth:`Dataset.stream`)."""
+    order = np.random.default_rng(seed).permutation(len(inputs))[:limit]
+    model = make_learner(learner, 1 << BITS, 1, OURS[learner], seed=seed)
+    ids = DecisionIds.for_seed(seed)
+    correct = np.empty(order.size, dtype=bool)
+    for t, i in enumerate(order.tolist()):
+        x = inputs[i]
+        d = model.decide(x, decision_rng(ids.new()))
+        correct[t] = d.label == int(y[i])
+        model.learn(x, d, bool(correct[t]))
+    return {"error": online_error(correct)}
+
+
+def label_set_table(store: Path | None, sets: tuple[str, ...], limit: int | None, seeds: int) -> str:
+    """Online error (%) of ours posed as action problems beside the label models, every set."""
+    rows = []
+    for name in sets:
+        data = load_dataset(name)
+        loaded: list[tuple[list, np.ndarray]] = []  # the inputs, built once and only if a run is missing
+
+        def compute(learner: str, seed: int, name: str = name, loaded: list = loaded) -> dict[str, float]:
+            if not loaded:
+                loaded.append(_label_inputs(name))
+            return run_label_set(learner, name, seed, limit, *loaded[0])
+
+        cells = []
+        for learner in OURS:
+            errs = [
+                cached(
+                    store,
+                    json.dumps(["actions-labels", name, limit, s, learner, _version("ours", learner)]),
+                    lambda s=s, learner=learner: compute(learner, s),
+                )["error"]
+                for s in range(seeds)
+            ]
+            cells.append(_cell(errs))
+        for learner, params in LABELS.values():
+            runs = run_seeds(learner, params, data, range(seeds), limit=limit)
+            cells.append(_cell([online_error(c) for c in runs.correct]))
+        role = "tuning" if name in TUNING_SETS else "evaluation"
+        rows.append([f"{name} ({role})", f"{data.n_labels}", *cells])
+        progress(" ".join(map(str, rows[-1])))
+    head = ["data set", "K", *(f"{n} as actions" for n in OURS), *(f"{n} (labels)" for n in LABELS)]
+    return report.table(head, rows)
+
+
+# -- HTTP ------------------------------------------------------------------------------------------
+
+
+def _action_bodies(n: int) -> tuple[list[bytes], np.ndarray]:
+    """``n`` predict bodies of the model ``actions`` (30 context features ``"f{j}": "v{0..99}"``, 10
+    candidates of 10 features ``"g{j}": "w{0..99}"``, seeded) and the index of the candidate whose
+    ``g0`` matches the context's ``f0`` mod 10 (the click), or -1."""
+    rng = np.random.default_rng(0)
+    ctx = rng.integers(0, 100, size=(n, CONTEXT_FEATURES))
+    acts = rng.integers(0, 100, size=(n, CANDIDATES, ACTION_FEATURES))
+    ids = rng.integers(0, 10_000, size=(n, CANDIDATES))
+    bodies, good = [], np.full(n, -1)
+    for t in range(n):
+        actions = [
+            {"id": f"a{t}-{a}-{ids[t, a]}", "features": {f"g{j}": f"w{v}" for j, v in enumerate(acts[t, a])}}
+            for a in range(CANDIDATES)
+        ]
+        body = {
+            "model": "actions",
+            "features": {f"f{j}": f"v{v}" for j, v in enumerate(ctx[t])},
+            "actions": actions,
+        }
+        bodies.append(json.dumps(body).encode())
+        hits = np.flatnonzero(acts[t, :, 0] % 10 == ctx[t, 0] % 10)
+        good[t] = hits[0] if hits.size else -1
+    return bodies, good
+
+
+def http_rate(quick: bool) -> tuple[str, float]:
+    """Pairs/s of the hashed label model and the action model on one server, loads alternated."""
+    seconds, repeats = (1.0, 1) if quick else (HTTP_SECONDS, 2)
+    label_step = _pair(*_hashed_bodies(2000))
+    action_step = _pair(*_action_bodies(2000))
+    env = {"CLICKBOOST_STORE": "memory"}
+    cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
+    counts = {"label": [0, 0.0], "action": [0, 0.0]}
+    with _servers({"server": (cmd, env)}) as up:
+        url = up["server"][0]
+        httpx.put(f"{url}/models/hashed", json={"hashing_bits": BITS, "n_labels": 10}).raise_for_status()
+        httpx.put(
+            f"{url}/models/actions", json={"actions": "features", "hashing_bits": BITS}
+        ).raise_for_status()
+        spec = {
+            m: httpx.get(f"{url}/models/{m}").raise_for_status().json()["config"]
+            for m in ("hashed", "actions")
+        }
+        asyncio.run(_load(url, label_step, 0.5))  # warm both paths (the kernels compile on first use)
+        asyncio.run(_load(url, action_step, 0.5))
+        for _ in range(repeats):
+            for kind, step in (("label", label_step), ("action", action_step)):
+                n, elapsed, _ = asyncio.run(_load(url, step, seconds))
+                counts[kind][0] += n
+                counts[kind][1] += elapsed
+    rate = {k: n / s for k, (n, s) in counts.items()}
+    ratio = rate["action"] / rate["label"]
+    table = report.table(
+        ["model", "learner", "pairs/s"],
+        [
+            [
+                f"hashed label model, b={BITS}, K=10, {CONTEXT_FEATURES} named features",
+                f"`{spec['hashed']['learner']}`",
+                f"{rate['label']:,.0f}",
+            ],
+            [
+                f"action model, b={BITS}, {CONTEXT_FEATURES} context features, {CANDIDATES} candidates x "
+                f"{ACTION_FEATURES} features",
+                f"`{spec['actions']['learner']}`",
+                f"{rate['action']:,.0f}",
+            ],
+        ],
+        "llr",
+    )
+    verdict = "met" if ratio >= HTTP_TARGET else "MISSED"
+    return (
+        f"{table}\n\nRatio action / label pairs/s: **{ratio:.2f}** (target >= {HTTP_TARGET}: {verdict}).",
+        ratio,
+    )
+
+
+# -- the bench -------------------------------------------------------------------------------------
+
+
+def bench_actions(quick: bool, log: Callable[[str], None] = progress) -> str:
+    out = report.out_dir(quick)
+    store = out / "bench" / "actions-runs.jsonl" if quick else STORE
+    rounds, seeds, tune_seeds = (600, 2, 1) if quick else (None, SEEDS, TUNE_SEEDS)
+    sets, set_limit = (("car",), 300) if quick else (TUNING_SETS + EVALUATION_SETS, None)
+    log("VW sweep on the tuning streams")
+    vw_table, vw_best = vw_sweep(store, rounds, tune_seeds)
+    log("our sweep on the tuning streams")
+    ours_table, ours_best = ours_sweep(store, rounds, tune_seeds)
+    log("evaluation streams")
+    table, figures = catalog_tables(store, rounds, seeds, vw_best, ours_best)
+    log("label data sets as action problems")
+    sets_table = label_set_table(store, sets, set_limit, seeds)
+    log("HTTP")
+    http_table, _ = http_rate(quick)
+    lines = []
+    for catalog in (EVALUATION, CHURN_EVALUATION):
+        ours_name, vw_name, m, se = figures[catalog.name]
+        lines.append(
+            f"- {catalog.name}: ours at defaults ({ours_name.split('**')[1]}) minus VW's best "
+            f"explorer at its defaults ({vw_name}): **{100 * m:+.2f} ± {100 * se:.2f}** points of reward "
+            "(paired by seed)."
+        )
+    new = figures["new"]
+    for name in (*(f"**{n}** (ours, defaults)" for n in OURS), *(f"{n} (fixed labels)" for n in LABELS)):
+        lines.append(
+            f"- churn, reward on new items' first {NEW} appearances, {name.replace('**', '')}: "
+            f"{_cell(new[name])} %"
+        )
+    command = "python -m service bench actions" + (" --quick" if quick else "")
+    size = "" if not quick else f" `--quick`: {rounds} rounds per stream, {seeds} seeds, sweeps on 1 seed."
+    return (
+        "## Action-feature models against vw --cb_explore_adf\n\n"
+        f"`{command}`. {report.machine([f'vowpalwabbit {vw_version()}'])}{size}\n\n"
+        "Streams of lab/sim/catalog.py (its docstring documents the generator), reward in %, mean ± "
+        f"standard error over {seeds} seeds; ours with `hashing_bits` {BITS}. What every system is and "
+        "the fixed-label protocol: lab/bench/actions.py's docstring.\n\n"
+        "### Must show\n\n" + "\n".join(lines) + "\n\n"
+        f"### Evaluation streams\n\n{table}\n\n"
+        f"### Tuning streams ({tune_seeds} seeds each, both tuning streams averaged)\n\n"
+        f"VW: every explorer's scale x `-l` {', '.join(map(str, VW_RATES))} x `-q ua` on / off.\n\n"
+        f"{vw_table}\n\n"
+        f"Ours:\n\n{ours_table}\n\n"
+        "Changed on these tuning streams: `cova-adf`'s default `C` from 0.1 (the label C-OVA's) to the "
+        "sweep's best 0.01; its `epsilon` stays 0.02 (the served label default's floor, which keeps its "
+        "logs usable for off-policy evaluation) beside the sweep's 0.01. `squarecb-adf` keeps VW's "
+        "defaults.\n\n"
+        "### Label data sets posed as action problems (online error %)\n\n"
+        "Each label an action whose only feature is its id; "
+        f"{'whole streams' if set_limit is None else f'{set_limit} rows'}, "
+        f"{seeds} shuffles, the label models at their defaults on the same shuffles.\n\n{sets_table}\n\n"
+        f"### HTTP predict+feedback, one server (memory store), {CONNECTIONS} connections\n\n{http_table}\n"
+    )
+
+
+benches.register("actions")(bench_actions)
