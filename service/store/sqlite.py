@@ -120,6 +120,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -363,6 +364,16 @@ def _available(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     return wrapper
 
 
+def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    """Answer a waiter of a group commit (unless it gave up waiting)."""
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(value)
+    else:
+        future.set_exception(exc)
+
+
 def _unknown(name: str) -> UnknownModelError:
     return UnknownModelError(f"unknown model {name!r}")
 
@@ -411,6 +422,8 @@ class SQLiteStore(Store):
     _READ_SLICE = 0.001
     #: Free bytes the data directory's file system must have for the store to be ready (``ping``).
     _MIN_FREE_BYTES = 1 << 20
+    #: Writes per group transaction at most (bounds the time it holds the event loop).
+    _GROUP = 256
 
     def __init__(
         self,
@@ -433,6 +446,17 @@ class SQLiteStore(Store):
         self._checkpointer: _Checkpointer | None = None
         self._log_readers = asyncio.Lock()  # one page of a decision log read at a time
         self._unwritable: str | None = None  # why the last write failed, until one succeeds
+        # Group commit (see module docstring): the writes waiting for the next group's transaction,
+        # the answers waiting for an fsync (with the connection's total_changes they need synced),
+        # total_changes covered by the last fsync, the task that runs fsyncs, its thread.
+        self._fsync = self.synchronous == "full"
+        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._unsynced: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._synced = 0
+        self._syncer: asyncio.Task[None] | None = None
+        self._sync_thread: ThreadPoolExecutor | None = None
+        self._wal_fd = -1
 
     # -- connection and transactions ------------------------------------------------------------
 
@@ -538,8 +562,124 @@ class SQLiteStore(Store):
                 self._unwritable = str(exc)
             raise
         self._unwritable = None
+        if level == "FULL":  # SQLite synced the WAL: every commit before this one is durable too
+            self._synced = db.total_changes
         if self._checkpointer is not None:
             self._checkpointer.committed(db)
+
+    # -- group commit -----------------------------------------------------------------------------
+
+    async def _grouped(self, op: Callable[[sqlite3.Connection], T], durable: bool) -> T:
+        """Run ``op(db)`` in the next group's transaction; return its result (or raise its error)
+        once committed and, if ``durable`` and ``synchronous`` is full, once the WAL is fsynced.
+
+        A group takes whatever is queued when it runs: soon after a write that is not durable (a
+        predict's record), or, for durable ones, right before the next fsync when one is running
+        (they are answered after the fsync that follows it anyway).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        durable = durable and self._fsync
+        self._queue.append((op, future, durable))
+        if self._flush_handle is None and (not durable or self._syncer is None):
+            self._flush_handle = loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        """Commit the queued writes as one group (at most ``_GROUP`` of them); answer those that
+        need no fsync, and hand the others to the syncer. Never raises: errors go to the waiters."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        group, self._queue = self._queue[: self._GROUP], self._queue[self._GROUP :]
+        if self._queue:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        if not group:
+            return
+        try:
+            with self._write("NORMAL") as db:  # durability comes from the syncer's fsync
+                answers = self._run_group(db, group)
+        except Exception as exc:  # the transaction as a whole (BEGIN, COMMIT, or rolled back by SQLite)
+            for _, future, _ in group:
+                _settle(future, None, exc)
+            return
+        # An answer may rest on any commit before it (the claim a duplicate is told about): wait for
+        # an fsync if anything is committed and not synced.
+        unsynced = db.total_changes > self._synced
+        for (_, future, durable), (value, exc) in zip(group, answers, strict=True):
+            if durable and unsynced:
+                self._unsynced.append((future, value, exc))
+            else:
+                _settle(future, value, exc)
+        if self._unsynced and self._syncer is None:
+            self._syncer = asyncio.get_running_loop().create_task(self._sync())
+
+    @staticmethod
+    def _run_group(
+        db: sqlite3.Connection, group: list[tuple[Callable[[sqlite3.Connection], Any], Any, bool]]
+    ) -> list[tuple[Any, Exception | None]]:
+        """In the caller's transaction: each write of ``group`` in a savepoint of its own, so that an
+        error (a taken decision id, an unknown model) undoes only that one and goes to its waiter."""
+        if len(group) == 1:  # its error rolls back the whole transaction, which is its own
+            return [(group[0][0](db), None)]
+        answers: list[tuple[Any, Exception | None]] = []
+        for op, _, _ in group:
+            db.execute("SAVEPOINT item")
+            try:
+                value = op(db)
+            except Exception as exc:
+                if not db.in_transaction:  # SQLite rolled back everything (I/O error, full disk)
+                    raise
+                db.execute("ROLLBACK TO item")
+                db.execute("RELEASE item")
+                answers.append((None, exc))
+            else:
+                db.execute("RELEASE item")
+                answers.append((value, None))
+        return answers
+
+    async def _sync(self) -> None:
+        """fsync the WAL while commits wait for it, one fsync for all of them; between two, the
+        durable writes queued meanwhile are committed as one group."""
+        loop = asyncio.get_running_loop()
+        waiting: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            while True:
+                self._flush()
+                if not self._unsynced or self._db is None:
+                    return
+                target = self._db.total_changes  # everything committed so far
+                waiting, self._unsynced = self._unsynced, []
+                if self._sync_thread is None:
+                    self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-fsync")
+                try:
+                    await loop.run_in_executor(self._sync_thread, self._fsync_wal)
+                except OSError as exc:  # not acknowledged: 503, and /readyz too until a write succeeds
+                    self._unwritable = f"fsync: {exc}"
+                    failed = StoreUnavailableError(
+                        f"SQLite store unavailable: fsync of the WAL failed: {exc}"
+                    )
+                    for future, _, _ in waiting:
+                        _settle(future, None, failed)
+                else:
+                    self._synced = max(self._synced, target)
+                    for future, value, exc in waiting:
+                        _settle(future, value, exc)
+                waiting = []
+        except BaseException as exc:  # a bug or the loop's end: nobody waits for ever
+            for future, _, _ in waiting + self._unsynced:
+                _settle(future, None, exc if isinstance(exc, Exception) else StoreUnavailableError(str(exc)))
+            self._unsynced = []
+            raise
+        finally:
+            self._syncer = None
+
+    def _fsync_wal(self) -> None:
+        """In the sync thread: fdatasync the WAL file (the commits in it so far are on disk, as a
+        FULL commit would have made them). The descriptor stays open until :meth:`close`."""
+        if self._wal_fd < 0:
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        _fdatasync(self._wal_fd)
 
     async def _pause(self) -> bool:
         """Let other requests run between two housekeeping steps; False if the store was closed."""
@@ -612,53 +752,59 @@ class SQLiteStore(Store):
     @_available
     async def put_decision(self, record: DecisionRecord) -> None:
         x, decision = encode_x(record.x), encode_decision(record.decision)
+        # Not durable (see module docstring: a lost record is a later 404): answered at its commit.
+        await self._grouped(functools.partial(self._put_decision, record, x, decision), durable=False)
+
+    def _put_decision(
+        self, record: DecisionRecord, x: bytes, decision: bytes, db: sqlite3.Connection
+    ) -> None:
+        """In a group's transaction: store the pending record (its blob, its decision-log row)."""
         decision_id = record.decision_id
         deferred = 1 if record.deferred else None
-        with self._write("NORMAL") as db:  # see module docstring: a lost record is a later 404
-            blob = db.execute(
-                "INSERT INTO blobs (x, decision, logged) VALUES (?, ?, ?)",
-                (x, decision, 1 if record.logged else None),
-            ).lastrowid
-            try:
-                added = db.execute(
-                    "INSERT INTO decisions "
-                    "(id, model, blob, model_version, created_at, expires_at, deferred) "
-                    "SELECT ?, id, ?, ?, ?, ?, ? FROM models WHERE name = ? "
-                    "AND NOT EXISTS (SELECT 1 FROM claims WHERE id = ?)",
-                    (
-                        decision_id,
-                        blob,
-                        int(record.model_version),
-                        float(record.created_at),
-                        float(record.expires_at),
-                        deferred,
-                        record.model,
-                        decision_id,
-                    ),
-                ).rowcount
-            except sqlite3.IntegrityError:  # pending already
-                raise DecisionExistsError(decision_id) from None
-            if not added:  # no such model, or claimed already (the transaction is rolled back)
-                self._model_id(db, record.model)
-                raise DecisionExistsError(decision_id)
-            if record.logged:  # refers to the same blob: the bytes are written once
-                db.execute(
-                    "INSERT INTO decision_log (model, created_at, blob, id, model_version, deferred) "
-                    "SELECT id, ?, ?, ?, ?, ? FROM models WHERE name = ?",
-                    (
-                        float(record.created_at),
-                        blob,
-                        decision_id,
-                        int(record.model_version),
-                        deferred,
-                        record.model,
-                    ),
-                )
+        blob = db.execute(
+            "INSERT INTO blobs (x, decision, logged) VALUES (?, ?, ?)",
+            (x, decision, 1 if record.logged else None),
+        ).lastrowid
+        try:
+            added = db.execute(
+                "INSERT INTO decisions "
+                "(id, model, blob, model_version, created_at, expires_at, deferred) "
+                "SELECT ?, id, ?, ?, ?, ?, ? FROM models WHERE name = ? "
+                "AND NOT EXISTS (SELECT 1 FROM claims WHERE id = ?)",
+                (
+                    decision_id,
+                    blob,
+                    int(record.model_version),
+                    float(record.created_at),
+                    float(record.expires_at),
+                    deferred,
+                    record.model,
+                    decision_id,
+                ),
+            ).rowcount
+        except sqlite3.IntegrityError:  # pending already
+            raise DecisionExistsError(decision_id) from None
+        if not added:  # no such model, or claimed already (the blob is rolled back with the error)
+            self._model_id(db, record.model)
+            raise DecisionExistsError(decision_id)
+        if record.logged:  # refers to the same blob: the bytes are written once
             db.execute(
-                "UPDATE models SET decisions = decisions + 1, pending = pending + 1, logged = logged + ?, "
-                "deferred = deferred + ? WHERE name = ?",
-                (int(record.logged), int(record.deferred), record.model),
+                "INSERT INTO decision_log (model, created_at, blob, id, model_version, deferred) "
+                "SELECT id, ?, ?, ?, ?, ? FROM models WHERE name = ?",
+                (
+                    float(record.created_at),
+                    blob,
+                    decision_id,
+                    int(record.model_version),
+                    deferred,
+                    record.model,
+                ),
             )
+        db.execute(
+            "UPDATE models SET decisions = decisions + 1, pending = pending + 1, logged = logged + ?, "
+            "deferred = deferred + ? WHERE name = ?",
+            (int(record.logged), int(record.deferred), record.model),
+        )
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -691,34 +837,35 @@ class SQLiteStore(Store):
 
     @_available
     async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
-        with self._write(self._acked) as db:
-            row = db.execute(_PENDING, (decision_id,)).fetchone()
-            if row is None:  # claimed before (a pending record never has a claim), or unknown
-                claim = self._live_claim(db, decision_id, now)
-                if claim is None:
-                    return ClaimOutcome(ClaimStatus.UNKNOWN)
-                status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
-                return ClaimOutcome(status, claim)
-            model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, _, held_at = (
-                row
-            )
-            if now >= expires_at:  # left for expire_due, which claims it
-                pending = Claim(decision_id, model, "expired", None, expires_at, bool(deferred))
-                return ClaimOutcome(ClaimStatus.EXPIRED, pending)
-            if deferred and activated_at is None:  # held in the record until the activation
-                if held is not None:
-                    return ClaimOutcome(
-                        ClaimStatus.DUPLICATE, Claim(decision_id, model, held, None, held_at, True)
-                    )
-                outcome = feedback_outcome(reward)
-                db.execute(
-                    "UPDATE decisions SET held_reward = ?, held_outcome = ?, held_at = ? WHERE id = ?",
-                    (float(reward), outcome, now, decision_id),
+        return await self._grouped(functools.partial(self._claim, decision_id, reward, now), durable=True)
+
+    def _claim(self, decision_id: str, reward: Reward, now: float, db: sqlite3.Connection) -> ClaimOutcome:
+        """In a group's transaction: :meth:`claim_and_append`."""
+        row = db.execute(_PENDING, (decision_id,)).fetchone()
+        if row is None:  # claimed before (a pending record never has a claim), or unknown
+            claim = self._live_claim(db, decision_id, now)
+            if claim is None:
+                return ClaimOutcome(ClaimStatus.UNKNOWN)
+            status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
+            return ClaimOutcome(status, claim)
+        model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, _, held_at = row
+        if now >= expires_at:  # left for expire_due, which claims it
+            pending = Claim(decision_id, model, "expired", None, expires_at, bool(deferred))
+            return ClaimOutcome(ClaimStatus.EXPIRED, pending)
+        if deferred and activated_at is None:  # held in the record until the activation
+            if held is not None:
+                return ClaimOutcome(
+                    ClaimStatus.DUPLICATE, Claim(decision_id, model, held, None, held_at, True)
                 )
-                return ClaimOutcome(ClaimStatus.HELD, Claim(decision_id, model, outcome, None, now, True))
-            claim = self._learn(
-                db, decision_id, model_id, model, blob, created_at, int(last), reward, now, bool(deferred)
+            outcome = feedback_outcome(reward)
+            db.execute(
+                "UPDATE decisions SET held_reward = ?, held_outcome = ?, held_at = ? WHERE id = ?",
+                (float(reward), outcome, now, decision_id),
             )
+            return ClaimOutcome(ClaimStatus.HELD, Claim(decision_id, model, outcome, None, now, True))
+        claim = self._learn(
+            db, decision_id, model_id, model, blob, created_at, int(last), reward, now, bool(deferred)
+        )
         return ClaimOutcome(ClaimStatus.ACCEPTED, claim)
 
     @staticmethod
@@ -780,33 +927,34 @@ class SQLiteStore(Store):
 
     @_available
     async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
-        with self._write(self._acked) as db:
-            row = db.execute(_PENDING, (decision_id,)).fetchone()
-            if row is None:
-                claim = self._live_claim(db, decision_id, now)
-                if claim is None:
-                    return ActivateOutcome(ActivateStatus.UNKNOWN)
-                if claim.deferred and not claim.activated:  # dropped unactivated
-                    return ActivateOutcome(ActivateStatus.EXPIRED, claim)
-                return ActivateOutcome(ActivateStatus.ALREADY, claim, claim.deferred)
-            model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, value, _ = row
-            if not deferred or activated_at is not None:
-                return ActivateOutcome(ActivateStatus.ALREADY, None, bool(deferred))
-            if now >= expires_at:  # left for expire_due, which drops it
-                pending = Claim(decision_id, model, "expired", None, expires_at, True)
-                return ActivateOutcome(ActivateStatus.EXPIRED, pending)
-            db.execute("UPDATE decisions SET activated_at = ? WHERE id = ?", (now, decision_id))
-            db.execute("UPDATE models SET activated = activated + 1 WHERE id = ?", (model_id,))
-            db.execute(  # no row unless the decision is logged
-                "UPDATE decision_log SET activated_at = ? WHERE model = ? AND created_at = ? AND blob = ?",
-                (now, model_id, created_at, blob),
-            )
-            if held is None:
-                return ActivateOutcome(ActivateStatus.ACTIVATED)
-            reward = _held(held, value)
-            claim = self._learn(
-                db, decision_id, model_id, model, blob, created_at, int(last), reward, now, True
-            )
+        return await self._grouped(functools.partial(self._activate, decision_id, now), durable=True)
+
+    def _activate(self, decision_id: str, now: float, db: sqlite3.Connection) -> ActivateOutcome:
+        """In a group's transaction: :meth:`activate`."""
+        row = db.execute(_PENDING, (decision_id,)).fetchone()
+        if row is None:
+            claim = self._live_claim(db, decision_id, now)
+            if claim is None:
+                return ActivateOutcome(ActivateStatus.UNKNOWN)
+            if claim.deferred and not claim.activated:  # dropped unactivated
+                return ActivateOutcome(ActivateStatus.EXPIRED, claim)
+            return ActivateOutcome(ActivateStatus.ALREADY, claim, claim.deferred)
+        model_id, blob, expires_at, model, last, created_at, deferred, activated_at, held, value, _ = row
+        if not deferred or activated_at is not None:
+            return ActivateOutcome(ActivateStatus.ALREADY, None, bool(deferred))
+        if now >= expires_at:  # left for expire_due, which drops it
+            pending = Claim(decision_id, model, "expired", None, expires_at, True)
+            return ActivateOutcome(ActivateStatus.EXPIRED, pending)
+        db.execute("UPDATE decisions SET activated_at = ? WHERE id = ?", (now, decision_id))
+        db.execute("UPDATE models SET activated = activated + 1 WHERE id = ?", (model_id,))
+        db.execute(  # no row unless the decision is logged
+            "UPDATE decision_log SET activated_at = ? WHERE model = ? AND created_at = ? AND blob = ?",
+            (now, model_id, created_at, blob),
+        )
+        if held is None:
+            return ActivateOutcome(ActivateStatus.ACTIVATED)
+        reward = _held(held, value)
+        claim = self._learn(db, decision_id, model_id, model, blob, created_at, int(last), reward, now, True)
         return ActivateOutcome(ActivateStatus.ACTIVATED, claim, reward=reward)
 
     @_available
@@ -1187,7 +1335,16 @@ class SQLiteStore(Store):
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     async def close(self) -> None:
-        """Close the file (SQLite checkpoints the WAL into it) and release the lock."""
+        """Finish the queued writes (and their fsync), close the file (SQLite checkpoints the WAL
+        into it) and release the lock."""
+        while self._queue or self._syncer is not None:
+            if self._syncer is not None:
+                await asyncio.wait({self._syncer})
+            else:
+                self._flush()
+        if self._sync_thread is not None:
+            self._sync_thread.shutdown()
+            self._sync_thread = None
         checkpointer, self._checkpointer = self._checkpointer, None
         if checkpointer is not None:
             checkpointer.stop()
@@ -1196,6 +1353,10 @@ class SQLiteStore(Store):
             db.close()
         if checkpointer is not None:
             checkpointer.close_file()
+        if self._wal_fd >= 0:  # after the connection, as the checkpointer's (POSIX locks)
+            fd, self._wal_fd = self._wal_fd, -1
+            os.close(fd)
+        self._synced = 0  # total_changes starts again with the next connection
         if self._lock_fd >= 0:
             fd, self._lock_fd = self._lock_fd, -1
             os.close(fd)  # releases the flock
