@@ -457,6 +457,8 @@ class SQLiteStore(Store):
         self._syncer: asyncio.Task[None] | None = None
         self._sync_thread: ThreadPoolExecutor | None = None
         self._wal_fd = -1
+        #: fsyncs of the WAL made by the group commit so far (a test checks how many feedbacks share one)
+        self.wal_syncs = 0
 
     # -- connection and transactions ------------------------------------------------------------
 
@@ -662,6 +664,7 @@ class SQLiteStore(Store):
                     for future, _, _ in waiting:
                         _settle(future, None, failed)
                 else:
+                    self.wal_syncs += 1
                     self._synced = max(self._synced, target)
                     for future, value, exc in waiting:
                         _settle(future, value, exc)
@@ -1377,7 +1380,7 @@ class _Checkpointer:
     matters if the thread cannot checkpoint at all.
     """
 
-    PAUSE = 0.01
+    PAUSE = 0.1
     RESTART_FRAMES = 4000
     FINISH_FRAMES = 64
     SYNC_FRAMES = 256
