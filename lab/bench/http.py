@@ -63,6 +63,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -246,16 +247,20 @@ def _fsyncs(pid: int) -> Iterator[list[int]]:
 
 
 def _checkout_before() -> Path | None:
-    """A worktree of :data:`BEFORE` with its C extensions built (as ``make install-dev`` builds them
-    here), or None when that cannot be had (not a git checkout, no compiler)."""
+    """A worktree of :data:`BEFORE` with the C extensions of this checkout copied in (built by ``make
+    install-dev``, from the same sources), or None when that cannot be had: not a git checkout, the
+    extensions not built here, or their sources changed since."""
     path = redis_cost.checkout(BEFORE)
-    if path is None:
+    sources = ["service/_features.c", "service/_decisions.c"]
+    same = subprocess.run(["git", "-C", str(redis_cost.ROOT), "diff", "--quiet", BEFORE, "--", *sources])
+    built = [
+        *(redis_cost.ROOT / "service").glob("_features*.so"),
+        *(redis_cost.ROOT / "service").glob("_decisions*.so"),
+    ]
+    if path is None or same.returncode != 0 or len(built) < 2:
         return None
-    if not list((path / "service").glob("_features*.so")):
-        build = [sys.executable, "setup.py", "build_ext", "--inplace"]
-        done = subprocess.run(build, cwd=path, capture_output=True)
-        if done.returncode != 0:
-            return None
+    for so in built:
+        shutil.copy2(so, path / "service" / so.name)
     return path
 
 
@@ -552,7 +557,7 @@ def bench_http(quick: bool) -> str:
         if synced is None
         else f"{synced:.2f} ({'met' if synced <= FSYNC_TARGET else 'MISSED'})"
     )
-    was = ""
+    was = f" Commit {BEFORE} (before the group commit) not measured: `--quick`, or no checkout of it."
     if before_row in rate:
         then = "n/a" if per[before_row] is None else f"{per[before_row]:.2f}"
         was = (
