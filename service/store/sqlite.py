@@ -114,7 +114,7 @@ every feedback committed meanwhile. The durable writes that arrive while an fsyn
 queue and commit as one group right before the next fsync, which they need anyway: under load one
 transaction and one fsync serve a round of clients. No answer about a claim rests on an unsynced
 commit: a duplicate or an expiry that a feedback reports also waits for an fsync while anything
-committed is not synced yet (the connection's ``total_changes`` above what the last fsync covered),
+committed is not synced yet (a commit that changed rows after the last fsync began),
 and is answered at once otherwise. Against ``kill -9`` nothing changes (every answer follows its
 commit); against power loss nothing acknowledged is lost (every acknowledgement follows its fsync).
 A failed fsync answers its waiters 503 and the store is not ready until a write succeeds; their writes
@@ -469,12 +469,13 @@ class SQLiteStore(Store):
         self._log_readers = asyncio.Lock()  # one page of a decision log read at a time
         self._unwritable: str | None = None  # why the last write failed, until one succeeds
         # Group commit (see module docstring): the writes waiting for the next group's transaction,
-        # the answers waiting for an fsync (with the connection's total_changes they need synced),
-        # total_changes covered by the last fsync, the task that runs fsyncs, its thread.
+        # the answers waiting for an fsync, the commits that changed rows so far and how many of them
+        # an fsync covers, the task that runs fsyncs, its thread.
         self._fsync = self.synchronous == "full"
         self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]] = []
         self._flush_handle: asyncio.Handle | None = None
         self._unsynced: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._commits = 0
         self._synced = 0
         self._syncer: asyncio.Task[None] | None = None
         self._sync_thread: ThreadPoolExecutor | None = None
@@ -572,6 +573,7 @@ class SQLiteStore(Store):
         if level != self._sync_level:
             db.execute(f"PRAGMA synchronous={level}")
             self._sync_level = level
+        changes = db.total_changes  # a C int that wraps: compared for a change only
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -586,8 +588,10 @@ class SQLiteStore(Store):
                 self._unwritable = str(exc)
             raise
         self._unwritable = None
+        if db.total_changes != changes:
+            self._commits += 1
         if level == "FULL":  # SQLite synced the WAL: every commit before this one is durable too
-            self._synced = db.total_changes
+            self._synced = self._commits
         if self._checkpointer is not None:
             self._checkpointer.committed(db)
 
@@ -629,7 +633,7 @@ class SQLiteStore(Store):
             return
         # An answer may rest on any commit before it (the claim a duplicate is told about): wait for
         # an fsync if anything is committed and not synced.
-        unsynced = db.total_changes > self._synced
+        unsynced = self._commits > self._synced
         for (_, future, durable), (value, exc) in zip(group, answers, strict=True):
             if durable and unsynced:
                 self._unsynced.append((future, value, exc))
@@ -670,9 +674,9 @@ class SQLiteStore(Store):
         try:
             while True:
                 self._flush()
-                if not self._unsynced or self._db is None:
+                if not self._unsynced:
                     return
-                target = self._db.total_changes  # everything committed so far
+                target = self._commits  # everything committed so far
                 waiting, self._unsynced = self._unsynced, []
                 if self._sync_thread is None:
                     self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-fsync")
@@ -1381,7 +1385,6 @@ class SQLiteStore(Store):
         if self._wal_fd >= 0:  # after the connection, as the checkpointer's (POSIX locks)
             fd, self._wal_fd = self._wal_fd, -1
             os.close(fd)
-        self._synced = 0  # total_changes starts again with the next connection
         if self._lock_fd >= 0:
             fd, self._lock_fd = self._lock_fd, -1
             os.close(fd)  # releases the flock
