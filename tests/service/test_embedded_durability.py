@@ -303,6 +303,42 @@ def test_kill_9_mid_load_loses_no_acknowledged_feedback(make_server: type[Server
     )
 
 
+def test_kill_9_among_concurrent_clients_loses_no_acknowledged_feedback(
+    make_server: type[Server], tmp_path: Path
+) -> None:
+    """Four clients post feedback at once, so their feedbacks share group commits and fsyncs; a kill -9
+    in the middle loses none that was acknowledged, and each one in flight is stored whole or not at
+    all (check_after_restart)."""
+    server = make_server({"CLICKBOOST_CHECKPOINT_EVERY": "10"})
+    server.start()
+    r = httpx.put(f"{server.url}/models/news", json=SPEC, timeout=10)
+    assert r.status_code == 201, r.text
+    config = r.json()["config"]
+    ids = list(enumerate(predict_all(server.url, N_DECISIONS)))
+    fb = Feedback()
+    stop = threading.Event()
+    clients = [
+        threading.Thread(target=post_feedback, args=(server.url, ids[k:100:4], fb, stop), daemon=True)
+        for k in range(4)
+    ]
+    for client in clients:
+        client.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(fb.acked) < 40 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert all(c.is_alive() for c in clients), "a client finished before the kill: make the load longer"
+        server.kill(signal.SIGKILL)
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(timeout=20)
+    assert not any(c.is_alive() for c in clients)
+    server.start()
+    final = check_after_restart(server.url, fb, config, ids[100:])
+    assert final["version"] == fb.learned == final["counts"]["clicks"] + final["counts"]["no_clicks"]
+
+
 def test_sigterm_mid_load_loses_nothing_and_the_state_is_the_log_replayed(
     make_server: type[Server], tmp_path: Path
 ) -> None:
