@@ -114,9 +114,9 @@ every feedback committed meanwhile. The durable writes that arrive while an fsyn
 queue and commit as one group right before the next fsync, which they need anyway: under load one
 transaction and one fsync serve a round of clients. No answer about a claim rests on an unsynced
 commit: a duplicate or an expiry that a feedback reports also waits for an fsync while anything
-committed is not synced yet (a commit that changed rows after the last fsync began),
-and is answered at once otherwise. Against ``kill -9`` nothing changes (every answer follows its
-commit); against power loss nothing acknowledged is lost (every acknowledgement follows its fsync).
+committed is not synced yet (a commit that changed rows after the last fsync began), and is answered
+at once otherwise. Against ``kill -9`` nothing changes (every answer follows its commit); against
+power loss nothing acknowledged is lost (every acknowledgement follows its fsync).
 A failed fsync answers its waiters 503 and the store is not ready until a write succeeds; their writes
 are committed, so a retry finds the claim and is answered once a later fsync has succeeded.
 :meth:`SQLiteStore.close` finishes the queued writes and their fsync.
