@@ -37,6 +37,18 @@ cost of a durable feedback as a ratio measured in the same run; ``sqlite-full`` 
 default. The data directories are made by :mod:`tempfile` (``$TMPDIR``); the section names their
 file system, since on tmpfs an fsync costs nothing.
 
+``predict+feedback, sqlite-full, before (...)``
+    Not with ``--quick``: the same loop on one more ``sqlite-full`` server running commit
+    :data:`BEFORE` (the last before the SQLite group commit, issue 40), from a ``git worktree`` of it
+    with its C extensions built, so that before and after are measured in the same run.
+
+fsyncs per acknowledged feedback: the ``fsync`` and ``fdatasync`` calls of the SQLite servers'
+processes (all threads: the group commit's, the checkpointer's, SQLite's own) during their
+predict+feedback loads, counted by ``perf stat`` on the syscall tracepoints (Linux, root or
+``perf_event_paranoid`` <= -1; the column says "n/a" without it), divided by the pairs (each pair
+acknowledges one feedback). Targets (issue 40): sqlite-full pairs/s >= 0.55 x echo, <= 0.35 fsyncs
+per acknowledged feedback.
+
 Target (issue 3): predict+feedback pairs/s >= 0.5 x echo requests/s, measured in the same run.
 All servers are single uvicorn workers on loopback, up at the same time; the loads run in
 interleaved rounds. The client runs in this process, so on a small machine client and server
@@ -51,6 +63,8 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -66,7 +80,7 @@ import numpy as np
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from lab.bench import benches, report
+from lab.bench import benches, redis_cost, report
 from lab.sim.datasets import load_dataset
 from service.config import Settings
 from service.serial import decode, encode, encode_sparse
@@ -81,6 +95,10 @@ BOOSTER = "banditboost"  # served hashed beside the hashed Banditron (issue 20),
 BOOSTER_TARGET = 0.7  # its pairs/s vs the hashed Banditron's
 CHECKPOINT_EVERY = 100
 CHECKPOINT_TARGET = 2.0  # predict p99 with checkpoints vs without
+#: The code measured as "before" the SQLite group commit (issue 40): the last commit without it.
+BEFORE = "5835322"
+GROUP_TARGET = 0.55  # sqlite-full pairs/s vs echo requests/s (issue 40)
+FSYNC_TARGET = 0.35  # fsyncs per acknowledged feedback on sqlite-full (issue 40)
 
 
 class _EchoBody(BaseModel):
@@ -198,6 +216,52 @@ def _fs_type(path: str) -> str:
         if inside and len(point) >= len(best):
             best, kind = point, fields[2]
     return kind
+
+
+@contextmanager
+def _fsyncs(pid: int) -> Iterator[list[int]]:
+    """Count the ``fsync`` + ``fdatasync`` calls of process ``pid`` (every thread) while the block runs,
+    with ``perf stat`` on the syscall tracepoints; the yielded list holds the count afterwards, or
+    stays empty where perf is missing or not allowed."""
+    out: list[int] = []
+    events = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"
+    try:
+        perf = subprocess.Popen(
+            ["perf", "stat", "-x,", "-e", events, "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except OSError:
+        yield out
+        return
+    time.sleep(0.2)  # attached
+    try:
+        yield out
+    finally:
+        perf.send_signal(signal.SIGINT)
+        _, err = perf.communicate(timeout=30)
+        counts = [line.split(",")[0] for line in err.splitlines() if "sys_enter_f" in line]
+        if len(counts) == 2 and all(c.isdigit() for c in counts):  # perf ends on SIGINT, counts printed
+            out.append(sum(int(c) for c in counts))
+
+
+def _checkout_before() -> Path | None:
+    """A worktree of :data:`BEFORE` with the C extensions of this checkout copied in (built by ``make
+    install-dev``, from the same sources), or None when that cannot be had: not a git checkout, the
+    extensions not built here, or their sources changed since."""
+    path = redis_cost.checkout(BEFORE)
+    sources = ["service/_features.c", "service/_decisions.c"]
+    same = subprocess.run(["git", "-C", str(redis_cost.ROOT), "diff", "--quiet", BEFORE, "--", *sources])
+    built = [
+        *(redis_cost.ROOT / "service").glob("_features*.so"),
+        *(redis_cost.ROOT / "service").glob("_decisions*.so"),
+    ]
+    if path is None or same.returncode != 0 or len(built) < 2:
+        return None
+    for so in built:
+        shutil.copy2(so, path / "service" / so.name)
+    return path
 
 
 def _request(path: str, body: bytes) -> bytes:
@@ -356,6 +420,10 @@ def bench_http(quick: bool) -> str:
         cp_store,
         {"CLICKBOOST_CHECKPOINT_EVERY": "1000000000", "CLICKBOOST_CHECKPOINT_INTERVAL_SECONDS": "1e9"},
     )
+    before = None if quick else _checkout_before()
+    before_row = f"predict+feedback, sqlite-full, before ({BEFORE})"
+    if before is not None:  # -P: its code from PYTHONPATH, not from the current directory
+        servers["before"] = ("sqlite-full", {"PYTHONPATH": str(before)})
     # name -> (server, step, connections). The memory store's rows keep their plain names; each
     # hashed row runs right after its dense one, so that load from elsewhere hits both alike.
     hashed_row = f"predict+feedback, hashed b={HASHED_BITS}"
@@ -364,6 +432,8 @@ def bench_http(quick: bool) -> str:
         suffix = "" if store == "memory" else f", {store}"
         rows[f"predict{suffix}"] = (store, predict, CONNECTIONS)
         rows[f"predict+feedback{suffix}"] = (store, pair, CONNECTIONS)
+        if store == "sqlite-full" and before is not None:
+            rows[before_row] = ("before", pair, CONNECTIONS)
         if store == "memory":
             rows[hashed_row] = ("memory", hashed_pair, CONNECTIONS)
             rows[f"{hashed_row}, {BOOSTER}"] = ("booster", booster_pair, CONNECTIONS)
@@ -381,6 +451,12 @@ def bench_http(quick: bool) -> str:
         )
     pairs_of = {store: "predict+feedback" + ("" if store == "memory" else f", {store}") for store in STORES}
     totals = {name: [0, 0.0, 0.0, []] for name in rows}
+    # name -> fsyncs counted during its loads (SQLite servers only; None: perf could not count)
+    fsyncs: dict[str, int | None] = {
+        name: 0
+        for name, (server, _, _) in rows.items()
+        if servers.get(server, ("echo",))[0].startswith("sqlite")
+    }
     with tempfile.TemporaryDirectory(prefix="clickboost-bench-") as tmp:
         fs = _fs_type(tmp)
         cmds = {"echo": ([py, "-m", "uvicorn", "lab.bench.http:echo_app", "--factory", *uv], {})}
@@ -389,12 +465,12 @@ def bench_http(quick: bool) -> str:
             data_dirs[server] = Path(tmp) / server  # one data directory per server process
             data_dirs[server].mkdir()
             cmds[server] = (
-                [py, "-m", "service", "serve", *uv],
+                [py, *(["-P"] if server == "before" else []), "-m", "service", "serve", *uv],
                 store_settings(store, data_dirs[server]) | extra,
             )
         with _servers(cmds) as up:
-            for store in STORES:
-                httpx.put(f"{up[store][0]}/models/digits", json=dense).raise_for_status()
+            for server in (*STORES, *(["before"] if before is not None else [])):
+                httpx.put(f"{up[server][0]}/models/digits", json=dense, timeout=60).raise_for_status()
             for server in ("memory", "checkpoints-on", "checkpoints-off"):
                 httpx.put(f"{up[server][0]}/models/hashed", json=hashed).raise_for_status()
             httpx.put(f"{up['booster'][0]}/models/hashed-boost", json=booster, timeout=60).raise_for_status()
@@ -403,7 +479,11 @@ def bench_http(quick: bool) -> str:
                 for name, (server, step, connections) in rows.items():
                     target, pid = up[server]
                     cpu = _cpu_seconds(pid)
-                    count, secs, lat = asyncio.run(_load(target, step, seconds, connections))
+                    with _fsyncs(pid) if name in fsyncs else contextlib.nullcontext([0]) as synced:
+                        count, secs, lat = asyncio.run(_load(target, step, seconds, connections))
+                    if name in fsyncs:
+                        n = fsyncs[name]
+                        fsyncs[name] = n + synced[0] if n is not None and synced else None
                     t = totals[name]
                     t[0] += count
                     t[1] += secs
@@ -436,14 +516,17 @@ def bench_http(quick: bool) -> str:
         f"server of the memory store ({BOOSTER} at its defaults, hashed the same way, checkpoints at "
         "the default every 1,000 events).",
         "",
-        "| load | count | per second | vs echo | server CPU ms each | capacity vs echo | p50 ms | p99 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| load | count | per second | vs echo | server CPU ms each | capacity vs echo | p50 ms | p99 ms "
+        "| fsyncs each |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    per = {name: None if n is None else n / totals[name][0] for name, n in fsyncs.items()}
     for name, t in totals.items():
         p50, p99 = np.percentile(np.concatenate(t[3]), [50, 99]) * 1e3
+        each = "–" if name not in per else "n/a" if per[name] is None else f"{per[name]:.2f}"
         lines.append(
             f"| {name} | {t[0]} | {rate[name]:,.0f} | {rate[name] / rate['echo']:.2f} | {cpu_ms[name]:.3f} "
-            f"| {cpu_ms['echo'] / cpu_ms[name]:.2f} | {p50:.2f} | {p99:.2f} |"
+            f"| {cpu_ms['echo'] / cpu_ms[name]:.2f} | {p50:.2f} | {p99:.2f} | {each} |"
         )
     ratio = rate["predict+feedback"] / rate["echo"]
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
@@ -465,6 +548,29 @@ def bench_http(quick: bool) -> str:
         f"{pps['sqlite-normal'] / pps['memory']:.2f}; vs echo (target >= {TARGET_RATIO} x): "
         + ", ".join(f"{store} {pps[store] / rate['echo']:.2f} {met[store]}" for store in STORES)
         + f". {default} is the default (`make run`).",
+    ]
+    full = pairs_of["sqlite-full"]
+    group = pps["sqlite-full"] / rate["echo"]
+    synced = per[full]
+    fsync_verdict = (
+        "not counted (needs `perf` and the syscall tracepoints)"
+        if synced is None
+        else f"{synced:.2f} ({'met' if synced <= FSYNC_TARGET else 'MISSED'})"
+    )
+    was = f" Commit {BEFORE} (before the group commit) not measured: `--quick`, or no checkout of it."
+    if before_row in rate:
+        then = "n/a" if per[before_row] is None else f"{per[before_row]:.2f}"
+        was = (
+            f" Commit {BEFORE} (before the group commit) in this run: "
+            f"{rate[before_row] / rate['echo']:.2f} x echo, {then} fsyncs per feedback; after / before "
+            f"pairs/s = {pps['sqlite-full'] / rate[before_row]:.2f}."
+        )
+    lines += [
+        "",
+        f"group commit (issue 40): sqlite-full predict+feedback pairs/s = {group:.2f} x echo (target >= "
+        f"{GROUP_TARGET} x): {'met' if group >= GROUP_TARGET else 'MISSED'}; fsyncs per acknowledged "
+        f"feedback (target <= {FSYNC_TARGET}): {fsync_verdict}; vs the memory store's pairs/s "
+        f"{pps['sqlite-full'] / pps['memory']:.2f}.{was}",
     ]
     hashed_vs = {
         f"{CONNECTIONS} connections": rate[hashed_row] / rate["predict+feedback"],

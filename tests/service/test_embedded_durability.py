@@ -182,23 +182,39 @@ def settled(url: str, learned: int) -> dict:
 
 
 def kill_mid_load(
-    server: Server, ids: list[tuple[int, str]], fb: Feedback, sig: signal.Signals, acks: int
+    server: Server, ids: list[tuple[int, str]], fb: Feedback, sig: signal.Signals, acks: int, clients: int = 1
 ) -> None:
-    """Post feedback for ``ids`` from a thread; send ``sig`` once ``acks`` more are acknowledged."""
+    """Post feedback for ``ids`` from ``clients`` threads at once (every ``clients``-th id each); send
+    ``sig`` once ``acks`` more are acknowledged."""
     before = len(fb.acked)
     stop = threading.Event()
-    thread = threading.Thread(target=post_feedback, args=(server.url, ids, fb, stop), daemon=True)
-    thread.start()
+    threads = [
+        threading.Thread(target=post_feedback, args=(server.url, ids[k::clients], fb, stop), daemon=True)
+        for k in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
     try:
         deadline = time.monotonic() + 30
-        while len(fb.acked) - before < acks and thread.is_alive() and time.monotonic() < deadline:
+        while len(fb.acked) - before < acks and all(t.is_alive() for t in threads):
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.002)
-        assert thread.is_alive(), "the client finished before the kill: make the load longer"
+        assert all(t.is_alive() for t in threads), "a client finished before the kill: make the load longer"
         server.kill(sig)
     finally:
         stop.set()
-        thread.join(timeout=20)
-    assert not thread.is_alive()
+        for thread in threads:
+            thread.join(timeout=20)
+    assert not any(t.is_alive() for t in threads)
+
+
+def serving(server: Server) -> tuple[dict, list[tuple[int, str]]]:
+    """Start ``server``, create the model, make ``N_DECISIONS`` predictions: (its config, numbered ids)."""
+    server.start()
+    r = httpx.put(f"{server.url}/models/news", json=SPEC, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()["config"], list(enumerate(predict_all(server.url, N_DECISIONS)))
 
 
 def check_after_restart(url: str, fb: Feedback, config: dict, pending_ids: list[tuple[int, str]]) -> dict:
@@ -268,11 +284,7 @@ def replay_checksum(data_dir: Path, spec: dict) -> tuple[int, str]:
 def test_kill_9_mid_load_loses_no_acknowledged_feedback(make_server: type[Server], tmp_path: Path) -> None:
     # Checkpoints every 10 events (and the log trimmed below them): restarts go through checkpoint + tail.
     server = make_server({"CLICKBOOST_CHECKPOINT_EVERY": "10"})
-    server.start()
-    r = httpx.put(f"{server.url}/models/news", json=SPEC, timeout=10)
-    assert r.status_code == 201, r.text
-    config = r.json()["config"]
-    ids = list(enumerate(predict_all(server.url, N_DECISIONS)))
+    config, ids = serving(server)
     fb = Feedback()
     post_feedback(server.url, ids[:25], fb)
     assert len(fb.acked) == 25
@@ -303,17 +315,28 @@ def test_kill_9_mid_load_loses_no_acknowledged_feedback(make_server: type[Server
     )
 
 
+def test_kill_9_among_concurrent_clients_loses_no_acknowledged_feedback(
+    make_server: type[Server], tmp_path: Path
+) -> None:
+    """Four clients post feedback at once, so their feedbacks share group commits and fsyncs; a kill -9
+    in the middle loses none that was acknowledged, and each one in flight is stored whole or not at
+    all (check_after_restart)."""
+    server = make_server({"CLICKBOOST_CHECKPOINT_EVERY": "10"})
+    config, ids = serving(server)
+    fb = Feedback()
+    kill_mid_load(server, ids[:100], fb, signal.SIGKILL, acks=40, clients=4)
+    server.start()
+    final = check_after_restart(server.url, fb, config, ids[100:])
+    assert final["version"] == fb.learned == final["counts"]["clicks"] + final["counts"]["no_clicks"]
+
+
 def test_sigterm_mid_load_loses_nothing_and_the_state_is_the_log_replayed(
     make_server: type[Server], tmp_path: Path
 ) -> None:
     # No checkpoint in this run, so the log stays whole and can be replayed from the start below.
     env = {"CLICKBOOST_CHECKPOINT_EVERY": "1000000", "CLICKBOOST_CHECKPOINT_INTERVAL_SECONDS": "100000"}
     server = make_server(env)
-    server.start()
-    r = httpx.put(f"{server.url}/models/news", json=SPEC, timeout=10)
-    assert r.status_code == 201, r.text
-    config = r.json()["config"]
-    ids = list(enumerate(predict_all(server.url, N_DECISIONS)))
+    config, ids = serving(server)
     fb = Feedback()
     kill_mid_load(server, ids[:100], fb, signal.SIGTERM, acks=30)
     server.start()

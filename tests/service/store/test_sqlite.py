@@ -27,11 +27,15 @@ from service.store import (
     SQLITE_FILE,
     Activity,
     Checkpoint,
+    ClaimOutcome,
     ClaimStatus,
+    DecisionExistsError,
     DecisionRecord,
     Event,
     MemoryStore,
     SQLiteStore,
+    StoreUnavailableError,
+    UnknownModelError,
     open_store,
 )
 from service.store.codec import encode_decision, encode_x
@@ -594,4 +598,132 @@ async def test_the_checkpointer_thread_keeps_the_wal_short_under_sustained_write
     assert not Path(f"{path}-wal").exists()  # the last connection merged it on close
     s = SQLiteStore(path)
     assert await s.log_position("m") == 300
+    await s.close()
+
+
+def commits(db: sqlite3.Connection) -> list[str]:
+    """The COMMITs the connection runs from now on (SQLite's own statement trace)."""
+    seen: list[str] = []
+    db.set_trace_callback(lambda sql: seen.append(sql) if sql == "COMMIT" else None)
+    return seen
+
+
+async def test_feedbacks_that_arrive_together_share_one_transaction_and_one_fsync(tmp_path: Path) -> None:
+    """Group commit: concurrent feedbacks (a duplicate among them) commit as one transaction and are
+    answered after the one fsync of the WAL that covers them, none before; a read-only answer waits
+    for an fsync only while a commit it may rest on is not synced."""
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    db = s._conn()
+    seen = commits(db)
+    await asyncio.gather(*(s.put_decision(record(f"d{i}")) for i in range(8)))
+    assert (len(seen), s.wal_syncs) == (1, 0)  # predicts: one transaction, answered at its commit
+
+    syncs_at_answer: list[int] = []
+
+    async def feedback(decision_id: str, click: bool) -> ClaimOutcome:
+        out = await s.claim_and_append(decision_id, click, now=1.0)
+        syncs_at_answer.append(s.wal_syncs)
+        return out
+
+    outs = await asyncio.gather(*(feedback(f"d{i}", i % 2 == 0) for i in range(8)), feedback("d3", True))
+    assert (len(seen), s.wal_syncs) == (2, 1)
+    assert syncs_at_answer == [1] * 9  # none answered before the fsync
+    assert [o.status for o in outs] == [ClaimStatus.ACCEPTED] * 8 + [ClaimStatus.DUPLICATE]
+    assert [o.claim.position for o in outs if o.claim is not None] == [*range(1, 9), 4]
+    assert [e.decision_id for e in await s.read_log("m", after=0)] == [f"d{i}" for i in range(8)]
+
+    # Nothing unsynced: a duplicate or an unknown id is answered without an fsync.
+    assert (await s.claim_and_append("d3", False, now=2.0)).status is ClaimStatus.DUPLICATE
+    assert (await s.claim_and_append("nope", False, now=2.0)).status is ClaimStatus.UNKNOWN
+    assert s.wal_syncs == 1
+    # An expiry committed without an fsync: the answer that reports it waits for one.
+    await s.put_decision(record("e", created=0.0, window=5.0))
+    assert [c.decision_id for c in await s.expire_due("m", now=6.0, default_reward="no_click")] == ["e"]
+    assert (await s.claim_and_append("e", True, now=6.5)).status is ClaimStatus.EXPIRED
+    assert s.wal_syncs == 2
+    c = await s.counts("m")
+    assert (c.decisions, c.clicks, c.no_clicks, c.expired, c.pending) == (9, 4, 4, 1, 0)
+    await s.close()
+
+
+async def test_an_error_in_a_group_fails_only_its_own_write(tmp_path: Path) -> None:
+    """A taken decision id and an unknown model in the middle of a group: those two writes fail with
+    their own errors and leave nothing behind; the others in the same transaction are stored."""
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("taken"))
+    db = s._conn()
+    seen = commits(db)
+    results = await asyncio.gather(
+        s.put_decision(record("a")),
+        s.put_decision(record("taken")),
+        s.put_decision(record("b", model="nope")),
+        s.put_decision(record("c")),
+        s.claim_and_append("a", True, now=1.0),
+        s.claim_and_append("taken", False, now=1.0),
+        return_exceptions=True,
+    )
+    assert len(seen) == 1
+    assert results[0] is None and results[3] is None
+    assert isinstance(results[1], DecisionExistsError)
+    assert isinstance(results[2], UnknownModelError)
+    assert [r.status for r in results[4:]] == [ClaimStatus.ACCEPTED, ClaimStatus.ACCEPTED]
+    c = await s.counts("m")
+    assert (c.decisions, c.clicks, c.no_clicks, c.pending) == (3, 1, 1, 1)
+    assert await s.get_decision("c") is not None
+    blob_references_are_exact(db)
+    await s.close()
+
+
+async def test_closing_finishes_the_queued_writes_and_their_fsync(tmp_path: Path) -> None:
+    path = tmp_path / SQLITE_FILE
+    s = SQLiteStore(path, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    for i in range(5):
+        await s.put_decision(record(f"d{i}"))
+    feedbacks = [asyncio.create_task(s.claim_and_append(f"d{i}", True, now=1.0)) for i in range(5)]
+    await asyncio.sleep(0)  # queued, not committed yet
+    await s.close()
+    assert [t.result().status for t in feedbacks] == [ClaimStatus.ACCEPTED] * 5
+    assert s.wal_syncs == 1
+    s = SQLiteStore(path, claim_ttl=100.0)
+    assert await s.log_position("m") == 5
+    await s.close()
+
+
+async def test_synchronous_normal_answers_feedback_at_its_commit(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=100.0, synchronous="normal")
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("a"))
+    assert (await s.claim_and_append("a", True, now=1.0)).status is ClaimStatus.ACCEPTED
+    assert s.wal_syncs == 0
+    await s.close()
+
+
+async def test_a_failed_fsync_answers_its_waiters_503(tmp_path: Path) -> None:
+    """Nothing is acknowledged unless its fsync succeeded: when fdatasync fails (here for real, on a
+    pipe in place of the WAL's descriptor) the feedbacks waiting for it get StoreUnavailableError,
+    /readyz's ping writes again, and a retry is answered once an fsync succeeds."""
+    s = SQLiteStore(tmp_path / SQLITE_FILE, claim_ttl=100.0)
+    await s.create_model("m", CONFIG)
+    await s.put_decision(record("a"))
+    await s.put_decision(record("b"))
+    await s.claim_and_append("a", True, now=1.0)  # opens the WAL's descriptor
+    wal_fd = s._wal_fd
+    read_end, write_end = os.pipe()
+    s._wal_fd = read_end  # fdatasync on a pipe: EINVAL
+    try:
+        with pytest.raises(StoreUnavailableError, match="fsync"):
+            await s.claim_and_append("b", False, now=1.0)
+        assert s._unwritable is not None
+    finally:
+        s._wal_fd = wal_fd
+        os.close(read_end)
+        os.close(write_end)
+    await s.ping()  # a write succeeds: ready again
+    assert s._unwritable is None
+    retry = await s.claim_and_append("b", False, now=1.5)
+    assert (retry.status, retry.claim.position if retry.claim else None) == (ClaimStatus.DUPLICATE, 2)
+    assert s.wal_syncs == 2
     await s.close()
