@@ -160,8 +160,10 @@ def test_exports_of_a_large_sqlite_log_do_not_hold_predicts(car_log: Path, tmp_p
         f"{after:.1f}), during one export {during[1]:.1f} ms, during four {during[4]:.1f} ms"
     )
     idle = max(before, after)  # the machine's own noise, measured on both sides
+    # Held would be seconds; a page of the export costs a predict at most a read slice or two
+    # (milliseconds), which a fast idle p99 (1.4 ms with the group commit) makes more than 3x.
     for n, ms in during.items():
-        assert ms <= max(3 * idle, 5.0) and ms < 100, (n, ms, idle)
+        assert ms <= max(3 * idle, idle + 5.0) and ms < 100, (n, ms, idle)
 
 
 def _eval_files(tmp: Path) -> list[int]:
