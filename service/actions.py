@@ -18,7 +18,7 @@ action products (as VW's ``-q`` between its shared and action namespaces). A lea
 the rows without the context-only block (``cova-adf`` does: it moves every score alike). ``h``
 hashes the pair of bucket ids (SplitMix64's finaliser, :func:`service.interactions._mix`) into
 ``2**b`` columns;
-colliding products add up (:func:`service.kernels.merge_buckets`). Deterministic, so every replica
+colliding products add up. Deterministic, so every replica
 builds the same rows; a learner keeps one weight vector over them (ours: VW's ADF learners keep one
 regressor over every action's features the same way).
 
@@ -39,7 +39,6 @@ import numpy as np
 from service._jit_cache import kernel
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
-from service.kernels import merge_buckets
 
 __all__ = [
     "MAX_ACTION_ID",
@@ -76,7 +75,8 @@ def action_rows(
 
     Row ``a``: for every ``i`` in the context's buckets plus the constant (id 0; bucket ``c`` is id
     ``c + 1``) and every ``j`` in the action's plus the constant, the product of their values at
-    column ``mix(i (2**b + 1) + j) mod 2**b``; sorted, collisions added (in loop order), zeros dropped.
+    column ``mix(i (2**b + 1) + j) mod 2**b``; in order of first appearance, collisions added (in loop
+    order), zeros dropped.
     Without ``context_block`` the context-only products (``c x 1``, the same in every row) are left out.
     """
     n = a_ptr.size - 1
@@ -85,10 +85,21 @@ def action_rows(
     mask = np.uint64((1 << bits) - 1)
     indptr = np.zeros(n + 1, np.int64)
     total = 0
+    longest = 1
     for a in range(n):
-        total += (nc + 1) * (a_ptr[a + 1] - a_ptr[a] + 1)
+        size = (nc + 1) * (a_ptr[a + 1] - a_ptr[a] + 1)
+        total += size
+        longest = max(longest, size)
     out_i = np.empty(total, np.int64)
     out_v = np.empty(total, np.float64)
+    # Colliding columns merge through an open-addressing table (a tenth of a sort's cost per row):
+    # slot -> position in the output, valid while its stamp is the current row's.
+    slots = 1
+    while slots < 2 * longest:
+        slots *= 2
+    where = np.empty(slots, np.int64)
+    stamp = np.full(slots, -1, np.int64)
+    smask = np.uint64(slots - 1)
     t = 0
     for a in range(n):
         start = t
@@ -99,16 +110,27 @@ def action_rows(
             for aj in range(lo - 1 if ci == 0 or context_block else lo, hi):
                 j_id = np.uint64(0) if aj < lo else np.uint64(a_idx[aj] + 1)
                 av = 1.0 if aj < lo else a_val[aj]
-                out_i[t] = np.int64(_mix(i_id * m + j_id) & mask)
-                out_v[t] = cv * av
-                t += 1
-        # the row's raw products start at indptr[a] (t restarts there): merged in place
-        ri, rv = merge_buckets(out_i[start:t], out_v[start:t])
-        for s in range(ri.size):
-            out_i[start + s] = ri[s]
-            out_v[start + s] = rv[s]
-        indptr[a + 1] = start + ri.size
-        t = indptr[a + 1]
+                h = _mix(i_id * m + j_id)
+                col = np.int64(h & mask)
+                s = np.int64((h >> np.uint64(40)) & smask)
+                while stamp[s] == a and out_i[where[s]] != col:
+                    s = (s + 1) & np.int64(smask)
+                if stamp[s] == a:
+                    out_v[where[s]] += cv * av
+                else:
+                    stamp[s] = a
+                    where[s] = t
+                    out_i[t] = col
+                    out_v[t] = cv * av
+                    t += 1
+        kept = start  # zero sums dropped, in place
+        for u in range(start, t):
+            if out_v[u] != 0.0:
+                out_i[kept] = out_i[u]
+                out_v[kept] = out_v[u]
+                kept += 1
+        indptr[a + 1] = kept
+        t = kept
     return indptr, out_i[: indptr[n]].copy(), out_v[: indptr[n]].copy()
 
 
