@@ -14,9 +14,11 @@ of the context augmented with a constant 1 and an entry of the action augmented 
 
 so the row holds the constant (1 x 1), the context's own features (c x 1: a reward level per
 context), the action's own features (1 x a: how good an item is on its own) and the context x
-action products (as VW's ``-q`` between its shared and action namespaces). ``h`` hashes the pair of
-bucket ids (SplitMix64's finaliser, :func:`service.interactions._mix`) into ``2**b`` columns;
-colliding products add up (:func:`service.kernels.merge_buckets`). Deterministic, so every replica
+action products (as VW's ``-q`` between its shared and action namespaces). A learner may ask for
+the rows without the context-only block (``cova-adf`` does: it moves every score alike). ``h``
+hashes the pair of bucket ids (SplitMix64's finaliser, :func:`service.interactions._mix`) into
+``2**b`` columns;
+colliding products add up. Deterministic, so every replica
 builds the same rows; a learner keeps one weight vector over them (ours: VW's ADF learners keep one
 regressor over every action's features the same way).
 
@@ -37,7 +39,6 @@ import numpy as np
 from service._jit_cache import kernel
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
-from service.kernels import merge_buckets
 
 __all__ = [
     "MAX_ACTION_ID",
@@ -59,16 +60,24 @@ MAX_ROW_ENTRIES = 200_000
 _ROWS = "Tuple((int64[::1], int64[::1], float64[::1]))"
 
 
-@kernel(f"{_ROWS}(int64[:], float64[:], int64[:], int64[:], float64[:], int64)")
+@kernel(f"{_ROWS}(int64[:], float64[:], int64[:], int64[:], float64[:], int64, boolean)")
 def action_rows(
-    c_idx: np.ndarray, c_val: np.ndarray, a_ptr: np.ndarray, a_idx: np.ndarray, a_val: np.ndarray, bits: int
+    c_idx: np.ndarray,
+    c_val: np.ndarray,
+    a_ptr: np.ndarray,
+    a_idx: np.ndarray,
+    a_val: np.ndarray,
+    bits: int,
+    context_block: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of the candidates (CSR: ``indptr``, ``idx``, ``val``) from the context ``(c_idx,
     c_val)`` and the actions' entries ``a_idx[a_ptr[a]:a_ptr[a + 1]]`` (each strictly increasing).
 
     Row ``a``: for every ``i`` in the context's buckets plus the constant (id 0; bucket ``c`` is id
     ``c + 1``) and every ``j`` in the action's plus the constant, the product of their values at
-    column ``mix(i (2**b + 1) + j) mod 2**b``; sorted, collisions added (in loop order), zeros dropped.
+    column ``mix(i (2**b + 1) + j) mod 2**b``; in order of first appearance, collisions added (in loop
+    order), zeros dropped.
+    Without ``context_block`` the context-only products (``c x 1``, the same in every row) are left out.
     """
     n = a_ptr.size - 1
     nc = c_idx.size
@@ -76,10 +85,21 @@ def action_rows(
     mask = np.uint64((1 << bits) - 1)
     indptr = np.zeros(n + 1, np.int64)
     total = 0
+    longest = 1
     for a in range(n):
-        total += (nc + 1) * (a_ptr[a + 1] - a_ptr[a] + 1)
+        size = (nc + 1) * (a_ptr[a + 1] - a_ptr[a] + 1)
+        total += size
+        longest = max(longest, size)
     out_i = np.empty(total, np.int64)
     out_v = np.empty(total, np.float64)
+    # Colliding columns merge through an open-addressing table (a tenth of a sort's cost per row):
+    # slot -> position in the output, valid while its stamp is the current row's.
+    slots = 1
+    while slots < 2 * longest:
+        slots *= 2
+    where = np.empty(slots, np.int64)
+    stamp = np.full(slots, -1, np.int64)
+    smask = np.uint64(slots - 1)
     t = 0
     for a in range(n):
         start = t
@@ -87,19 +107,30 @@ def action_rows(
         for ci in range(nc + 1):
             i_id = np.uint64(0) if ci == 0 else np.uint64(c_idx[ci - 1] + 1)
             cv = 1.0 if ci == 0 else c_val[ci - 1]
-            for aj in range(lo - 1, hi):
+            for aj in range(lo - 1 if ci == 0 or context_block else lo, hi):
                 j_id = np.uint64(0) if aj < lo else np.uint64(a_idx[aj] + 1)
                 av = 1.0 if aj < lo else a_val[aj]
-                out_i[t] = np.int64(_mix(i_id * m + j_id) & mask)
-                out_v[t] = cv * av
-                t += 1
-        # the row's raw products start at indptr[a] (t restarts there): merged in place
-        ri, rv = merge_buckets(out_i[start:t], out_v[start:t])
-        for s in range(ri.size):
-            out_i[start + s] = ri[s]
-            out_v[start + s] = rv[s]
-        indptr[a + 1] = start + ri.size
-        t = indptr[a + 1]
+                h = _mix(i_id * m + j_id)
+                col = np.int64(h & mask)
+                s = np.int64((h >> np.uint64(40)) & smask)
+                while stamp[s] == a and out_i[where[s]] != col:
+                    s = (s + 1) & np.int64(smask)
+                if stamp[s] == a:
+                    out_v[where[s]] += cv * av
+                else:
+                    stamp[s] = a
+                    where[s] = t
+                    out_i[t] = col
+                    out_v[t] = cv * av
+                    t += 1
+        kept = start  # zero sums dropped, in place
+        for u in range(start, t):
+            if out_v[u] != 0.0:
+                out_i[kept] = out_i[u]
+                out_v[kept] = out_v[u]
+                kept += 1
+        indptr[a + 1] = kept
+        t = kept
     return indptr, out_i[: indptr[n]].copy(), out_v[: indptr[n]].copy()
 
 
@@ -135,7 +166,7 @@ class ActionInput:
         ``b``: the rows have ``2**b`` columns.
     """
 
-    __slots__ = ("_rows", "a_idx", "a_ptr", "a_val", "bits", "context", "ids")
+    __slots__ = ("_block", "_rows", "a_idx", "a_ptr", "a_val", "bits", "context", "ids")
 
     def __init__(
         self,
@@ -151,6 +182,7 @@ class ActionInput:
         self.a_ptr, self.a_idx, self.a_val = a_ptr, a_idx, a_val
         self.bits = bits
         self._rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._block = True
 
     @property
     def n(self) -> int:
@@ -162,23 +194,37 @@ class ActionInput:
         """Columns of a row, ``2**bits``."""
         return 1 << self.bits
 
-    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every candidate's row (:func:`action_rows`), as CSR ``(indptr, idx, val)``."""
-        if self._rows is None:
+    def rows(self, context_block: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every candidate's row (:func:`action_rows`), as CSR ``(indptr, idx, val)``; with or without
+        the context-only block (kept for the last kind asked for: a learner asks for one kind)."""
+        if self._rows is None or self._block != context_block:
             self._rows = action_rows(
-                self.context.idx, self.context.val, self.a_ptr, self.a_idx, self.a_val, self.bits
+                self.context.idx,
+                self.context.val,
+                self.a_ptr,
+                self.a_idx,
+                self.a_val,
+                self.bits,
+                context_block,
             )
+            self._block = context_block
         return self._rows
 
-    def row(self, a: int) -> tuple[np.ndarray, np.ndarray]:
+    def row(self, a: int, context_block: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Candidate ``a``'s row alone (``idx``, ``val``); built alone when the rows are not."""
-        if self._rows is not None:
+        if self._rows is not None and self._block == context_block:
             indptr, idx, val = self._rows
             return idx[indptr[a] : indptr[a + 1]], val[indptr[a] : indptr[a + 1]]
         lo, hi = self.a_ptr[a], self.a_ptr[a + 1]
         ptr = np.array([0, hi - lo], dtype=np.int64)
         _, idx, val = action_rows(
-            self.context.idx, self.context.val, ptr, self.a_idx[lo:hi], self.a_val[lo:hi], self.bits
+            self.context.idx,
+            self.context.val,
+            ptr,
+            self.a_idx[lo:hi],
+            self.a_val[lo:hi],
+            self.bits,
+            context_block,
         )
         return idx, val
 

@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.learners.base import ParamError, make_learner
+from service.learners.base import ParamError, learners, make_learner
 from service.ope import EvaluationError, evaluate, parse_policy, read_log
 
 KEEP_SECONDS = 24 * 3600.0
@@ -89,17 +89,25 @@ def _check_syntax(text: str) -> None:
             raise EvaluationError(f"policy {text!r}: expected {name}:param=value,... ({item!r} has no =)")
 
 
-def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> None:
-    """Every policy parses and its learner accepts its parameters at this model's size."""
+def check_policies(policies: Sequence[str], n_features: int, n_labels: int, actions: bool = False) -> None:
+    """Every policy parses and its learner accepts its parameters at this model's size; ``actions``:
+    the model chooses among candidate actions (no ``constant:K``; learners must be action learners)."""
     if not policies:
-        raise EvaluationError("policies: give at least one (uniform, constant:K or LEARNER[:k=v,...])")
+        raise EvaluationError(
+            "policies: give at least one (uniform, first, baseline, constant:K or LEARNER[:k=v,...])"
+        )
     if len(policies) > MAX_POLICIES:
         raise EvaluationError(f"policies: at most {MAX_POLICIES}")
     for text in policies:
         _check_syntax(text)
         name, params = parse_policy(text)
-        if name in ("uniform", "model"):  # a model snapshot is checked by the caller
+        if name in ("uniform", "first", "baseline", "model"):  # a model snapshot is checked by the caller
             continue
+        if name == "constant" and actions:
+            raise EvaluationError(
+                f"policy {text!r}: a label index names another candidate in every request of an "
+                "action-feature model; evaluate first, baseline, uniform, a model or a learner"
+            )
         if name == "constant":
             label = params.get("label")
             if not isinstance(label, int) or not 0 <= label < n_labels:
@@ -107,6 +115,10 @@ def check_policies(policies: Sequence[str], n_features: int, n_labels: int) -> N
                     f"policy {text!r}: constant:LABEL_INDEX with 0 <= LABEL_INDEX < {n_labels}"
                 )
             continue
+        cls = learners.get(name) if name in learners.names() else None
+        if cls is not None and cls.actions != actions:
+            kind = "an action learner (squarecb-adf, cova-adf)" if actions else "a label learner"
+            raise EvaluationError(f"policy {text!r}: this model needs {kind}")
         try:
             make_learner(name, 1, n_labels, params)  # name and parameters, without allocating d
         except (ParamError, KeyError, ValueError) as exc:

@@ -35,6 +35,19 @@ The price is the accepted count, about ``c n``: a log of an ε-greedy policy ove
 keeps about ``ε/K`` of its events, and a log without exploration (``p = 1`` for the shown label:
 C-OVA) supports no other policy at all.
 
+**Action-feature logs** (issue 39; ours). A decision of a model with ``"actions": "features"``
+chose among the candidates its request carried, so the number of labels varies per decision and a
+label index names a different item in each. The log is read with every record's candidates as an
+:class:`~service.actions.ActionInput` (the context and each candidate's hashed features, as the
+model saw them); the pmfs are padded with zeros to the longest candidate list and ``eligible``
+marks, per record, the candidates it had (and allowed), so IPS, SNIPS, ``uniform`` (over each
+record's candidates) and the replay run unchanged. Fixed policies that make sense for candidate
+sets: ``first`` (the first allowed candidate of each request, as a page shows them) and
+``baseline`` (the caller's own choice, logged with the decision). ``constant:K`` names a fixed label
+and is refused; a learner replayed or a ``model:NAME`` snapshot must be an action-feature learner.
+DR is left out: its reward model learns one regression per label index, meaningless when indices
+name other items per record.
+
 **When an estimate cannot tell** (issue 37). Every estimate carries its *effective sample size*:
 for importance weights ``w`` (IPS, SNIPS, DR) Kish's ``ESS = (sum w)^2 / sum w^2``, the number of
 equally weighted events that would give the same variance (``n`` when the target is the logging
@@ -55,19 +68,22 @@ from typing import Any
 
 import numpy as np
 
+from service.actions import ActionInput
 from service.features import SparseVector
-from service.learners.base import Decision, Learner, make_learner
+from service.learners.base import Decision, Learner, learners, make_learner
 
 __all__ = [
     "MIN_ESS",
     "Estimate",
     "EvaluationError",
     "LoggedData",
+    "baseline_pmfs",
     "dm_cross_fit",
     "dr",
     "effective_sample_size",
     "evaluate",
     "evaluate_stationary",
+    "first_pmfs",
     "ips",
     "parse_policy",
     "read_log",
@@ -109,19 +125,32 @@ class LoggedData:
     eligible : ndarray of shape (n, K), bool, or None
         The labels each request allowed (``eligible`` of the records); None: every label always.
         A target policy is evaluated restricted to each record's set: a model decides among them,
-        ``uniform`` is uniform over them, and the replay's candidate decides among them.
+        ``uniform`` is uniform over them, and the replay's candidate decides among them. For an
+        action-feature log, the candidates each record had (and allowed), ``K`` the most of them.
+    baselines : ndarray of shape (n,), int, or None
+        The caller's ``baseline`` label of each record (-1 where it gave none); None: no record has one.
     """
 
-    x: list[np.ndarray | SparseVector]
+    x: list[np.ndarray | SparseVector | ActionInput]
     probs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     dim: int
     eligible: np.ndarray | None = None
+    baselines: np.ndarray | None = None
 
     def mask(self, i: int) -> np.ndarray | None:
-        """Record ``i``'s eligible labels (None: all)."""
-        return None if self.eligible is None else self.eligible[i]
+        """Record ``i``'s eligible labels (None: all); an action-feature record's, over its own
+        candidates."""
+        if self.eligible is None:
+            return None
+        x = self.x[i]
+        return self.eligible[i, : x.n] if isinstance(x, ActionInput) else self.eligible[i]
+
+    @property
+    def candidates(self) -> bool:
+        """Whether the log is an action-feature model's (candidates vary per record)."""
+        return bool(self.x) and isinstance(self.x[0], ActionInput)
 
     @property
     def n(self) -> int:
@@ -141,22 +170,19 @@ class LoggedData:
         """From decision-log records (``service.decision_log`` JSON lines): those with a reward
         (click or no click, or expired with a default reward); pending and dropped ones are left out.
 
-        ``features`` is a dense list or ``{"idx": [...], "val": [...], "dim": D}``.
+        ``features`` is a dense list or ``{"idx": [...], "val": [...], "dim": D}``; an action-feature
+        record's ``actions`` are its candidates (``{"id", "idx", "val"}`` each, their hashed features).
         """
-        xs: list[np.ndarray | SparseVector] = []
-        probs, actions, rewards, sets = [], [], [], []
+        xs: list[np.ndarray | SparseVector | ActionInput] = []
+        probs, actions, rewards, sets, baselines = [], [], [], [], []
         dim = 0
         for rec in records:
             if rec.get("reward") is None:
                 continue
-            if rec.get("actions") is not None:  # candidates vary per record: K is not fixed
-                raise ValueError(
-                    "a decision of an action-feature model: its candidates vary per decision, which "
-                    "this evaluation does not support yet (export it with format=dsjson for VW instead)"
-                )
             f = rec["features"]
+            x: np.ndarray | SparseVector | ActionInput
             if isinstance(f, Mapping):
-                x: np.ndarray | SparseVector = SparseVector(
+                x = SparseVector(
                     np.asarray(f["idx"], dtype=np.int64),
                     np.asarray(f["val"], dtype=np.float64),
                     int(f["dim"]),
@@ -165,22 +191,53 @@ class LoggedData:
             else:
                 x = np.asarray(f, dtype=np.float64)
                 dim = x.size
+            if rec.get("actions") is not None:
+                x = _action_input(x, rec["actions"])
+            if xs and isinstance(x, ActionInput) != isinstance(xs[0], ActionInput):
+                raise ValueError("the log mixes decisions with candidate actions and with fixed labels")
             xs.append(x)
             probs.append(rec["probs"])
             actions.append(int(rec["label_index"]))
             rewards.append(float(rec["reward"]))
             sets.append(rec.get("eligible"))
+            baselines.append(-1 if rec.get("baseline") is None else int(rec["baseline"]))
         if not xs:
             raise ValueError("no logged decision with a known reward")
+        k = max(len(p) for p in probs)
+        varying = isinstance(xs[0], ActionInput)
         eligible = None
-        if any(e is not None for e in sets):
-            eligible = np.ones((len(xs), len(probs[0])), dtype=bool)
+        if varying or any(e is not None for e in sets):
+            eligible = np.zeros((len(xs), k), dtype=bool)
             for i, e in enumerate(sets):
+                eligible[i, : len(probs[i])] = True
                 if e is not None:
-                    eligible[i] = np.isin(np.arange(eligible.shape[1]), e)
+                    eligible[i] &= np.isin(np.arange(k), e)
+        pmfs = np.zeros((len(xs), k))
+        for i, p in enumerate(probs):
+            pmfs[i, : len(p)] = p
         return cls(
-            xs, np.asarray(probs, dtype=np.float64), np.asarray(actions), np.asarray(rewards), dim, eligible
+            xs,
+            pmfs,
+            np.asarray(actions),
+            np.asarray(rewards),
+            dim,
+            eligible,
+            np.asarray(baselines) if any(b >= 0 for b in baselines) else None,
         )
+
+
+def _action_input(context: np.ndarray | SparseVector, candidates: list[Mapping[str, Any]]) -> ActionInput:
+    """A logged action-feature decision as its model saw it: the context and each candidate's hashed
+    features (:class:`service.decision_log.LogRecord`'s ``actions``)."""
+    if not isinstance(context, SparseVector) or not candidates:
+        raise ValueError("an action-feature record needs hashed features and at least one candidate")
+    bits = context.dim.bit_length() - 1
+    sizes = [len(a["idx"]) for a in candidates]
+    a_ptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    a_idx = np.asarray([i for a in candidates for i in a["idx"]], dtype=np.int64)
+    a_val = np.asarray([v for a in candidates for v in a["val"]], dtype=np.float64)
+    ids = [str(a["id"]) for a in candidates]
+    return ActionInput(ids, context, a_ptr, a_idx, a_val, bits)
 
 
 @dataclass(frozen=True)
@@ -312,7 +369,10 @@ def dr(data: LoggedData, pi: np.ndarray, q: np.ndarray | None = None) -> Estimat
 def evaluate_stationary(
     data: LoggedData, policies: Mapping[str, np.ndarray], q: np.ndarray | None = None
 ) -> dict[str, dict[str, Estimate]]:
-    """IPS, SNIPS and DR of every policy's pmfs (name -> (n, K)); the reward model is fitted once."""
+    """IPS, SNIPS and DR of every policy's pmfs (name -> (n, K)); the reward model is fitted once.
+    An action-feature log gets IPS and SNIPS only (module docstring)."""
+    if data.candidates:
+        return {name: {"ips": ips(data, pi), "snips": snips(data, pi)} for name, pi in policies.items()}
     q = dm_cross_fit(data) if q is None else q
     return {
         name: {"ips": ips(data, pi), "snips": snips(data, pi), "dr": dr(data, pi, q)}
@@ -328,7 +388,11 @@ def policy_pmfs(
     """The pmf a stationary policy (a ``decide`` that does not change its model) gives each context,
     among the labels its record allowed."""
     rng = np.random.default_rng(seed)
-    return np.array([decide(x, rng, data.mask(i)).probs for i, x in enumerate(data.x)])
+    pi = np.zeros_like(data.probs)
+    for i, x in enumerate(data.x):
+        p = decide(x, rng, data.mask(i)).probs
+        pi[i, : p.size] = p  # an action-feature record's candidates: the first columns
+    return pi
 
 
 def uniform_pmfs(data: LoggedData) -> np.ndarray:
@@ -342,6 +406,29 @@ def constant_pmfs(data: LoggedData, label: int) -> np.ndarray:
     """Always ``label``."""
     pi = np.zeros((data.n, data.n_labels))
     pi[:, label] = 1.0
+    return pi
+
+
+def first_pmfs(data: LoggedData) -> np.ndarray:
+    """Always the first label (candidate) each record allowed."""
+    first = np.zeros(data.n, dtype=np.int64) if data.eligible is None else data.eligible.argmax(axis=1)
+    pi = np.zeros((data.n, data.n_labels))
+    pi[np.arange(data.n), first] = 1.0
+    return pi
+
+
+def baseline_pmfs(data: LoggedData) -> np.ndarray:
+    """Always the caller's own choice (``baseline``) logged with each decision;
+    :class:`EvaluationError` when a record has none."""
+    missing = data.n if data.baselines is None else int((data.baselines < 0).sum())
+    if missing:
+        raise EvaluationError(
+            f"policy 'baseline': {missing} of {data.n} logged decisions have no baseline "
+            "(send baseline with /predict, or pick the records with since / until)"
+        )
+    assert data.baselines is not None
+    pi = np.zeros((data.n, data.n_labels))
+    pi[np.arange(data.n), data.baselines] = 1.0
     return pi
 
 
@@ -502,7 +589,8 @@ def evaluate(
 ) -> dict[str, dict[str, Estimate]]:
     """Estimates of the logging policy (``"logged"``) and every policy: name -> estimator -> estimate.
 
-    ``uniform`` and ``constant:LABEL_INDEX`` are stationary (IPS, SNIPS, DR); ``model:NAME`` is
+    ``uniform``, ``first``, ``baseline`` and ``constant:LABEL_INDEX`` are stationary (IPS, SNIPS,
+    DR; an action-feature log: IPS, SNIPS, and no ``constant``); ``model:NAME`` is
     the frozen learner ``snapshots[NAME]`` (a service's model, passed by the evaluation jobs), its
     ``decide`` pmf on every logged context, the model unchanged; any other name is a learner
     (:func:`~service.learners.base.make_learner`'s name and parameters), replayed ``runs`` times.
@@ -517,6 +605,8 @@ def evaluate(
                 raise EvaluationError(
                     f"policy {text!r}: a model snapshot needs the service (POST /models/NAME/evaluations)"
                 )
+            if model.actions != data.candidates:
+                raise EvaluationError(_kind_mismatch(text, data.candidates))
             sparse = model.accepts_sparse
             stationary[text] = policy_pmfs(
                 data,
@@ -528,6 +618,15 @@ def evaluate(
             continue
         if name == "uniform":
             stationary[text] = uniform_pmfs(data)
+        elif name == "first":
+            stationary[text] = first_pmfs(data)
+        elif name == "baseline":
+            stationary[text] = baseline_pmfs(data)
+        elif name == "constant" and data.candidates:
+            raise EvaluationError(
+                f"policy {text!r}: a label index names another candidate in every request of an "
+                "action-feature log; evaluate first, baseline, uniform, a model or a learner"
+            )
         elif name == "constant":
             label = int(params.get("label", -1))
             if not 0 <= label < data.n_labels:
@@ -536,7 +635,11 @@ def evaluate(
                 )
             stationary[text] = constant_pmfs(data, label)
         else:
-            make_learner(name, data.dim, data.n_labels, params)  # a bad name or parameter fails here
+            cls = learners.get(name) if name in learners.names() else None
+            if cls is not None and cls.actions != data.candidates:
+                raise EvaluationError(_kind_mismatch(text, data.candidates))
+            labels = 1 if data.candidates else data.n_labels  # an action learner: one scorer
+            make_learner(name, data.dim, labels, params)  # a bad name or parameter fails here
             learning[text] = (name, params)
     out = {"logged": evaluate_stationary(data, {"logged": data.probs})["logged"]}
     if stationary:
@@ -544,7 +647,13 @@ def evaluate(
     for text, (name, params) in learning.items():
 
         def make(s: int, name: str = name, params: dict[str, Any] = params) -> Learner:
-            return make_learner(name, data.dim, data.n_labels, params, seed=s)
+            return make_learner(name, data.dim, 1 if data.candidates else data.n_labels, params, seed=s)
 
         out[text] = {"replay": replay(data, make, runs=runs, seed=seed)}
     return out
+
+
+def _kind_mismatch(text: str, candidates: bool) -> str:
+    if candidates:
+        return f"policy {text!r}: the log's decisions chose among candidate actions: name an action learner"
+    return f"policy {text!r}: an action-feature learner needs a log of decisions among candidate actions"

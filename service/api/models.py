@@ -252,8 +252,9 @@ class EvaluationRequest(BaseModel):
     policies: list[str] = Field(
         min_length=1,
         max_length=MAX_POLICIES,
-        description="uniform, constant:LABEL_INDEX, model:NAME (a model's current state, frozen), or "
-        "LEARNER[:param=value,...] (a learner: replayed)",
+        description="uniform, first (the first allowed label or candidate), baseline (the caller's "
+        "baseline logged with each decision), constant:LABEL_INDEX (label models), model:NAME (a model's "
+        "current state, frozen), or LEARNER[:param=value,...] (a learner: replayed)",
         examples=[["uniform", "cova", "banditboost:delta=0.05"]],
     )
     since: float | None = Field(
@@ -328,7 +329,7 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
     ``GET .../evaluations/{id}``. 429 when the replica has ``MAX_JOBS`` queued or running."""
     m = await runtime.resolve(name, fresh=True)
     try:
-        check_policies(body.policies, m.learner.n_features, m.learner.n_labels)
+        check_policies(body.policies, m.learner.n_features, m.learner.n_labels, m.learner.actions)
     except EvaluationError as exc:
         raise RequestValidationError(
             [{"type": "value_error", "loc": ("body", "policies"), "msg": str(exc)}]

@@ -4,9 +4,10 @@ Reads an exported decision log (JSON lines, ``GET /models/{name}/log`` or ``clic
 and estimates the click rate of each ``--policy`` on that traffic, with 95 % intervals
 (:mod:`service.ope`):
 
-``uniform``, ``constant:LABEL_INDEX``
+``uniform``, ``first``, ``baseline``, ``constant:LABEL_INDEX``
     stationary policies: IPS, SNIPS and doubly robust (so is ``model:NAME``, a running model's
-    current state, available through ``POST /models/{name}/evaluations`` only);
+    current state, available through ``POST /models/{name}/evaluations`` only); an action-feature
+    model's log: IPS and SNIPS, no ``constant`` (:mod:`service.ope`);
 ``LEARNER[:param=value,...]`` (e.g. ``cova``, ``banditboost:delta=0.05``)
     a learning policy: rejection-sampling replay over the log in order, as if it had served that
     traffic (several runs; the accepted count is printed beside the estimate).
@@ -69,7 +70,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "--policy",
         action="append",
         default=[],
-        help="uniform | constant:LABEL_INDEX | LEARNER[:param=value,...] (repeat the option)",
+        help="uniform | first | baseline | constant:LABEL_INDEX | LEARNER[:param=value,...] (repeatable)",
     )
     p.add_argument("--runs", type=int, default=10, help="replays per learning policy (default 10)")
     p.add_argument("--seed", type=int, default=0)

@@ -6,6 +6,7 @@ export."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 
@@ -248,11 +249,89 @@ async def test_vowpal_wabbit_reads_the_adf_export() -> None:
     ws.finish()
 
 
-def test_off_policy_evaluation_refuses_action_logs_naming_why(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from service.ope import EvaluationError, read_log
+async def test_off_policy_evaluation_of_an_action_log_over_http() -> None:
+    # Uniform logging over each request's candidates (epsilon 1): IPS of "first" must cover the
+    # click rate of the first candidates actually logged, which is known exactly here.
+    settings = {"api_keys": "k", "admin_key": "admin", "decision_id_seed": 1}
+    admin = {"X-API-Key": "admin"}
+    async with app_client(make_app(**settings)) as c:
+        body = spec("cova-adf", params={"epsilon": 1.0})
+        assert (await c.put("/models/shop", json=body, headers=admin)).status_code == 201
+        shop, first_clicks = Shop(3), []
+        for _ in range(400):
+            context, actions, segment = shop.request()
+            r = await c.post(
+                "/predict", json={"model": "shop", "features": context, "actions": actions}, headers=admin
+            )
+            d = r.json()
+            first_clicks.append(Shop.clicked(actions[0], segment))
+            click = Shop.clicked(actions[d["label_index"]], segment)
+            f = await c.post(
+                "/feedback", json={"decision_id": d["decision_id"], "click": click}, headers=admin
+            )
+            assert f.status_code == 200
+        for bad, why in (("constant:0", "names another candidate"), ("cova", "needs an action learner")):
+            r = await c.post("/models/shop/evaluations", json={"policies": [bad]}, headers=admin)
+            assert r.status_code == 422 and why in r.text, r.text
+        policies = ["uniform", "first", "squarecb-adf", "model:shop"]
+        r = await c.post("/models/shop/evaluations", json={"policies": policies, "runs": 2}, headers=admin)
+        assert r.status_code == 202, r.text
+        job = r.json()
+        for _ in range(600):
+            job = (await c.get(f"/models/shop/evaluations/{job['id']}", headers=admin)).json()
+            if job["state"] != "running":
+                break
+            await asyncio.sleep(0.1)
+    assert job["state"] == "done", job
+    res = job["results"]
+    assert job["events"] == 400 and set(res) == {"logged", *policies}
+    assert set(res["first"]) == {"ips", "snips"} and set(res["squarecb-adf"]) == {"replay"}
+    first = res["first"]["ips"]
+    truth = float(np.mean(first_clicks))
+    se = (first["high"] - first["low"]) / (2 * 1.96)
+    assert abs(first["value"] - truth) <= 3.3 * se, (first, truth)
+    # uniform is the logging policy itself: every weight 1, IPS is the logged click rate
+    assert res["uniform"]["ips"]["value"] == pytest.approx(res["logged"]["ips"]["value"])
+    assert res["uniform"]["ips"]["ess"] == pytest.approx(400)
+    replay = res["squarecb-adf"]["replay"]
+    assert 0 < replay["n"] < 400 and 0 <= replay["low"] <= replay["high"] <= 1
 
-    record = {"reward": 1, "features": {"idx": [], "val": [], "dim": 16}, "probs": [1.0], "label_index": 0}
+
+def test_action_log_records_give_the_inputs_and_the_fixed_policies(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from service.actions import ActionFeaturiser
+    from service.ope import EvaluationError, baseline_pmfs, evaluate, first_pmfs, read_log, uniform_pmfs
+
+    f = ActionFeaturiser(4, 10, 10)
+    x = f({"u": "a"}, [{"id": "p", "features": {"k": 1.0}}, {"id": "q"}, {"id": "r", "features": {"k": 2.0}}])
+    c, cands = x.context, [x.features(a) for a in range(x.n)]
+    rec = {
+        "reward": 1,
+        "features": {"idx": c.idx.tolist(), "val": c.val.tolist(), "dim": 16},
+        "actions": [
+            {"id": i, "idx": v.idx.tolist(), "val": v.val.tolist()} for i, v in zip(x.ids, cands, strict=True)
+        ],
+        "probs": [0.2, 0.3, 0.5],
+        "label_index": 2,
+        "eligible": None,
+        "baseline": 1,
+    }
+    short = {**rec, "actions": rec["actions"][1:], "probs": [0.5, 0.5], "label_index": 0, "eligible": [1]}
     path = tmp_path / "log.jsonl"
-    path.write_text(json.dumps({**record, "actions": [{"id": "a", "idx": [], "val": []}]}) + "\n")
-    with pytest.raises(EvaluationError, match="candidates vary per decision"):
-        read_log(path)
+    path.write_text("\n".join(json.dumps(r) for r in (rec, short)) + "\n")
+    data = read_log(path)
+    assert data.candidates and data.n_labels == 3
+    assert data.x[0].ids == ["p", "q", "r"] and data.x[1].ids == ["q", "r"]
+    for got, want in zip(data.x[0].rows(), x.rows(), strict=True):
+        assert np.array_equal(got, want)  # the candidates as the model saw them
+    assert data.eligible.tolist() == [[True, True, True], [False, True, False]]
+    assert data.mask(1).tolist() == [False, True]
+    assert first_pmfs(data).tolist() == [[1, 0, 0], [0, 1, 0]]
+    assert baseline_pmfs(data).tolist() == [[0, 1, 0], [0, 1, 0]]
+    assert uniform_pmfs(data).tolist() == [[1 / 3, 1 / 3, 1 / 3], [0, 1, 0]]
+    with pytest.raises(EvaluationError, match="names another candidate"):
+        evaluate(data, ["constant:0"], 2, 0)
+    with pytest.raises(EvaluationError, match="name an action learner"):
+        evaluate(data, ["cova"], 2, 0)
+    path.write_text(json.dumps({**rec, "baseline": None}) + "\n")
+    with pytest.raises(EvaluationError, match="1 of 1 logged decisions have no baseline"):
+        evaluate(read_log(path), ["baseline"], 2, 0)

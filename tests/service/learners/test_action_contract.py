@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from service.actions import ActionFeaturiser, ActionInput, action_rows
+from service.actions import ActionFeaturiser, ActionInput, action_rows, row_scores
 from service.features import FeatureError, bucket
 from service.interactions import _mix
 from service.learners.base import Decision, Learner, learners, make_learner
@@ -208,20 +208,23 @@ def test_rows_are_the_hashed_products_of_the_augmented_context_and_action() -> N
     c = {bucket("user=u1", BITS): 1.0}
     c[bucket("age", BITS)] = c.get(bucket("age", BITS), 0.0) + 2.5
     acts = [{bucket("brand=x", BITS): 1.0, bucket("price", BITS): 3.0}, {}]
-    indptr, idx, val = x.rows()
-    for a, feats in enumerate(acts):
-        want: dict[int, float] = {}
-        for i, cv in [(0, 1.0), *((b + 1, v) for b, v in sorted(c.items()))]:
-            for j, av in [(0, 1.0), *((b + 1, v) for b, v in sorted(feats.items()))]:
-                col = int(_mix(np.uint64(i * (size + 1) + j))) % size
-                want[col] = want.get(col, 0.0) + cv * av
-        lo, hi = indptr[a], indptr[a + 1]
-        got = dict(zip(idx[lo:hi].tolist(), val[lo:hi].tolist(), strict=True))
-        assert got == {k: v for k, v in want.items() if v != 0.0}
-        alone = x.__class__(x.ids, x.context, x.a_ptr, x.a_idx, x.a_val, BITS).row(a)
-        assert dict(zip(alone[0].tolist(), alone[1].tolist(), strict=True)) == got
+    for block in (True, False):
+        indptr, idx, val = x.rows(block)
+        for a, feats in enumerate(acts):
+            want: dict[int, float] = {}
+            for i, cv in [(0, 1.0), *((b + 1, v) for b, v in sorted(c.items()))]:
+                for j, av in [(0, 1.0), *((b + 1, v) for b, v in sorted(feats.items()))]:
+                    if i > 0 and j == 0 and not block:
+                        continue  # the context-only block, left out
+                    col = int(_mix(np.uint64(i * (size + 1) + j))) % size
+                    want[col] = want.get(col, 0.0) + cv * av
+            lo, hi = indptr[a], indptr[a + 1]
+            got = dict(zip(idx[lo:hi].tolist(), val[lo:hi].tolist(), strict=True))
+            assert got == {k: v for k, v in want.items() if v != 0.0}
+            alone = x.__class__(x.ids, x.context, x.a_ptr, x.a_idx, x.a_val, BITS).row(a, block)
+            assert dict(zip(alone[0].tolist(), alone[1].tolist(), strict=True)) == got
     empty = action_rows(
-        np.zeros(0, np.int64), np.zeros(0), np.array([0, 0]), np.zeros(0, np.int64), np.zeros(0), 4
+        np.zeros(0, np.int64), np.zeros(0), np.array([0, 0]), np.zeros(0, np.int64), np.zeros(0), 4, True
     )
     assert empty[0].tolist() == [0, 1] and empty[2].tolist() == [1.0]  # the constant alone
 
@@ -320,3 +323,18 @@ def test_squarecb_adf_draws_by_inverse_gap_weighting() -> None:
     want[b] = 1.0 - (want.sum() - want[b])
     np.testing.assert_allclose(d.probs, want, rtol=1e-10)
     assert d.memo["greedy"] == b
+
+
+def test_leaving_the_context_block_out_changes_no_ranking_of_learned_weights() -> None:
+    # A cova-adf that learned with the context-only block (as models stored before `context_block`
+    # existed) ranks every input alike without it: the block adds one shift to every candidate.
+    m = make_learner("cova-adf", 1 << BITS, 1, {"context_block": True}, seed=0)
+    run(m, 3, 300, DecisionIds.for_seed(3))
+    cat = Catalog(4)
+    for _ in range(50):
+        x, _ = cat.draw()
+        with_block = row_scores(m.w_, *x.rows(True))
+        without = row_scores(m.w_, *x.rows(False))
+        shift = with_block - without
+        np.testing.assert_allclose(shift, shift[0], rtol=1e-9, atol=1e-9)
+        assert np.argmax(with_block) == np.argmax(without)
