@@ -3,7 +3,9 @@ off-policy evaluations (admin key)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -26,7 +28,7 @@ from service.api.schemas import (
     error_responses,
 )
 from service.config import ModelName, ModelSpec
-from service.decision_log import LogRecord
+from service.decision_log import SLICE_SECONDS, LogRecord
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
 from service.learners.base import learners
 from service.ope import MIN_ESS, EvaluationError
@@ -234,9 +236,21 @@ async def export_log(
     async def lines() -> AsyncIterator[str]:
         page = first
         while True:
-            text = "".join(f"{line}\n" for r in page if (line := encode(r)) is not None)
-            if text:
-                yield text
+            # Encoded a slice of time at a time (as the pages are converted), the loop handed back
+            # between two: requests go on while an export streams.
+            chunk: list[str] = []
+            deadline = time.perf_counter() + SLICE_SECONDS
+            for r in page:
+                if (line := encode(r)) is not None:
+                    chunk.append(f"{line}\n")
+                if time.perf_counter() >= deadline:
+                    if chunk:
+                        yield "".join(chunk)
+                        chunk = []
+                    await asyncio.sleep(SLICE_SECONDS)
+                    deadline = time.perf_counter() + SLICE_SECONDS
+            if chunk:
+                yield "".join(chunk)
             page = await anext(pages, None)
             if page is None:
                 return
