@@ -45,7 +45,13 @@ class Catalog:
         return self.featurise(context, actions), p
 
 
+PAIRED = " with context pairs"
+
+
 def new(name: str, seed: int = 0) -> Learner:
+    """A learner of the registry at its defaults, or with ``context_pairs`` when ``name`` says so."""
+    if name.endswith(PAIRED):
+        return make_learner(name.removesuffix(PAIRED), 1 << BITS, 1, {"context_pairs": 16}, seed=seed)
     return make_learner(name, 1 << BITS, 1, seed=seed)
 
 
@@ -63,7 +69,7 @@ def run(m: Learner, seed: int, n: int, ids: DecisionIds) -> tuple[list[int], flo
     return labels, reward / n
 
 
-@pytest.fixture(params=ACTION_LEARNERS)
+@pytest.fixture(params=ACTION_LEARNERS + [n + PAIRED for n in ACTION_LEARNERS])
 def name(request: pytest.FixtureRequest) -> str:
     return request.param
 
