@@ -46,6 +46,7 @@ __all__ = [
     "ActionFeaturiser",
     "ActionInput",
     "action_rows",
+    "pair_entries",
     "row_scores",
 ]
 
@@ -60,7 +61,19 @@ MAX_ROW_ENTRIES = 200_000
 _ROWS = "Tuple((int64[::1], int64[::1], float64[::1]))"
 
 
-@kernel(f"{_ROWS}(int64[:], float64[:], int64[:], int64[:], float64[:], int64, boolean)")
+#: High bit of a context pair's id: pair ids never equal the ids ``0 .. 2**b`` of single entries.
+_PAIR_TAG = np.uint64(1) << np.uint64(63)
+
+
+def pair_entries(nc: int, a_ptr: np.ndarray, context_block: bool) -> int:
+    """Row entries the context pairs add to a request: ``nc (nc - 1) / 2`` pairs times each
+    candidate's action entries (plus the constant with the context block)."""
+    pairs = nc * (nc - 1) // 2
+    n = a_ptr.size - 1
+    return pairs * (int(a_ptr[-1] - a_ptr[0]) + (n if context_block else 0))
+
+
+@kernel(f"{_ROWS}(int64[:], float64[:], int64[:], int64[:], float64[:], int64, boolean, boolean)")
 def action_rows(
     c_idx: np.ndarray,
     c_val: np.ndarray,
@@ -69,6 +82,7 @@ def action_rows(
     a_val: np.ndarray,
     bits: int,
     context_block: bool,
+    pairs: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of the candidates (CSR: ``indptr``, ``idx``, ``val``) from the context ``(c_idx,
     c_val)`` and the actions' entries ``a_idx[a_ptr[a]:a_ptr[a + 1]]`` (each strictly increasing).
@@ -78,16 +92,23 @@ def action_rows(
     column ``mix(i (2**b + 1) + j) mod 2**b``; in order of first appearance, collisions added (in loop
     order), zeros dropped.
     Without ``context_block`` the context-only products (``c x 1``, the same in every row) are left out.
+    With ``pairs``, also every product of a context pair and an action entry (ours, issue 39: the label
+    C-OVA's pairs ``x_i x_j`` of :mod:`service.interactions`, per action): for context ids ``i < j``
+    the pair's id ``q = mix(i (2**b + 1) + j) | 2**63`` and, for every action id ``k`` (and the
+    constant, with ``context_block``), the value ``c_i c_j a_k`` at column ``mix(q (2**b + 1) + k) mod
+    2**b`` (64-bit arithmetic, wrapping), after the products above, pairs in row-major order.
     """
     n = a_ptr.size - 1
     nc = c_idx.size
     m = np.uint64((1 << bits) + 1)
     mask = np.uint64((1 << bits) - 1)
+    n_pairs = nc * (nc - 1) // 2 if pairs else 0
     indptr = np.zeros(n + 1, np.int64)
     total = 0
     longest = 1
     for a in range(n):
-        size = (nc + 1) * (a_ptr[a + 1] - a_ptr[a] + 1)
+        na = a_ptr[a + 1] - a_ptr[a]
+        size = (nc + 1) * (na + 1) + n_pairs * (na + 1 if context_block else na)
         total += size
         longest = max(longest, size)
     out_i = np.empty(total, np.int64)
@@ -101,13 +122,27 @@ def action_rows(
     stamp = np.full(slots, -1, np.int64)
     smask = np.uint64(slots - 1)
     t = 0
+    p = q = 0
     for a in range(n):
         start = t
         lo, hi = a_ptr[a], a_ptr[a + 1]
-        for ci in range(nc + 1):
-            i_id = np.uint64(0) if ci == 0 else np.uint64(c_idx[ci - 1] + 1)
-            cv = 1.0 if ci == 0 else c_val[ci - 1]
-            for aj in range(lo - 1 if ci == 0 or context_block else lo, hi):
+        for ci in range(nc + 1 + n_pairs):
+            if ci <= nc:
+                i_id = np.uint64(0) if ci == 0 else np.uint64(c_idx[ci - 1] + 1)
+                cv = 1.0 if ci == 0 else c_val[ci - 1]
+                first = lo - 1 if ci == 0 or context_block else lo
+            else:
+                if ci == nc + 1:
+                    p, q = 0, 1  # the pair (p, q), p < q, walked in row-major order
+                else:
+                    q += 1
+                    if q == nc:
+                        p += 1
+                        q = p + 1
+                i_id = _mix(np.uint64(c_idx[p] + 1) * m + np.uint64(c_idx[q] + 1)) | _PAIR_TAG
+                cv = c_val[p] * c_val[q]
+                first = lo - 1 if context_block else lo
+            for aj in range(first, hi):
                 j_id = np.uint64(0) if aj < lo else np.uint64(a_idx[aj] + 1)
                 av = 1.0 if aj < lo else a_val[aj]
                 h = _mix(i_id * m + j_id)
@@ -166,7 +201,7 @@ class ActionInput:
         ``b``: the rows have ``2**b`` columns.
     """
 
-    __slots__ = ("_block", "_rows", "a_idx", "a_ptr", "a_val", "bits", "context", "ids")
+    __slots__ = ("_kind", "_rows", "a_idx", "a_ptr", "a_val", "bits", "context", "ids")
 
     def __init__(
         self,
@@ -182,7 +217,7 @@ class ActionInput:
         self.a_ptr, self.a_idx, self.a_val = a_ptr, a_idx, a_val
         self.bits = bits
         self._rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._block = True
+        self._kind = (True, False)
 
     @property
     def n(self) -> int:
@@ -194,10 +229,25 @@ class ActionInput:
         """Columns of a row, ``2**bits``."""
         return 1 << self.bits
 
-    def rows(self, context_block: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def pairs(self, context_pairs: int, context_block: bool = True) -> bool:
+        """Whether the rows get the context pairs (:func:`action_rows`) for a learner whose bound is
+        ``context_pairs``: the context has 2 to ``context_pairs`` non-zeros and the request's rows,
+        pairs included, stay within :data:`MAX_ROW_ENTRIES` (so a learner's ``event_steps`` holds).
+        Decided on the whole request, so every candidate's row is built alike, alone or together."""
+        nc = self.context.nnz
+        if not 2 <= nc <= context_pairs:
+            return False
+        base = int(np.sum((nc + 1) * (np.diff(self.a_ptr) + 1)))
+        return base + pair_entries(nc, self.a_ptr, context_block) <= MAX_ROW_ENTRIES
+
+    def rows(
+        self, context_block: bool = True, context_pairs: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every candidate's row (:func:`action_rows`), as CSR ``(indptr, idx, val)``; with or without
-        the context-only block (kept for the last kind asked for: a learner asks for one kind)."""
-        if self._rows is None or self._block != context_block:
+        the context-only block, with the context pairs when :meth:`pairs` says so for
+        ``context_pairs`` (kept for the last kind asked for: a learner asks for one kind)."""
+        kind = (context_block, self.pairs(context_pairs, context_block))
+        if self._rows is None or self._kind != kind:
             self._rows = action_rows(
                 self.context.idx,
                 self.context.val,
@@ -205,14 +255,17 @@ class ActionInput:
                 self.a_idx,
                 self.a_val,
                 self.bits,
-                context_block,
+                *kind,
             )
-            self._block = context_block
+            self._kind = kind
         return self._rows
 
-    def row(self, a: int, context_block: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def row(
+        self, a: int, context_block: bool = True, context_pairs: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Candidate ``a``'s row alone (``idx``, ``val``); built alone when the rows are not."""
-        if self._rows is not None and self._block == context_block:
+        kind = (context_block, self.pairs(context_pairs, context_block))
+        if self._rows is not None and self._kind == kind:
             indptr, idx, val = self._rows
             return idx[indptr[a] : indptr[a + 1]], val[indptr[a] : indptr[a + 1]]
         lo, hi = self.a_ptr[a], self.a_ptr[a + 1]
@@ -224,7 +277,7 @@ class ActionInput:
             self.a_idx[lo:hi],
             self.a_val[lo:hi],
             self.bits,
-            context_block,
+            *kind,
         )
         return idx, val
 

@@ -71,13 +71,19 @@ class COVAADFParams(Params):
         (``bench actions``' label table shows both), and the catalog streams' reward did not drop.
         Left out, decisions of a model that learned with them are unchanged (a shift common to every
         candidate), so a model stored before this parameter existed keeps deciding as it did.
+    context_pairs : int, default 0
+        Most context non-zeros for which the rows also get every context pair times the action's
+        features (``c_i c_j a_k``, :func:`service.actions.action_rows`; ours): the label C-OVA's pairs
+        of input features (``interactions`` ``"auto"``, bound 64), per action. 0: none. A request
+        whose rows would pass :data:`service.actions.MAX_ROW_ENTRIES` with them gets none.
     """
 
     C: float = Field(0.01, gt=0.0)
     epsilon: float = Field(0.02, ge=0.0, le=1.0)
     context_block: bool = False
+    context_pairs: int = Field(0, ge=0, le=1000)
 
-    omit_at: ClassVar[dict[str, Any]] = {"context_block": True}
+    omit_at: ClassVar[dict[str, Any]] = {"context_block": True, "context_pairs": 0}
 
 
 @learners.register("cova-adf")
@@ -127,7 +133,7 @@ class COVAADF(ActionLearner):
     def decide(
         self, x: ActionInput, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
-        indptr, idx, val = x.rows(self.params.context_block)
+        indptr, idx, val = x.rows(self.params.context_block, self.params.context_pairs)
         scores = row_scores(self.w_, indptr, idx, val)
         eps = self.params.epsilon
         mask = as_mask(eligible, x.n)
@@ -143,6 +149,6 @@ class COVAADF(ActionLearner):
         return Decision(p, sample(p, rng), {"greedy": greedy})
 
     def learn(self, x: ActionInput, decision: Decision, reward: bool | float) -> None:
-        idx, val = x.row(decision.label, self.params.context_block)
+        idx, val = x.row(decision.label, self.params.context_block, self.params.context_pairs)
         pa1_step(self.w_, idx, val, 1.0 if reward else -1.0, self.params.C)
         self.t_ += 1

@@ -13,6 +13,7 @@ range, rewards rather than costs).
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -96,11 +97,18 @@ class SquareCBADFParams(Params):
         Wabbit's ``--gamma_scale`` and ``--gamma_exponent`` and their defaults). Larger: greedier.
     eta : float, default 0.5
         The regression's learning rate (VW's ``-l``, default 0.5).
+    context_pairs : int, default 0
+        Most context non-zeros for which the rows also get every context pair times the action's
+        features and the constant (:func:`service.actions.action_rows`; ours, as ``cova-adf``'s).
+        0: none.
     """
 
     gamma_scale: float = Field(10.0, gt=0.0)
     gamma_exponent: float = Field(0.5, ge=0.0, le=1.0)
     eta: float = Field(0.5, gt=0.0)
+    context_pairs: int = Field(0, ge=0, le=1000)
+
+    omit_at: ClassVar[dict[str, Any]] = {"context_pairs": 0}
 
 
 @learners.register("squarecb-adf")
@@ -168,13 +176,13 @@ class SquareCBADF(ActionLearner):
     def decide(
         self, x: ActionInput, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
-        indptr, idx, val = x.rows()
+        indptr, idx, val = x.rows(True, self.params.context_pairs)
         r = row_scores(self.w_, indptr, idx, val)
         gamma = self.params.gamma_scale * float(self.t_ + 1) ** self.params.gamma_exponent
         return igw_decision(r, gamma, rng, eligible)
 
     def learn(self, x: ActionInput, decision: Decision, reward: bool | float) -> None:
-        idx, val = x.row(decision.label)
+        idx, val = x.row(decision.label, True, self.params.context_pairs)
         nag_update(
             self.w_, self.g2_, self.scale_, self.totals_, idx, val, float(reward), self.params.eta, 1.0
         )

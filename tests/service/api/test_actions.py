@@ -201,6 +201,34 @@ async def test_it_learns_the_shop_and_new_items_from_their_features() -> None:
             assert hits / 200 > 0.8, (learner, hits)
 
 
+async def test_context_pairs_over_http_learn_what_needs_two_context_features() -> None:
+    """A model with ``context_pairs`` keeps it in its config and learns a click that needs two context
+    features together (item "same" is clicked iff the segment and the day agree, "other" iff they
+    differ: an XOR, which no sum of single context features x item features ranks right in more
+    than 3 of 4 contexts); a bad bound is a 422 naming it."""
+    async with app_client(make_app()) as c:
+        r = await c.put("/models/bad", json=spec("cova-adf", params={"context_pairs": -1}))
+        assert r.status_code == 422 and "context_pairs" in r.text
+        hits = {}
+        for name, params in (("plain", {}), ("pairs", {"context_pairs": 8, "C": 0.1})):
+            r = await c.put(f"/models/{name}", json=spec("cova-adf", params=params))
+            assert r.status_code == 201
+            assert r.json()["config"]["params"].get("context_pairs", 0) == params.get("context_pairs", 0)
+            rng = np.random.default_rng(3)
+            actions = [{"id": k, "features": {"kind": k}} for k in ("same", "other")]
+            hits[name] = 0
+            for t in range(1500):
+                seg, day = rng.integers(2, size=2).tolist()
+                features = {"segment": f"s{seg}", "day": f"d{day}"}
+                p = (
+                    await c.post("/predict", json={"model": name, "features": features, "actions": actions})
+                ).json()
+                click = p["label"] == ("same" if seg == day else "other")
+                await c.post("/feedback?wait=true", json={"decision_id": p["decision_id"], "click": click})
+                hits[name] += t >= 1000 and click
+        assert hits["pairs"] / 500 > 0.9 and hits["plain"] / 500 < 0.8, hits
+
+
 async def test_vowpal_wabbit_reads_the_adf_export() -> None:
     """``vw --cb_explore_adf --dsjson`` parses every exported line of an action-feature model to the
     logged action, cost and probability, one example per candidate after the shared one, and its

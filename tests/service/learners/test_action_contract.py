@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from service.actions import ActionFeaturiser, ActionInput, action_rows, row_scores
+from service.actions import MAX_ROW_ENTRIES, ActionFeaturiser, ActionInput, action_rows, row_scores
 from service.features import FeatureError, bucket
 from service.interactions import _mix
 from service.learners.base import Decision, Learner, learners, make_learner
@@ -45,7 +45,13 @@ class Catalog:
         return self.featurise(context, actions), p
 
 
+PAIRED = " with context pairs"
+
+
 def new(name: str, seed: int = 0) -> Learner:
+    """A learner of the registry at its defaults, or with ``context_pairs`` when ``name`` says so."""
+    if name.endswith(PAIRED):
+        return make_learner(name.removesuffix(PAIRED), 1 << BITS, 1, {"context_pairs": 16}, seed=seed)
     return make_learner(name, 1 << BITS, 1, seed=seed)
 
 
@@ -63,7 +69,7 @@ def run(m: Learner, seed: int, n: int, ids: DecisionIds) -> tuple[list[int], flo
     return labels, reward / n
 
 
-@pytest.fixture(params=ACTION_LEARNERS)
+@pytest.fixture(params=ACTION_LEARNERS + [n + PAIRED for n in ACTION_LEARNERS])
 def name(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -224,9 +230,113 @@ def test_rows_are_the_hashed_products_of_the_augmented_context_and_action() -> N
             alone = x.__class__(x.ids, x.context, x.a_ptr, x.a_idx, x.a_val, BITS).row(a, block)
             assert dict(zip(alone[0].tolist(), alone[1].tolist(), strict=True)) == got
     empty = action_rows(
-        np.zeros(0, np.int64), np.zeros(0), np.array([0, 0]), np.zeros(0, np.int64), np.zeros(0), 4, True
+        np.zeros(0, np.int64),
+        np.zeros(0),
+        np.array([0, 0]),
+        np.zeros(0, np.int64),
+        np.zeros(0),
+        4,
+        True,
+        True,
     )
     assert empty[0].tolist() == [0, 1] and empty[2].tolist() == [1.0]  # the constant alone
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's finaliser in Python integers (the textbook constants), for the oracle."""
+    z &= (1 << 64) - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
+    return z ^ (z >> 31)
+
+
+def test_context_pairs_are_the_hashed_products_of_context_pairs_and_action_entries() -> None:
+    # Textbook construction in Python integers: for ids i < j of the context (bucket + 1) the pair id
+    # q = mix(i (2**b + 1) + j) | 2**63, then c_i c_j a_k at mix(q (2**b + 1) + k) mod 2**b for every
+    # action id k (0: the constant, with the context block), beside the rows without pairs.
+    f = ActionFeaturiser(BITS, 100, 10)
+    context = {"user": "u1", "age": 2.5, "city": "x", "n": -1.5}
+    actions = [{"id": "a", "features": {"brand": "x", "price": 3.0}}, {"id": "b"}]
+    x = f(context, actions)
+    size, wrap = 1 << BITS, (1 << 64) - 1
+    ctx = [(int(i) + 1, float(v)) for i, v in zip(x.context.idx, x.context.val, strict=True)]
+    assert len(ctx) == 4
+    for block in (True, False):
+        base_ptr, base_idx, base_val = (a.copy() for a in x.rows(block))
+        indptr, idx, val = x.rows(block, 4)
+        assert x.pairs(4, block) and not x.pairs(3, block) and not x.pairs(0, block)
+        for a in range(x.n):
+            lo, hi = x.a_ptr[a], x.a_ptr[a + 1]
+            feats = [(0, 1.0)] if block else []
+            feats += [(int(k) + 1, float(v)) for k, v in zip(x.a_idx[lo:hi], x.a_val[lo:hi], strict=True)]
+            want = dict(
+                zip(
+                    base_idx[base_ptr[a] : base_ptr[a + 1]].tolist(),
+                    base_val[base_ptr[a] : base_ptr[a + 1]].tolist(),
+                    strict=True,
+                )
+            )
+            for p in range(len(ctx)):
+                for q in range(p + 1, len(ctx)):
+                    pair = _mix64(ctx[p][0] * (size + 1) + ctx[q][0]) | (1 << 63)
+                    for k, av in feats:
+                        col = _mix64((pair * (size + 1) + k) & wrap) % size
+                        want[col] = want.get(col, 0.0) + ctx[p][1] * ctx[q][1] * av
+            lo, hi = indptr[a], indptr[a + 1]
+            got = dict(zip(idx[lo:hi].tolist(), val[lo:hi].tolist(), strict=True))
+            assert got.keys() == {k for k, v in want.items() if v != 0.0}
+            for k, v in got.items():
+                assert v == pytest.approx(want[k], rel=1e-12, abs=1e-12)  # collisions add in another order
+            alone = ActionInput(x.ids, x.context, x.a_ptr, x.a_idx, x.a_val, BITS).row(a, block, 4)
+            assert dict(zip(alone[0].tolist(), alone[1].tolist(), strict=True)) == got
+        # Without the bound (or under it) the rows are the plain ones, bit for bit.
+        for got_, want_ in zip(x.rows(block, 3), (base_ptr, base_idx, base_val), strict=True):
+            assert np.array_equal(got_, want_)
+
+
+def test_context_pairs_stay_within_the_row_budget() -> None:
+    # 60 context features make 1,770 pairs; with 12 candidates of 10 features they would pass
+    # MAX_ROW_ENTRIES, so that request gets no pairs (decided on the whole request: a candidate's row
+    # alone is built alike), while 2 such candidates get them; the learners' event_steps bound holds.
+    f = ActionFeaturiser(BITS, 100, 20)
+    context = {f"c{j}": float(j + 1) for j in range(60)}
+    actions = [{"id": f"a{a}", "features": {f"g{j}": float(a + j + 1) for j in range(10)}} for a in range(12)]
+    big = f(context, actions)
+    small = f(context, actions[:2])
+    assert not big.pairs(64) and small.pairs(64)
+    assert big.rows(True, 64)[0][-1] == big.rows(True, 0)[0][-1]
+    assert small.rows(True, 64)[0][-1] > 1770 * 10  # the pairs' products are in (few collide at b=10)
+    for name in ACTION_LEARNERS:
+        assert learners.get(name).event_steps(1 << BITS, 1, {"context_pairs": 64}) >= 2 * MAX_ROW_ENTRIES
+    for x in (big, small):
+        indptr, _, _ = x.rows(True, 64)
+        assert indptr[-1] <= MAX_ROW_ENTRIES
+        for name in ACTION_LEARNERS:
+            m = make_learner(name, 1 << BITS, 1, {"context_pairs": 64}, seed=0)
+            m.learn(x, m.decide(x, np.random.default_rng(0)), True)
+
+
+@pytest.mark.parametrize("name", ACTION_LEARNERS)
+def test_context_pairs_learn_a_reward_that_needs_both_context_features(name: str) -> None:
+    # The best action is "yes" iff the two context features agree (XOR): no sum of (feature x action)
+    # products ranks it, the pairs x action products do.
+    rng = np.random.default_rng(0)
+    f = ActionFeaturiser(BITS, 10, 10)
+    actions = [{"id": "yes", "features": {"k": "yes"}}, {"id": "no", "features": {"k": "no"}}]
+    ids = DecisionIds.for_seed(0)
+    errors = {}
+    for pairs in (0, 64):
+        m = make_learner(name, 1 << BITS, 1, {"context_pairs": pairs}, seed=0)
+        wrong = 0
+        for t in range(3000):
+            u, v = rng.integers(0, 2, size=2).tolist()
+            x = f({"u": str(u), "v": str(v)}, actions)
+            d = m.decide(x, decision_rng(ids.new()))
+            best = 0 if u == v else 1
+            m.learn(x, d, d.label == best)
+            wrong += t >= 2000 and d.memo["greedy"] != best
+        errors[pairs] = wrong / 1000
+    assert errors[64] < 0.05 < 0.2 < errors[0], errors
 
 
 def test_bad_actions_are_refused_naming_the_problem() -> None:
