@@ -274,7 +274,7 @@ class ModelRuntime:
             else Featuriser(spec.n_features, spec.hashing_bits, max_named)
         )
         self.labels = spec.label_names
-        self._label_index = {name: i for i, name in enumerate(self.labels)}
+        self.label_index = {name: i for i, name in enumerate(self.labels)}  # label name -> index
         self.learner = build_learner(spec)
         # Safe rollout (service.rollout): the mode and its evidence, changed only by log events
         self.rollout = Rollout(spec.rollout, spec.apprentice_epsilon, spec.promote_confidence)
@@ -394,7 +394,7 @@ class ModelRuntime:
     def _lookup(self, names: list[str] | None) -> tuple[list[str], Mapping[str, int], str]:
         """The labels to look names up in, their index, and what they are called in messages."""
         if names is None or names is self.labels:
-            return self.labels, self._label_index, "label"
+            return self.labels, self.label_index, "label"
         return names, {n: i for i, n in enumerate(names)}, "action"
 
     def _has(self, labels: list[str], what: str, by_index: bool = False) -> str:

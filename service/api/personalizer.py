@@ -230,7 +230,7 @@ def _eligible(m: ModelRuntime, actions: list[RankableAction], excluded: list[str
         if action_id in seen:
             raise PersonalizerError(400, f"actions[{i}].id {action_id!r} is given twice")
         seen.add(action_id)
-        if m.spec.actions == "labels" and action_id not in m._label_index:
+        if m.spec.actions == "labels" and action_id not in m.label_index:
             raise PersonalizerError(
                 400,
                 f"actions[{i}].id {action_id!r} is not a label of model {m.name!r}: action ids must be "
@@ -250,7 +250,7 @@ def _ranking(
 ) -> list[dict[str, Any]]:
     """Every action with its probability: the eligible ones most probable first (ties in label
     order, as ``POST /predict``'s ranking), then the excluded ones with probability 0."""
-    index = m._label_index if m.spec.actions == "labels" else {a: i for i, a in enumerate(ids)}
+    index = m.label_index if m.spec.actions == "labels" else {a: i for i, a in enumerate(ids)}
     allowed = set(eligible)
     ranked = sorted(eligible, key=lambda a: (-probs[index[a]], index[a]))
     return [
