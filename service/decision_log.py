@@ -90,10 +90,10 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -102,19 +102,35 @@ from service.config import ModelSpec
 from service.store import LoggedDecision, Store
 from service.store.base import LogOutcome
 
-__all__ = ["FORMATS", "LogRecord", "pages"]
+T = TypeVar("T")
+U = TypeVar("U")
+
+__all__ = ["FORMATS", "LogRecord", "pages", "sliced"]
 
 #: Export formats: ``jsonl`` (:meth:`LogRecord.to_json`) and ``dsjson`` (:meth:`LogRecord.to_dsjson`).
 FORMATS = ("jsonl", "dsjson")
 #: Records per page read from the store (a page of dense d=784 contexts is about 1 MB of JSON). The
 #: store reads one page of a log at a time and pauses between two, so the page size bounds how much
-#: of the event loop exports take together, however many run: with the compact encoding a read
-#: slice brought some 130 small records, whose conversion and JSON at 256 a page held predicts
-#: behind four exports (p99 5 -> 8 ms); at 64 every export together converts at most 64 records per
-#: read pause.
-PAGE = 64
-#: The longest a page of records is converted or encoded before the event loop gets a turn.
+#: of the event loop exports take together, however many run (at 256, records that decode fast held
+#: predicts behind four exports: p99 5 -> 8 ms).
+PAGE = 64  #: The longest a page of records is converted or encoded before the event loop gets a turn.
 SLICE_SECONDS = 0.001
+
+
+async def sliced(items: Iterable[T], fn: Callable[[T], U]) -> AsyncIterator[list[U]]:
+    """``fn`` of every item, in lists of what :data:`SLICE_SECONDS` of work gives, pausing that long
+    between two, so that requests go on while a log is converted or encoded (a page of wide dense
+    records is milliseconds of JSON). The lists may be empty."""
+    out: list[U] = []
+    deadline = time.perf_counter() + SLICE_SECONDS
+    for item in items:
+        out.append(fn(item))
+        if time.perf_counter() >= deadline:
+            yield out
+            out = []
+            await asyncio.sleep(SLICE_SECONDS)
+            deadline = time.perf_counter() + SLICE_SECONDS
+    yield out
 
 
 def _line(doc: dict[str, Any]) -> str:
@@ -260,18 +276,7 @@ async def pages(
     after = None
     while True:
         entries, after = await store.read_decision_log(model, since, until, after, limit)
-        # A page is converted a slice of time at a time, handing the event loop back between two:
-        # the faster a store decodes, the more entries its read slice brings, and converting them
-        # all at once held predicts behind an export (p99 5 -> 8 ms).
-        out: list[LogRecord] = []
-        deadline = time.perf_counter() + SLICE_SECONDS
-        for e in entries:
-            out.append(LogRecord.from_logged(e, model, spec))
-            if time.perf_counter() >= deadline:
-                yield out
-                out = []
-                await asyncio.sleep(SLICE_SECONDS)
-                deadline = time.perf_counter() + SLICE_SECONDS
-        yield out
+        async for records in sliced(entries, lambda e: LogRecord.from_logged(e, model, spec)):
+            yield records
         if after is None:
             return

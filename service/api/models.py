@@ -3,9 +3,7 @@ off-policy evaluations (admin key)."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -28,7 +26,7 @@ from service.api.schemas import (
     error_responses,
 )
 from service.config import ModelName, ModelSpec
-from service.decision_log import SLICE_SECONDS, LogRecord
+from service.decision_log import LogRecord, sliced
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
 from service.learners.base import learners
 from service.ope import MIN_ESS, EvaluationError
@@ -234,26 +232,13 @@ async def export_log(
     encode = LogRecord.to_json if fmt == "jsonl" else LogRecord.to_dsjson
 
     async def lines() -> AsyncIterator[str]:
-        page = first
-        while True:
-            # Encoded a slice of time at a time (as the pages are converted), the loop handed back
-            # between two: requests go on while an export streams.
-            chunk: list[str] = []
-            deadline = time.perf_counter() + SLICE_SECONDS
-            for r in page:
-                if (line := encode(r)) is not None:
-                    chunk.append(f"{line}\n")
-                if time.perf_counter() >= deadline:
-                    if chunk:
-                        yield "".join(chunk)
-                        chunk = []
-                    await asyncio.sleep(SLICE_SECONDS)
-                    deadline = time.perf_counter() + SLICE_SECONDS
-            if chunk:
-                yield "".join(chunk)
+        page: list[LogRecord] | None = first
+        while page is not None:
+            async for chunk in sliced(page, encode):
+                text = "".join(f"{line}\n" for line in chunk if line is not None)
+                if text:
+                    yield text
             page = await anext(pages, None)
-            if page is None:
-                return
 
     return StreamingResponse(lines(), media_type=LOG_MEDIA)
 
