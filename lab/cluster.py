@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import redis
 
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0  # four replicas starting at once on a busy 2-core machine took over 30 s
 LOG = ["--log-level", "warning"]
 
 
