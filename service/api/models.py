@@ -129,7 +129,7 @@ async def get_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     return await _info(runtime, await runtime.resolve(name, fresh=True))
 
 
-@router.delete("/{name}", status_code=204, responses=NAMED)
+@router.delete("/{name}", status_code=204, responses=error_responses(404, 422, 503))  # any replica
 async def delete_model(name: NamePath, runtime: RuntimeDep) -> Response:
     await runtime.delete_model(name)
     return Response(status_code=204)
