@@ -24,6 +24,8 @@ from service._jit_cache import kernel
 
 __all__ = [
     "banditron_update",
+    "banditron_update_dense_batch",
+    "banditron_update_sparse_batch",
     "gamma_mix_sample",
     "merge_buckets",
     "nonzeros",
@@ -115,6 +117,47 @@ def banditron_update(
     if click:
         for j in range(idx.size):
             W[label, idx[j]] += val[j] / p
+
+
+@kernel(f"void({_W}, {_W}, {_IDX}, {_IDX}, boolean[:], {_VAL})")
+def banditron_update_dense_batch(
+    W: np.ndarray, X: np.ndarray, greedy: np.ndarray, label: np.ndarray, click: np.ndarray, p: np.ndarray
+) -> None:
+    """Banditron's dense update for the rows of ``X`` in order (issue 40: a follower's batch), each
+    the element-wise arithmetic of ``W[greedy] -= x; W[label] += x / p`` (numpy's order, bit for
+    bit: subtraction, then a division and an addition per element, no fused steps)."""
+    d = X.shape[1]
+    for i in range(X.shape[0]):
+        g = greedy[i]
+        for j in range(d):
+            W[g, j] -= X[i, j]
+        if click[i]:
+            r, q = label[i], p[i]
+            for j in range(d):
+                W[r, j] += X[i, j] / q
+
+
+@kernel(f"void({_W}, {_IDX}, {_VAL}, {_IDX}, {_IDX}, {_IDX}, boolean[:], {_VAL})")
+def banditron_update_sparse_batch(
+    W: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    start: np.ndarray,
+    greedy: np.ndarray,
+    label: np.ndarray,
+    click: np.ndarray,
+    p: np.ndarray,
+) -> None:
+    """:func:`banditron_update` for events ``i`` in order, event ``i``'s non-zeros being
+    ``idx[start[i]:start[i + 1]]`` and ``val[...]`` (a follower's batch, issue 40)."""
+    for i in range(greedy.size):
+        g, a, b = greedy[i], start[i], start[i + 1]
+        for j in range(a, b):
+            W[g, idx[j]] -= val[j]
+        if click[i]:
+            r, q = label[i], p[i]
+            for j in range(a, b):
+                W[r, idx[j]] += val[j] / q
 
 
 @njit(**_OPTS)  # compiled into its callers

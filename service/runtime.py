@@ -77,6 +77,15 @@ log = logging.getLogger("clickboost.runtime")
 # recording. Model creations and deletions come with the tail (the registry's stream); the whole list
 # is read again every MODEL_RESYNC_SECONDS in case a notice was missed.
 TAIL_BLOCK_SECONDS = 1.0
+# After a round of the tail that brought a few events, the next read waits FOLLOW_PAUSE_SECONDS, so
+# that under load one read brings many events (issue 40): a round's fixed cost (the read's round
+# trip: a send that wakes Redis, redis-py and the event loop; a few hundred us of CPU on the 2-core
+# machine of `bench redis-cost`) is shared by every event it brings. A replica that was idle still
+# applies the first event of a burst at once, and one that reads FOLLOW_BATCH events or more of a
+# model (catching up) reads again at once; the others are at most this much staler (`bench
+# staleness`, p99 target 100 ms).
+FOLLOW_PAUSE_SECONDS = 0.05
+FOLLOW_BATCH = 64
 MODEL_RESYNC_SECONDS = 30.0
 # The expiry sweep on a shared store skips a model until its next pending decision is due (the
 # store says when), or until a decision made meanwhile by another replica could be (its reward
@@ -480,6 +489,38 @@ class ModelRuntime:
                 self.rollout.restart()
         self.position = event.position
 
+    def apply_batch(self, events: Sequence[Event]) -> None:
+        """Apply ``events``, the next ones of the log in order (the first at ``self.position + 1``),
+        as :meth:`apply` one by one would, bit for bit: each run of learn events goes to the
+        learner in one :meth:`Learner.learn_batch` call (issue 40). Only for a learner whose learn
+        is never heavy (:meth:`Runtime._apply_all`)."""
+        xs: list[Any] = []
+        decisions: list[Decision] = []
+        rewards: list[Reward] = []
+        for event in events:
+            if event.kind != "learn":
+                self._learn_run(xs, decisions, rewards)
+                self.apply(event)
+                continue
+            assert event.x is not None and event.decision is not None and event.reward is not None
+            # the rollout's evidence reads only the decision and reward, never the learner
+            if self.observe(event):
+                xs.append(self._input(self.featurise.unpack(event.x)))
+                decisions.append(Decision.from_state(event.decision))
+                rewards.append(self._reward(event))
+        self._learn_run(xs, decisions, rewards)
+        if events:
+            self.position = events[-1].position
+
+    def _learn_run(self, xs: list[Any], decisions: list[Decision], rewards: list[Reward]) -> None:
+        """Learn a run of collected learn events and empty the lists."""
+        if xs:
+            self._checksum = None
+            self.learner.learn_batch(xs, decisions, rewards)
+            xs.clear()
+            decisions.clear()
+            rewards.clear()
+
     def checkpoint_state(self) -> State:
         """What a checkpoint stores: the learner's state (views), and the rollout's keys unless the
         model has been online from the start (its checkpoints are then the learner's state alone)."""
@@ -765,14 +806,28 @@ class Runtime:
             if events[0].position > m.position + 1:  # trimmed below us: start from the checkpoint
                 await self._from_checkpoint(m)
                 continue
-            while m.frozen is not None:
-                await m.frozen.wait()
-            now = self.clock()
-            for event in events:
-                if event.position == m.position + 1:  # a concurrent catch_up may have applied it
-                    await self._apply(m, event)
-                    m.last_apply_lag = max(now - event.at, 0.0)
+            await self._apply_all(m, events)
         await self._maybe_checkpoint(m)
+
+    async def _apply_all(self, m: ModelRuntime, events: list[Event]) -> None:
+        """Apply those of ``events`` (consecutive, read from ``m``'s log) that ``m`` has not applied
+        yet (a concurrent catch_up may have). A learner whose learn is never heavy takes them in
+        one synchronous batch (:meth:`ModelRuntime.apply_batch`: no round of the event loop per
+        event, one compiled loop where it has one); any other one by one (:meth:`_apply`)."""
+        while m.frozen is not None:
+            await m.frozen.wait()
+        now = self.clock()
+        todo = [e for e in events if e.position > m.position]
+        if not todo or todo[0].position != m.position + 1:
+            return
+        if type(m.learner).learn_is_heavy is Learner.learn_is_heavy:
+            m.apply_batch(todo)
+            m.last_apply_lag = max(now - todo[-1].at, 0.0)
+            return
+        for event in todo:
+            if event.position == m.position + 1:
+                await self._apply(m, event)
+                m.last_apply_lag = max(now - event.at, 0.0)
 
     async def _apply(self, m: ModelRuntime, event: Event) -> None:
         """Apply ``event`` (the next one) to ``m``: on the event loop, or, for a learn its learner
@@ -946,6 +1001,8 @@ class Runtime:
                     await self._catch_up_isolated(m)
             elif m.frozen is None and m.position > m.checkpoint_position:
                 await self._maybe_checkpoint(m)  # every T seconds with new events, however few
+        if tail.events and all(len(events) < FOLLOW_BATCH for events in tail.events.values()):
+            await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
         return tail.models_changed
 
     async def _apply_isolated(self, m: ModelRuntime, events: list[Event]) -> None:
@@ -957,13 +1014,7 @@ class Runtime:
             if events[0].position > m.position + 1:  # trimmed below us: from the checkpoint
                 await self.catch_up(m)
                 return
-            while m.frozen is not None:
-                await m.frozen.wait()
-            now = self.clock()
-            for event in events:
-                if event.position == m.position + 1:  # a concurrent catch_up may have applied it
-                    await self._apply(m, event)
-                    m.last_apply_lag = max(now - event.at, 0.0)
+            await self._apply_all(m, events)
             await self._maybe_checkpoint(m)
         except StoreUnavailableError:
             raise

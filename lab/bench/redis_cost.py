@@ -40,6 +40,7 @@ per replica core, replicas and shards for a given load); the same table is writt
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -50,9 +51,11 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -63,10 +66,22 @@ from lab.cluster import RedisServer, Replica
 from lab.repro import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The code measured as "before": the last commit before issue 25.
-BEFORE = "f4781e5"
+#: The code measured as "before": the commit issue 40's work started from.
+BEFORE = "0fd8341"
 D, K = 784, 10
 SPEC = {"learner": "banditron", "n_features": D, "n_labels": K, "reward_window_seconds": 600}
+#: The web-shaped workload beside the dense one: 30 named features hashed into 2^18 buckets.
+NAMED, HASHED_BITS = 30, 18
+HASHED_SPEC = {
+    "learner": "banditron",
+    "hashing_bits": HASHED_BITS,
+    "n_labels": K,
+    "reward_window_seconds": 600,
+}
+#: Concurrent clients of the "under load" phase (each its own keep-alive connection).
+LOAD_CLIENTS = 8
+#: Issue 40's target: follower CPU µs per applied event under load, dense and hashed.
+MAX_APPLY_US = 40.0
 #: The example load of the capacity table: pairs/s spread over this many models.
 LOAD, MODELS = 20_000, 50
 #: Share of a core a deployment is planned at (headroom for bursts, checkpoints, GC).
@@ -106,6 +121,9 @@ class Figures:
     bare_us: float = math.nan  # Redis CPU of the design's fewest steps (_bare_cost): a floor
     serve_us: float = math.nan
     apply_us: float = math.nan
+    apply_load_us: float = math.nan  # the same under LOAD_CLIENTS concurrent clients
+    apply_hashed_us: float = math.nan  # the hashed workload (NAMED features), sequential
+    apply_hashed_load_us: float = math.nan  # ... and under load
     rate_redis: float = math.nan
     rate_embedded: float = math.nan
     idle: dict[int, float] = field(default_factory=dict)  # models -> client commands/s
@@ -120,13 +138,29 @@ class _Checkout(Replica):
         super().__init__(redis_url, workdir, env)
         self.root = self.cwd = root
         self.env["PYTHONPATH"] = str(root)
+        if "hiredis" not in (root / "pyproject.toml").read_text():
+            # A checkout from before hiredis was a dependency runs as it installs: redis-py's own parser.
+            self.env["PYTHONPATH"] = str(_without_hiredis(workdir)) + os.pathsep + str(root)
+
+
+def _without_hiredis(workdir: Path) -> Path:
+    """A directory whose ``hiredis`` module fails to import (redis-py then parses in Python)."""
+    path = workdir / "without-hiredis"
+    (path / "hiredis").mkdir(parents=True, exist_ok=True)
+    (path / "hiredis" / "__init__.py").write_text("raise ImportError('hiredis left out')\n")
+    return path
 
 
 def _cpu(proc: subprocess.Popen[bytes] | None) -> float:
-    """User + system CPU seconds of a running process (Linux ``/proc``)."""
+    """CPU seconds of a running process, summed over its threads, in nanoseconds' precision (Linux
+    ``/proc/{pid}/task/*/schedstat``): ``/proc/{pid}/stat`` counts 10 ms ticks, too coarse for a
+    follower's few µs per event."""
     assert proc is not None
-    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path(f"/proc/{proc.pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
 
 
 def _redis_cpu(client: redis.Redis) -> float:
@@ -201,9 +235,11 @@ class _Pairs:
         self.rng = np.random.default_rng(seed)
         self.http = httpx.Client(timeout=30.0)
 
-    def run(self, url: str, n: int, model: str = "cost") -> float:
-        """``n`` pairs against ``url``; the seconds they took."""
-        rows = self.rng.random((n, D)).tolist()
+    def run(self, url: str, n: int, model: str = "cost", hashed: bool = False) -> float:
+        """``n`` pairs against ``url`` (``hashed``: :data:`NAMED` named features each, for a model of
+        :data:`HASHED_SPEC`); the seconds they took."""
+        values = self.rng.random((n, NAMED if hashed else D)).tolist()
+        rows: list[Any] = [{f"f{j}": v for j, v in enumerate(r)} for r in values] if hashed else values
         truth = self.rng.integers(0, K, n).tolist()
         start = time.perf_counter()
         for x, y in zip(rows, truth, strict=True):
@@ -218,6 +254,17 @@ class _Pairs:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _loaded(url: str, n: int, model: str, hashed: bool, clients: int = LOAD_CLIENTS) -> None:
+    """``n`` pairs against ``url`` from ``clients`` concurrent clients (threads, one connection each)."""
+    workers = [_Pairs(seed=100 + i) for i in range(clients)]
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(lambda w: w.run(url, n // clients, model, hashed), workers))
+    finally:
+        for w in workers:
+            w.close()
 
 
 def _wait_model(http: httpx.Client, url: str, name: str, version: int | None = None) -> None:
@@ -304,7 +351,9 @@ def measure(root: Path, label: str, plan: Plan, workdir: Path) -> Figures:
         a.start()
         a.wait_ready()
         pairs.http.put(f"{a.url}/models/cost", json=SPEC).raise_for_status()
+        pairs.http.put(f"{a.url}/models/cost-hashed", json=HASHED_SPEC).raise_for_status()
         pairs.run(a.url, plan.warmup)
+        pairs.run(a.url, plan.warmup, "cost-hashed", hashed=True)
         _settle()
 
         # One replica: Redis CPU and commands (Lua included), the rate, in blocks interleaved with
@@ -355,6 +404,35 @@ def measure(root: Path, label: str, plan: Plan, workdir: Path) -> Figures:
             serve.append((cpu_a - cpu_b) / per_block)
         out.redis_us_two = float(np.median(two)) * 1e6
         out.apply_us, out.serve_us = float(np.median(apply)) * 1e6, float(np.median(serve)) * 1e6
+
+        # B's CPU per event it applies: the hashed workload sequentially, then both under load.
+        def applying(run: Any, n: int) -> float:
+            b0, t0 = _cpu(b.proc), time.perf_counter()
+            run()
+            _settle(0.3)
+            return (_cpu(b.proc) - b0 - idle.procs[1] * (time.perf_counter() - t0)) / n * 1e6
+
+        _wait_model(pairs.http, b.url, "cost-hashed")
+        out.apply_hashed_us = float(
+            np.median(
+                [
+                    applying(lambda: pairs.run(a.url, per_block, "cost-hashed", True), per_block)
+                    for _ in range(BLOCKS)
+                ]
+            )
+        )
+        n_load = LOAD_CLIENTS * max(per_block // LOAD_CLIENTS, 1)
+        for hashed in (False, True):
+            model = "cost-hashed" if hashed else "cost"
+            got = float(
+                np.median(
+                    [applying(lambda: _loaded(a.url, n_load, model, hashed), n_load) for _ in range(BLOCKS)]  # noqa: B023
+                )
+            )
+            if hashed:
+                out.apply_hashed_load_us = got
+            else:
+                out.apply_load_us = got
         b.stop()
         replicas.remove(b)
 
@@ -557,6 +635,20 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
             "replica CPU µs per pair: applying (B, follows the log)",
             [_num(s.apply_us, "{:,.0f}") for s in sides],
         ),
+        row(
+            f"… applying under load ({LOAD_CLIENTS} concurrent clients to A)",
+            [_num(s.apply_load_us, "{:,.0f}") for s in sides],
+            f"≤ {MAX_APPLY_US:g}",
+        ),
+        row(
+            f"… applying, hashed Banditron ({NAMED} named features, b={HASHED_BITS}), sequential",
+            [_num(s.apply_hashed_us, "{:,.0f}") for s in sides],
+        ),
+        row(
+            f"… applying, hashed Banditron, under load ({LOAD_CLIENTS} clients)",
+            [_num(s.apply_hashed_load_us, "{:,.0f}") for s in sides],
+            f"≤ {MAX_APPLY_US:g}",
+        ),
         row("sequential pairs/s on Redis (absolute)", [_num(s.rate_redis, "{:,.0f}") for s in sides]),
         row(
             "… vs the embedded SQLite store, same run",
@@ -624,7 +716,8 @@ def bench(quick: bool) -> str:
                 note = f"Commit {BEFORE} could not be checked out (not a git checkout): this checkout only."
             else:
                 note = (
-                    f"`before` is commit {BEFORE} (before issue 25), served from a `git worktree` of it; "
+                    f"`before` is commit {BEFORE} (before issue 40), served from a `git worktree` of it "
+                    "(with redis-py's own parser, as it installs: hiredis came with issue 40); "
                     "`after` is this checkout; both measured in this run by the same code."
                 )
                 sides.append(measure(before, f"before ({BEFORE})", plan, Path(tmp)))

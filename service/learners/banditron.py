@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.kernels import banditron_update, gamma_mix_sample, sparse_argmax, sparse_scores
+from service.kernels import (
+    banditron_update,
+    banditron_update_dense_batch,
+    banditron_update_sparse_batch,
+    gamma_mix_sample,
+    sparse_argmax,
+    sparse_scores,
+)
 from service.learners.base import (
     Decision,
     Learner,
@@ -133,3 +141,28 @@ class Banditron(Learner):
         self.W_[greedy] -= x
         if reward:
             self.W_[label] += x / decision.probs[label]
+
+    def learn_batch(
+        self, xs: Sequence[np.ndarray | SparseVector], decisions: Sequence[Decision], rewards: Sequence[bool]
+    ) -> None:
+        """:meth:`learn` for each event in order, in one compiled loop (bit for bit the same)."""
+        n = len(xs)
+        if n < 2 or not (
+            all(isinstance(x, SparseVector) for x in xs) or all(isinstance(x, np.ndarray) for x in xs)
+        ):
+            super().learn_batch(xs, decisions, rewards)
+            return
+        greedy = np.fromiter((d.memo["greedy"] for d in decisions), dtype=np.int64, count=n)
+        label = np.fromiter((d.label for d in decisions), dtype=np.int64, count=n)
+        p = np.fromiter((d.probs[d.label] for d in decisions), dtype=np.float64, count=n)
+        click = np.fromiter(rewards, dtype=np.bool_, count=n)
+        if isinstance(xs[0], SparseVector):
+            start = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum([x.idx.size for x in xs], out=start[1:])  # type: ignore[union-attr]
+            idx = np.concatenate([x.idx for x in xs])  # type: ignore[union-attr]
+            val = np.concatenate([x.val for x in xs])  # type: ignore[union-attr]
+            banditron_update_sparse_batch(self.W_, idx, val, start, greedy, label, click, p)
+        else:
+            X = np.stack(xs).astype(np.float64, copy=False)  # type: ignore[arg-type]
+            banditron_update_dense_batch(self.W_, X, greedy, label, click, p)
+        self.t_ += n

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import abc
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, ClassVar
@@ -525,6 +525,16 @@ class Learner(Stateful, abc.ABC):
         """Apply the bandit update for ``decision`` given the click bit ``reward`` (or, when
         :attr:`graded`, a reward in (0, 1))."""
         raise NotImplementedError(f"{self.name} is a full-information learner: use learn_full")
+
+    def learn_batch(
+        self, xs: Sequence[Any], decisions: Sequence[Decision], rewards: Sequence[bool | float]
+    ) -> None:
+        """:meth:`learn` for each ``(x, decision, reward)`` in order: what a replica applying a run of
+        learn events calls (issue 40). A learner with a compiled loop over a batch overrides it,
+        bit for bit the same as the events learned one by one. Must never be heavy (see
+        :meth:`learn_is_heavy`: the runtime batches only learners that never are)."""
+        for x, decision, reward in zip(xs, decisions, rewards, strict=True):
+            self.learn(x, decision, reward)
 
     def relabel(self, x: np.ndarray, decision: Decision, label: int) -> Decision:
         """``decision`` as if its draw had given ``label``: what ``learn`` needs when another label of

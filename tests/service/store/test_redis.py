@@ -8,12 +8,18 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import redis
 
+from service import serial
+from service.config import ModelSpec
+from service.runtime import ModelRuntime
+from service.serial import StateFormatError
 from service.store import ClaimStatus, Event, StoreUnavailableError
-from service.store.codec import encode_decision, encode_x
+from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 from service.store.redis import RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
 from tests.service.store.test_contract import CONFIG, logged, record
@@ -292,3 +298,67 @@ async def test_the_old_key_layout_is_migrated_at_start_and_old_replicas_are_fenc
         for s in stores:
             await s.close()
         await raw.aclose()
+
+
+async def test_a_log_written_by_the_previous_version_still_applies(redis_url: str) -> None:
+    """Issue 40 changed the bytes of a record's features and decision (compact, a version byte);
+    records, learn events and decision-log entries written before it (``service.serial``) are read
+    as they were, and applying them gives the model the new encoding gives."""
+    s = RedisStore(redis_url, prefix=f"test-{uuid.uuid4().hex}:")
+    try:
+        await s.create_model("m", CONFIG)
+        old, new = logged("old"), logged("new")
+        for r in (old, new):
+            await s.put_decision(r)
+        # "old" as the previous version stored it: the pending record and its decision-log entry
+        await s.redis.hset(
+            s._decision_key("old"),
+            mapping={"x": serial.encode({"x": old.x}), "decision": serial.encode(old.decision)},
+        )
+        entry = (await s.redis.xrange(s.key("m", "dlog")))[0][0]
+        await s.redis.xadd(s.key("m", "dlog"), {"x": serial.encode({"x": old.x})}, id=entry[:-1] + b"9")
+        for r in (old, new):
+            assert (await s.claim_and_append(r.decision_id, True, 1.0)).status is ClaimStatus.ACCEPTED
+        events = await s.read_log("m", 0)
+        assert [e.decision_id for e in events] == ["old", "new"]
+        assert events[0].x.tobytes() == events[1].x.tobytes() == old.x.tobytes()  # type: ignore[union-attr]
+        assert events[0].decision.keys() == events[1].decision.keys()  # type: ignore[union-attr]
+        spec = ModelSpec.model_validate(CONFIG)
+        sums = []
+        for e in events:
+            m = ModelRuntime("m", spec, "i", 100)
+            m.apply(replace(e, position=1))
+            sums.append(m.checksum())
+        assert sums[0] == sums[1]
+        old_logged = await s.redis.xrange(s.key("m", "dlog"))
+        assert decode_x(old_logged[-1][1][b"x"]).tobytes() == old.x.tobytes()
+    finally:
+        await clean(s)
+        await s.close()
+
+
+def test_the_compact_encodings_round_trip_and_refuse_damage() -> None:
+    x = np.array([[3.0, 17.0], [0.5, -1e-300]])
+    decision = {
+        "probs": np.array([0.9, 0.1]),
+        "label": 1,
+        "memo.greedy": 0,
+        "memo.eligible": np.array([True, True]),
+        "memo.rollout": "apprentice",
+        "memo.policy": None,
+        "memo.w": 0.25,
+    }
+    assert encode_x(x)[0] == encode_decision(decision)[0] == 1  # the version byte
+    assert decode_x(encode_x(x)).tobytes() == x.tobytes()
+    got = decode_decision(encode_decision(decision))
+    assert got.keys() == decision.keys()
+    for k, v in decision.items():
+        assert type(got[k]) is type(v) and (
+            np.array_equal(got[k], v) if isinstance(v, np.ndarray) else got[k] == v
+        )
+    for bad in (encode_x(x)[:-1], encode_x(x) + b"\0", b"\x01"):
+        with pytest.raises(StateFormatError):
+            decode_x(bad)
+    for bad in (encode_decision(decision)[:-1], b"\x01\x05\0\0\0[[1]]", b"\x01\x02\0\0\0[]x"):
+        with pytest.raises(StateFormatError):
+            decode_decision(bad)
