@@ -94,7 +94,10 @@ async def converged(http: httpx.AsyncClient, replicas: list[Replica], name: str,
                 assert info["version"] == version
                 sums.add(info["checksum"])
                 break
-            assert time.monotonic() < deadline, f"{rep.url} stuck at {info['version']} < {version}"
+            # what the stuck replica says of the model, and its log, for the flake this once was
+            assert time.monotonic() < deadline, (
+                f"{rep.url} stuck at {info['version']} < {version}: {info}\n{rep.log.read_text()[-3000:]}"
+            )
             await asyncio.sleep(0.05)
     return sums
 
