@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gc
 import logging
 import math
 import os
@@ -659,6 +660,13 @@ class Runtime:
         ]
         self.ready = True
         self.loading = False
+        # What start-up made (numba's types and compiled kernels, pydantic's models, the routes:
+        # ~160k objects) lives as long as the process: out of the collector's view, a full collection
+        # scans only what came later, where it took ~80 ms of the event loop here, often enough
+        # under an export to hold predicts (tests/service/api/test_stalls.py). Collected first, so
+        # that no garbage is kept for good.
+        gc.collect()
+        gc.freeze()
 
     async def stop(self) -> None:
         """Stop the background loops, then wait for the checkpoints in flight to be stored."""
