@@ -83,8 +83,8 @@ HASHED_SPEC = {
 LOAD_CLIENTS = 8
 #: Issue 40's target: follower CPU µs per applied event under load, dense and hashed.
 MAX_APPLY_US = 40.0
-#: The example load of the capacity table: pairs/s spread over this many models.
-LOAD, MODELS = 20_000, 50
+#: The example loads of the capacity table: pairs/s spread over this many models.
+LOADS, MODELS = (20_000, 100_000), 50
 #: Share of a core a deployment is planned at (headroom for bursts, checkpoints, GC).
 UTILISATION = 0.7
 #: Timed pairs run in this many blocks; CPU figures are medians over the blocks (the machine is shared).
@@ -102,10 +102,11 @@ class Plan:
     monitored: int  # pairs under MONITOR (command counts)
     idle_seconds: float
     idle_models: int
+    saturate: int  # events logged while the follower is stopped, per block (_saturated)
 
 
-FULL = Plan(warmup=100, pairs=1500, monitored=300, idle_seconds=8.0, idle_models=50)
-QUICK = Plan(warmup=20, pairs=100, monitored=40, idle_seconds=2.0, idle_models=5)
+FULL = Plan(warmup=100, pairs=1500, monitored=300, idle_seconds=8.0, idle_models=50, saturate=900)
+QUICK = Plan(warmup=20, pairs=100, monitored=40, idle_seconds=2.0, idle_models=5, saturate=200)
 
 
 @dataclass
@@ -125,7 +126,7 @@ class Figures:
     apply_load_us: float = math.nan  # the same under LOAD_CLIENTS concurrent clients
     apply_hashed_us: float = math.nan  # the hashed workload (NAMED features), sequential
     apply_hashed_load_us: float = math.nan  # ... and under load
-    apply_sat_us: float = math.nan  # B saturated: stopped while SATURATE events are logged, then let go
+    apply_sat_us: float = math.nan  # B saturated: stopped while Plan.saturate events are logged, then let go
     apply_hashed_sat_us: float = math.nan  # ... the hashed workload
     rate_redis: float = math.nan
     rate_embedded: float = math.nan
@@ -287,12 +288,6 @@ def _settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-#: Events logged while the follower is stopped, per block of the saturated measurement: under the
-#: default checkpoint_every (1000) on a fresh model, so that the follower applies them rather than
-#: loading a checkpoint.
-SATURATE = 900
-
-
 def _version(http: httpx.Client, url: str, model: str) -> int:
     """``model``'s applied position on the replica at ``url``, from ``/metrics`` (read as is: the
     admin route ``GET /models/{name}`` would catch the replica up first)."""
@@ -302,23 +297,26 @@ def _version(http: httpx.Client, url: str, model: str) -> int:
     return -1
 
 
-def _saturated(a: Replica, b: Replica, http: httpx.Client, block: int, hashed: bool, idle: float) -> float:
-    """B's CPU µs per event when saturated: B stopped (``SIGSTOP``) while :data:`SATURATE` pairs of
+def _saturated(
+    a: Replica, b: Replica, http: httpx.Client, block: int, hashed: bool, idle: float, events: int
+) -> float:
+    """B's CPU µs per event when saturated: B stopped (``SIGSTOP``) while about ``events`` pairs of
     a fresh model run on A, then continued and given a second to catch up, net of its idle CPU.
-    Raises if it did not apply them all in that second."""
+    Raises if it did not apply them all in that second. ``events`` stays under the default
+    ``checkpoint_every`` (1000), so that B applies them rather than loading a checkpoint."""
     model = f"sat-{'hashed' if hashed else 'dense'}-{block}"
     http.put(f"{a.url}/models/{model}", json=HASHED_SPEC if hashed else SPEC).raise_for_status()
     _wait_model(http, b.url, model)
     assert b.proc is not None
     b.proc.send_signal(signal.SIGSTOP)
     try:
-        _loaded(a.url, SATURATE, model, hashed)
+        _loaded(a.url, events, model, hashed)
     finally:
         b.proc.send_signal(signal.SIGCONT)
     c0, t0 = _cpu(b.proc), time.perf_counter()
     time.sleep(1.0)
     cpu = _cpu(b.proc) - c0 - idle * (time.perf_counter() - t0)
-    n = LOAD_CLIENTS * (SATURATE // LOAD_CLIENTS)  # what _loaded runs
+    n = LOAD_CLIENTS * (events // LOAD_CLIENTS)  # what _loaded runs
     got = _version(http, b.url, model)
     if got < n:
         raise RuntimeError(f"the follower applied {got} of {n} events in 1 s: not saturated-and-done")
@@ -479,7 +477,12 @@ def measure(root: Path, label: str, plan: Plan, workdir: Path) -> Figures:
         # brings a few events, and the round's fixed cost dominates the figures above).
         for hashed in (False, True):
             got = float(
-                np.median([_saturated(a, b, pairs.http, i, hashed, idle.procs[1]) for i in range(BLOCKS)])
+                np.median(
+                    [
+                        _saturated(a, b, pairs.http, i, hashed, idle.procs[1], plan.saturate)
+                        for i in range(BLOCKS)
+                    ]
+                )
             )
             if hashed:
                 out.apply_hashed_sat_us = got
@@ -554,14 +557,16 @@ def _breakdown(counts: dict[str, float]) -> str:
     return ", ".join(f"{c} {n:.2g}" for c, n in counts.items() if n >= 0.05) or "–"
 
 
-def capacity(f: Figures, load: float = LOAD, models: int = MODELS, u: float = UTILISATION) -> list[list[str]]:
+def capacity(
+    f: Figures, loads: tuple[int, ...] = LOADS, models: int = MODELS, u: float = UTILISATION
+) -> list[list[str]]:
     """The capacity rows derived from the measured constants (docs/SCALING.md explains them).
 
     Per pair, Redis spends ``redis_us`` with one replica and ``follow = redis_us_two - redis_us``
     more for each further replica that follows the model's log; a replica spends ``serve_us`` on
     the pairs it serves and ``apply_us`` on every event of every model it holds. At ``u`` of a core:
     a shard runs ``u / (redis_us + (g - 1) follow)`` pairs/s of models followed by ``g`` replicas;
-    ``load`` pairs/s need ``load (serve_us + g apply_us) / u`` replica cores when each model is held
+    each of ``loads`` pairs/s needs ``load (serve_us + g apply_us) / u`` replica cores when each model is held
     by ``g`` replicas, and ``load serve_us / (u - load apply_us)`` when every replica holds every
     model (each then applies the whole load).
     """
@@ -594,36 +599,45 @@ def capacity(f: Figures, load: float = LOAD, models: int = MODELS, u: float = UT
             f"{u:.0%} × 1e6 / apply µs (saturated)",
         ],
     ]
-    what = f"{load:,} pairs/s over {models} models"
-    spare = budget - load * apply_us
-    if spare > 0:
-        cores = math.ceil(load * f.serve_us / spare)
-        shards = math.ceil(load * per_pair(cores) / budget)
+    if not math.isnan(f.apply_hashed_sat_us):
         rows.append(
             [
-                f"{what}, every replica holding every model: replica cores / shards",
-                f"{cores} / {shards}",
-                "each replica applies the whole load",
+                "… the hashed workload (30 named features)",
+                f"{budget / f.apply_hashed_sat_us:,.0f}",
+                f"{u:.0%} × 1e6 / hashed apply µs (saturated)",
             ]
         )
-    else:
-        rows.append(
-            [
-                f"{what}, every replica holding every model",
-                "impossible",
-                f"one core cannot apply {load:,} events/s",
-            ]
-        )
-    for g in (1, 2):
-        cores = math.ceil(load * (f.serve_us + g * apply_us) / budget)
-        shards = math.ceil(load * per_pair(g) / budget)
-        rows.append(
-            [
-                f"{what}, each model on {g} replica{'s' if g > 1 else ''}: replica cores / shards",
-                f"{cores} / {shards}",
-                f"load × (serve + {g} × apply); models placed by name",
-            ]
-        )
+    for load in loads:
+        what = f"{load:,} pairs/s over {models} models"
+        spare = budget - load * apply_us
+        if spare > 0:
+            cores = math.ceil(load * f.serve_us / spare)
+            shards = math.ceil(load * per_pair(cores) / budget)
+            rows.append(
+                [
+                    f"{what}, every replica holding every model: replica cores / shards",
+                    f"{cores} / {shards}",
+                    "each replica applies the whole load",
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    f"{what}, every replica holding every model",
+                    "impossible",
+                    f"one core cannot apply {load:,} events/s",
+                ]
+            )
+        for g in (1, 2):
+            cores = math.ceil(load * (f.serve_us + g * apply_us) / budget)
+            shards = math.ceil(load * per_pair(g) / budget)
+            rows.append(
+                [
+                    f"{what}, each model on {g} replica{'s' if g > 1 else ''}: replica cores / shards",
+                    f"{cores} / {shards}",
+                    f"load × (serve + {g} × apply); models placed by name",
+                ]
+            )
     return rows
 
 
@@ -705,7 +719,7 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
             f"≤ {MAX_APPLY_US:g}",
         ),
         row(
-            f"… applying saturated (B stopped while {SATURATE} events are logged, then catching up)",
+            "… applying saturated (B stopped while events are logged, then catching up)",
             [_num(s.apply_sat_us, "{:,.0f}") for s in sides],
             f"≤ {MAX_APPLY_US:g}",
         ),
