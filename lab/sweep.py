@@ -93,7 +93,9 @@ VERSION: dict[str, str] = {
     # the wide ranges, adaptive grace); a sweep setting names only its grid's parameters, so every
     # stored run of theirs ran the old schedule. Seed 001 pins the papers' schedule and keeps its runs.
     "adabandit": "wide-2026-11-28.1",
-    "banditbbm": "wide-2026-11-28.1",
+    # .2: BanditBBM's default split confidence is the papers' range again (its weights are ~20x smaller
+    # than AdaBandit's, service/learners/banditbbm.py)
+    "banditbbm": "wide-2026-11-28.2",
     "banditboost": "2026-11-25.1",
     # the linear learners and AdaBoost.MH, pinned since issue 24's race stores hours of their runs:
     # keyed by a hash of their sources, any edit of a module they import (weak/ for cova) threw
