@@ -46,15 +46,16 @@ class BanditBBMParams(BanditTreeBoosterParams):
         The papers' range (ALGORITHMS.md §2.10), not the wide one of
         :class:`BanditTreeBoosterParams` (1e-11 to 1e-10), with the rest of its schedule (ours). A
         tree's Hoeffding bound counts the weight its leaf has seen, and BanditBBM's weights are sums
-        of potential differences, about 1 per example, where AdaBandit's logistic costs give 15 to
-        25 (MNIST): at the wide range a BanditBBM leaf needed some 200 examples before its bound
-        could pass, and its trees stayed near 20 leaves on MNIST's first 3,000 rounds where
-        AdaBandit's grew 180.
+        of differences of potentials (probabilities, each at most 1) where AdaBandit's logistic
+        costs reach ``k - 1``: at the wide range a BanditBBM leaf waits for far more examples before
+        its bound can pass (on digits' first 1,500 rounds about 12 leaves per tree against
+        AdaBandit's 85; ``tests/service/learners/test_banditbbm.py``).
 
     N = 20, rho = 0.01, gamma = 0.2 are the best setting of ``clickboost sweep-defaults`` (car,
-    dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01. The trees' split schedule at
-    the defaults is ours (:class:`BanditTreeBoosterParams`, issue 41), and its split confidence the
-    best of a comparison on the tuning sets (car, dna, nursery, digits; `bench boosters` prints it).
+    dna, nursery, digits, with the split schedule below; docs/BENCHMARKS.md); its grid stops at rho
+    = 0.01. The trees' split schedule at the defaults is ours (:class:`BanditTreeBoosterParams`,
+    issue 41), and its split confidence the better of the two on those tuning sets (``bench
+    boosters`` prints the comparison).
     """
 
     n_learners: int = Field(20, ge=1, le=150)
