@@ -93,7 +93,9 @@ VERSION: dict[str, str] = {
     # the wide ranges, adaptive grace); a sweep setting names only its grid's parameters, so every
     # stored run of theirs ran the old schedule. Seed 001 pins the papers' schedule and keeps its runs.
     "adabandit": "wide-2026-11-28.1",
-    "banditbbm": "wide-2026-11-28.1",
+    # .2: BanditBBM's default split confidence is the papers' range again (its weights are ~20x smaller
+    # than AdaBandit's, service/learners/banditbbm.py)
+    "banditbbm": "wide-2026-11-28.2",
     "banditboost": "2026-11-25.1",
     # the linear learners and AdaBoost.MH, pinned since issue 24's race stores hours of their runs:
     # keyed by a hash of their sources, any edit of a module they import (weak/ for cova) threw
@@ -192,7 +194,8 @@ def render(
     results: Mapping[str, list[tuple[dict[str, Any], float, dict[str, float], float]]],
     defaults: Mapping[str, dict[str, Any]],
 ) -> str:
-    """Markdown: per learner, its settings ranked, the current default marked."""
+    """Markdown: per learner, its settings ranked, the current default marked, and a line under the
+    table when the default is not the first (the header cannot claim that for every grid)."""
     parts = []
     for learner, rows in results.items():
         lines = [
@@ -202,9 +205,14 @@ def render(
             f"| CPU s ({len(TUNING) * len(SEEDS)} runs) |",
             "|---:|---|---:|" + "---:|" * len(TUNING) + "---:|",
         ]
+        note = ""
         for rank, (params, mean, per, seconds) in enumerate(rows, 1):
-            mark = " **(default)**" if all(defaults[learner].get(k) == v for k, v in params.items()) else ""
+            mark = ""
+            if all(defaults[learner].get(k) == v for k, v in params.items()):
+                mark = " **(default)**"
+                if rank > 1:
+                    note = f"\n\nThe default ranks {rank}: {mean:.4f} against {rows[0][1]:.4f} for the first."
             cells = " | ".join(f"{per[d]:.4f}" for d in TUNING)
             lines.append(f"| {rank} | `{params}`{mark} | {mean:.4f} | {cells} | {seconds:.0f} |")
-        parts.append("\n".join(lines))
+        parts.append("\n".join(lines) + note)
     return "\n\n".join(parts)

@@ -42,10 +42,20 @@ class BanditBBMParams(BanditTreeBoosterParams):
         reduction, the paper), or, for comparison with the reference code's BBM path (§2.8, §3.3;
         not in the paper), a label uniform among those other than the greedy one. The weights are
         the reduction's either way.
+    split_confidence : (float, float), default (0.01, 0.9)
+        The papers' range (ALGORITHMS.md §2.10), not the wide one of
+        :class:`BanditTreeBoosterParams` (1e-11 to 1e-10), with the rest of its schedule (ours). A
+        tree's Hoeffding bound counts the weight its leaf has seen, and BanditBBM's weights are sums
+        of differences of potentials (probabilities, each at most 1) where AdaBandit's logistic
+        costs reach ``k - 1``: at the wide range a BanditBBM leaf waits for far more examples before
+        its bound can pass (on digits' first 1,500 rounds about 12 leaves per tree against
+        AdaBandit's 85; ``tests/service/learners/test_banditbbm.py``).
 
     N = 20, rho = 0.01, gamma = 0.2 are the best setting of ``clickboost sweep-defaults`` (car,
-    dna, nursery; docs/BENCHMARKS.md); its grid stops at rho = 0.01. The trees' split schedule at
-    the defaults is ours (:class:`BanditTreeBoosterParams`, issue 41).
+    dna, nursery, digits, with the split schedule below; docs/BENCHMARKS.md); its grid stops at rho
+    = 0.01. The trees' split schedule at the defaults is ours (:class:`BanditTreeBoosterParams`,
+    issue 41), and its split confidence the better of the two on those tuning sets (``bench
+    boosters`` prints the comparison).
     """
 
     n_learners: int = Field(20, ge=1, le=150)
@@ -54,6 +64,7 @@ class BanditBBMParams(BanditTreeBoosterParams):
     potential: Literal["exact", "mc"] = "exact"
     ties: Ties = "random"
     unclicked_label: Literal["argmin", "random"] = "argmin"
+    split_confidence: tuple[float, float] = (0.01, 0.9)
 
 
 def bbm_costs(

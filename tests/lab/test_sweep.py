@@ -30,6 +30,11 @@ def test_a_small_sweep_ranks_settings_and_resumes(monkeypatch: pytest.MonkeyPatc
     assert again == rows
     md = sweep.render({"banditron": rows}, {"banditron": {"gamma": 0.05, "tie_break": "random"}})
     assert md.count("**(default)**") == 1 and "`{'gamma': 0.3}`" in md
+    # a default that is not the first setting is said under its table, with both errors
+    second = rows[1][0]["gamma"]
+    md = sweep.render({"banditron": rows}, {"banditron": {"gamma": second}})
+    assert md.endswith(f"The default ranks 2: {rows[1][1]:.4f} against {rows[0][1]:.4f} for the first.")
+    assert "The default ranks" not in sweep.render({"banditron": rows}, {"banditron": rows[0][0]})
 
 
 def test_vw_is_swept_like_our_learners(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
