@@ -179,8 +179,11 @@ def slot_tag(slot: int) -> str:
 
 
 # Shared Lua helpers. ``p`` is the key prefix, ``m`` a model name; a model's keys are
-# ``p{m}:part``, a decision's ``p{tag}:d:id`` / ``p{tag}:c:id`` (the tag ends the id, after a dot;
-# ids of the old layout have none and keep their old keys ``pd:id`` / ``pc:id``).
+# ``p{m}:part``, a decision's ``p{tag}:r:id`` (the tag ends the id, after a dot). A decision's key
+# holds one string, first its pending record, then its claim (see ``load`` below). Before issue 40
+# a decision had two hashes, ``p{tag}:d:id`` (record) and ``p{tag}:c:id`` (claim), and ids of the
+# layout before issue 25 have no tag and keep ``pd:id`` / ``pc:id``: those are still read (and a
+# record found there is claimed into the new key) until their TTLs end.
 _LUA_COMMON = """
 local function mk(p, m, part) return p .. '{' .. m .. '}:' .. part end
 local function dk(p, id, kind)
@@ -191,19 +194,68 @@ end
 local function notify(p, m, on, pos)
   if on == '1' then redis.call('SPUBLISH', mk(p, m, 'notify'), pos) end
 end
--- A live claim: model, outcome, position, at, forget_at, deferred ('1' or ''), activated ('1' or '').
-local function live_claim(ck, now)
+local function opt(v) if v == '-' then return nil end return v end
+-- A decision's key (one string, one GET for the claim check and the record): a header of
+-- space-separated fields ('-' for none) and a newline, then, for a pending record, its decision and
+-- (only when the decision log does not hold them) its features.
+--   record: R model version created_at expires_at lg df ac hr ho ha len(decision)
+--   claim:  C model outcome position at forget_at df ac
+-- A claim is {model, outcome, position, at, forget_at, deferred, activated} ('' for none); a record a
+-- table. ``load`` returns the live claim or the record or neither.
+local function load(p, id, now)
+  local v = redis.call('GET', dk(p, id, 'r'))
+  if v then
+    local nl = string.find(v, '\\n', 1, true)
+    local f = {}
+    for t in string.gmatch(string.sub(v, 1, nl - 1), '%S+') do f[#f + 1] = t end
+    if f[1] == 'C' then
+      if tonumber(f[6]) <= tonumber(now) then return nil, nil end  -- forgotten (the caller's clock)
+      return {f[2], f[3], opt(f[4]) or '', f[5], f[6], opt(f[7]) or '', opt(f[8]) or ''}, nil
+    end
+    local n = tonumber(f[12])
+    local x = nil
+    if #v > nl + n then x = string.sub(v, nl + n + 1) end
+    return nil, {model = f[2], version = f[3], created = f[4], expires = f[5], lg = opt(f[6]), df = opt(f[7]),
+                 ac = opt(f[8]), hr = opt(f[9]), ho = opt(f[10]), ha = opt(f[11]),
+                 decision = string.sub(v, nl + 1, nl + n), x = x}
+  end
+  -- The layout before issue 40: a claim hash, a record hash.
+  local ck = dk(p, id, 'c')
   local c = redis.call('HMGET', ck, 'model', 'outcome', 'position', 'at', 'forget_at', 'df', 'ac')
-  if not c[1] then return nil end
-  if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil end
-  c[6], c[7] = c[6] or '', c[7] or ''
-  return c
+  if c[1] then
+    if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil, nil end
+    c[6], c[7] = c[6] or '', c[7] or ''
+    return c, nil
+  end
+  local h = redis.call('HMGET', dk(p, id, 'd'), 'model', 'model_version', 'created_at', 'expires_at', 'lg',
+                       'df', 'ac', 'hr', 'ho', 'ha', 'decision', 'x')
+  if not h[1] then return nil, nil end
+  return nil, {model = h[1], version = h[2], created = h[3], expires = h[4], lg = h[5], df = h[6], ac = h[7],
+               hr = h[8], ho = h[9], ha = h[10], decision = h[11], x = h[12], old = true}
 end
-local function claim(ck, dkey, due, id, m, outcome, position, now, forget_at, claim_ttl_ms, df, ac)
-  redis.call('HSET', ck, 'model', m, 'outcome', outcome, 'position', position, 'at', now,
-             'forget_at', forget_at, 'df', df, 'ac', ac)
-  redis.call('PEXPIRE', ck, claim_ttl_ms)
-  redis.call('DEL', dkey)
+local function record_text(r)
+  local head = {'R', r.model, r.version, r.created, r.expires, r.lg or '-', r.df or '-', r.ac or '-',
+                r.hr or '-', r.ho or '-', r.ha or '-', #r.decision}
+  return table.concat(head, ' ') .. '\\n' .. r.decision .. (r.x or '')
+end
+-- Save changed fields of a pending record (its TTL kept).
+local function save(p, id, r)
+  if r.old then
+    local f = {}
+    for _, k in ipairs({'ac', 'hr', 'ho', 'ha'}) do
+      if r[k] then f[#f + 1] = k f[#f + 1] = r[k] end
+    end
+    redis.call('HSET', dk(p, id, 'd'), unpack(f))
+  else
+    redis.call('SET', dk(p, id, 'r'), record_text(r), 'KEEPTTL')
+  end
+end
+-- The claim replaces the record in the decision's key (the record's bytes go with it).
+local function claim(p, r, due, id, m, outcome, position, now, forget_at, claim_ttl_ms, df, ac)
+  local head = {'C', m, outcome, position ~= '' and position or '-', now, forget_at, df ~= '' and df or '-',
+                ac ~= '' and ac or '-'}
+  redis.call('SET', dk(p, id, 'r'), table.concat(head, ' ') .. '\\n', 'PX', claim_ttl_ms)
+  if r.old then redis.call('DEL', dk(p, id, 'd')) end
   redis.call('ZREM', due, id)
 end
 -- Stream entry ids 'ms-seq' as numbers (ms < 1e14, see _MAX_SECONDS).
@@ -219,6 +271,17 @@ local function forgotten(lg, low)
   local lms, lseq = entry_id(low)
   return ms < lms or (ms == lms and seq < lseq)
 end
+-- The features of a pending record: its own, or its decision-log entry's (the one copy: the retention
+-- moves them into the record before it forgets the entry of a decision still pending).
+local function features(p, m, id, r)
+  if r.x then return r.x end
+  local e = redis.call('XRANGE', mk(p, m, 'dlog'), r.lg, r.lg)[1]
+  if not e then return redis.error_reply('the features of decision ' .. id .. ' are lost') end
+  local f = e[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'x' then return f[j + 1] end
+  end
+end
 -- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry.
 local function log_outcome(p, m, id, lg, low, outcome, reward, now)
   if not lg or forgotten(lg, low) then return end
@@ -230,27 +293,28 @@ local function outcome_of(click)
   if click == '0' then return 'no_click', 'no_clicks' end
   return 'reward', 'graded'
 end
--- Claim the pending decision ``r`` (HMGET model, x, decision, expires_at, lg) with the feedback
--- ``click``: its learn event, counters, decision-log outcome and claim (``df``: deferred, so also
--- activated). Returns the event's position.
-local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, dkey, ck, df)
-  local m = r[1]
+-- Claim the pending decision ``r`` with the feedback ``click``: its learn event, counters,
+-- decision-log outcome and claim (``df``: deferred, so also activated). Returns the event's position.
+local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, df)
+  local m = r.model
+  local x = features(p, m, id, r)
+  if type(x) == 'table' then return x end
   local outcome, counter = outcome_of(click)
   local meta = mk(p, m, 'meta')
   local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
   local pos = (tonumber(v[1]) or 0) + 1
   redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-             'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
+             'x', x, 'decision', r.decision, 'reward', click, 'outcome', outcome)
   redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
   if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
-  log_outcome(p, m, id, r[5], v[3], outcome, click, now)
-  claim(ck, dkey, mk(p, m, 'due'), id, m, outcome, pos, now, forget_at, claim_ttl_ms, df, df)
+  log_outcome(p, m, id, r.lg, v[3], outcome, click, now)
+  claim(p, r, mk(p, m, 'due'), id, m, outcome, tostring(pos), now, forget_at, claim_ttl_ms, df, df)
   notify(p, m, on, pos)
   return pos
 end
 """
 
-# KEYS: decision key, claim key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
+# KEYS: the decision's key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
 # reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0).
 # Returns {status, model, outcome, position ('' if none), at, deferred, activated}; a deferred decision
 # not activated yet holds the feedback in its record ('held').
@@ -258,54 +322,58 @@ _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
 local p, id, click, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local c = live_claim(KEYS[2], now)
+local c, r = load(p, id, now)
 if c then
   local status = 'duplicate'
   if c[2] == 'expired' then status = 'expired' end
   return {status, c[1], c[2], c[3], c[4], c[6], c[7]}
 end
-local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'ha')
-if not r[1] then return {'unknown'} end
-local df = r[6] or ''
-if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4], df, ''} end
+if not r then return {'unknown'} end
+local df = r.df or ''
+if tonumber(now) >= tonumber(r.expires) then return {'expired', r.model, 'expired', '', r.expires, df, ''} end
 local outcome = outcome_of(click)
-if df == '1' and not r[7] then
-  if r[8] then return {'duplicate', r[1], r[8], '', r[9], '1', ''} end
-  redis.call('HSET', KEYS[1], 'hr', click, 'ho', outcome, 'ha', now)
-  return {'held', r[1], outcome, '', now, '1', ''}
+if df == '1' and not r.ac then
+  if r.ho then return {'duplicate', r.model, r.ho, '', r.ha, '1', ''} end
+  r.hr, r.ho, r.ha = click, outcome, now
+  save(p, id, r)
+  return {'held', r.model, outcome, '', now, '1', ''}
 end
-local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], KEYS[1], KEYS[2], df)
-return {'accepted', r[1], outcome, tostring(pos), now, df, df}
+local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], df)
+if type(pos) == 'table' then return pos end
+return {'accepted', r.model, outcome, tostring(pos), now, df, df}
 """
 )
 
-# KEYS: decision key, claim key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
+# KEYS: the decision's key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
 # Returns {status, deferred} or {status, deferred, model, outcome, position, at, activated, reward}
 # when there is a claim (the held feedback's reward when it was learned now).
 _ACTIVATE = (
     _LUA_COMMON
     + """
 local p, id, now = ARGV[1], ARGV[2], ARGV[3]
-local c = live_claim(KEYS[2], now)
+local c, r = load(p, id, now)
 if c then
   local status = 'already'
   if c[6] == '1' and c[7] ~= '1' then status = 'expired' end  -- dropped unactivated
   return {status, c[6], c[1], c[2], c[3], c[4], c[7], ''}
 end
-local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'hr')
-if not r[1] then return {'unknown', ''} end
-if r[6] ~= '1' or r[7] then return {'already', r[6] or ''} end
-if tonumber(now) >= tonumber(r[4]) then return {'expired', '1', r[1], 'expired', '', r[4], '', ''} end
-local m = r[1]
+if not r then return {'unknown', ''} end
+if r.df ~= '1' or r.ac then return {'already', r.df or ''} end
+if tonumber(now) >= tonumber(r.expires) then
+  return {'expired', '1', r.model, 'expired', '', r.expires, '', ''}
+end
+local m = r.model
 local meta = mk(p, m, 'meta')
-redis.call('HSET', KEYS[1], 'ac', now)
+r.ac = now
+save(p, id, r)
 redis.call('HINCRBY', meta, 'activated', 1)
-if r[5] and not forgotten(r[5], redis.call('HGET', meta, 'dlog_min')) then
+if r.lg and not forgotten(r.lg, redis.call('HGET', meta, 'dlog_min')) then
   redis.call('HSET', mk(p, m, 'dout'), id .. ':a', now)
 end
-if not r[8] then return {'activated', '1'} end
-local pos = learn(p, id, r, r[9], now, ARGV[4], ARGV[5], ARGV[6], KEYS[1], KEYS[2], '1')
-return {'activated', '1', m, r[8], tostring(pos), now, '1', r[9]}
+if not r.ho then return {'activated', '1'} end
+local pos = learn(p, id, r, r.hr, now, ARGV[4], ARGV[5], ARGV[6], '1')
+if type(pos) == 'table' then return pos end
+return {'activated', '1', m, r.ho, tostring(pos), now, '1', r.hr}
 """
 )
 
@@ -325,25 +393,26 @@ local last, expired, dropped = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumbe
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 local out = {}
 for _, id in ipairs(ids) do
-  local dkey, ck = dk(p, id, 'd'), dk(p, id, 'c')
-  local r = redis.call('HMGET', dkey, 'x', 'decision', 'lg', 'df', 'ac')
-  if r[1] and not live_claim(ck, now) then
-    local pos, df, ac = '', r[4] or '', ''
-    if r[5] then ac = '1' end
+  local c, r = load(p, id, now)
+  if r and not c then
+    local pos, df, ac = '', r.df or '', ''
+    if r.ac then ac = '1' end
     if df == '1' and ac == '' then  -- never shown: dropped whatever the default reward
-      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
+      log_outcome(p, m, id, r.lg, v[4], 'dropped', '-', now)
       dropped = dropped + 1
       expired = expired - 1
     elseif ARGV[6] == '1' then
+      local x = features(p, m, id, r)
+      if type(x) == 'table' then return x end
       last = last + 1
       pos = tostring(last)
       redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-                 'x', r[1], 'decision', r[2], 'reward', '0', 'outcome', 'expired')
-      log_outcome(p, m, id, r[3], v[4], 'expired', '0', now)
+                 'x', x, 'decision', r.decision, 'reward', '0', 'outcome', 'expired')
+      log_outcome(p, m, id, r.lg, v[4], 'expired', '0', now)
     else
-      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
+      log_outcome(p, m, id, r.lg, v[4], 'dropped', '-', now)
     end
-    claim(ck, dkey, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
+    claim(p, r, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
     expired = expired + 1
     out[#out + 1] = id
     out[#out + 1] = pos
@@ -361,37 +430,28 @@ return {out, nxt[2] or ''}
 """
 )
 
-# KEYS: meta, decision key, claim key, due, decision log. ARGV: decision id, ttl (ms), x, decision,
-# model_version, created_at, expires_at, deferred ('1' / '0'), then for a logged decision: created_at
-# in whole ms, probabilities, label, the eligible labels ('' for all), and for a decision served in
-# logging or apprentice mode the learner's own probabilities and the baseline label. Returns 'ok',
-# 'unknown_model' or 'not_new' (insert if absent: the id has no pending record and no claim).
+# KEYS: meta, the decision's key, due, decision log. ARGV:
+# decision id, ttl (ms), x, decision, model_version, created_at, expires_at, deferred ('1' / '0'),
+# then for a logged decision: created_at in whole ms, probabilities, label, the eligible labels (''
+# for all), and for a decision served in logging or apprentice mode the learner's own probabilities
+# and the baseline label. Returns 'ok', 'unknown_model' or 'not_new' (insert if absent: the id has no
+# pending record and no claim). The features of a logged decision are kept once, in its decision-log
+# entry (the record holds the entry's id), else in the record.
 _PUT_DECISION = (
     _LUA_COMMON
     + """
-local meta, dkey = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'decisions', 'dlog_last', 'deferred')
-if not v[1] then return 'unknown_model' end
-if redis.call('EXISTS', dkey, KEYS[3]) > 0 then return 'not_new' end
-local record = {'model', v[1], 'x', ARGV[3], 'decision', ARGV[4], 'model_version', ARGV[5],
-                'created_at', ARGV[6], 'expires_at', ARGV[7]}
-local counts = {'decisions', (tonumber(v[2]) or 0) + 1}
-local deferred = ARGV[8] == '1'
-if deferred then
-  record[#record + 1] = 'df'
-  record[#record + 1] = '1'
-  counts[#counts + 1] = 'deferred'
-  counts[#counts + 1] = (tonumber(v[4]) or 0) + 1
+local meta = KEYS[1]
+-- The count, and whether the model exists: a first count on a hash without 'model' is undone.
+local n = redis.call('HINCRBY', meta, 'decisions', 1)
+if n == 1 and redis.call('HEXISTS', meta, 'model') == 0 then
+  redis.call('HDEL', meta, 'decisions')
+  return 'unknown_model'
 end
+local deferred = ARGV[8] == '1'
+local r = {model = string.match(meta, '{(.*)}:meta$'), version = ARGV[5], created = ARGV[6],
+           expires = ARGV[7], decision = ARGV[4], x = ARGV[3]}
+if deferred then r.df = '1' end
 if ARGV[9] then
-  -- Entry ids follow creation times; a replica whose clock is behind the last entry's follows it.
-  -- The last id is kept in the meta hash: reading the stream's last entry would copy its features.
-  local eid = ARGV[9] .. '-0'
-  if eid == '0-0' then eid = '0-1' end  -- the one id a stream refuses
-  if v[3] then
-    local ms, seq = entry_id(v[3])
-    if ms >= tonumber(ARGV[9]) then eid = ms .. '-' .. (seq + 1) end
-  end
   local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[10], 'l', ARGV[11]}
   if ARGV[12] and ARGV[12] ~= '' then  -- the eligible labels, one byte each (only when restricted)
     entry[#entry + 1] = 'e'
@@ -407,23 +467,33 @@ if ARGV[9] then
     entry[#entry + 1] = 'b'
     entry[#entry + 1] = ARGV[14]
   end
-  redis.call('XADD', KEYS[5], eid, unpack(entry))
-  counts[#counts + 1] = 'dlog_last'
-  counts[#counts + 1] = eid
-  record[#record + 1] = 'lg'
-  record[#record + 1] = eid
+  -- Entry ids follow creation times (Redis numbers the entries of one ms); a replica whose clock is
+  -- behind the last entry's follows it (the stream refuses an id below its last).
+  local eid = redis.pcall('XADD', KEYS[4], ARGV[9] .. '-*', unpack(entry))
+  if type(eid) == 'table' then
+    local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1][1]
+    eid = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(entry))
+  end
+  r.lg, r.x = eid, nil
 end
-redis.call('HSET', dkey, unpack(record))
-redis.call('PEXPIRE', dkey, ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
-redis.call('HSET', meta, unpack(counts))
+-- Insert if absent, in the step that writes the record; a taken id undoes the steps before (the
+-- script is atomic: nobody saw them). A record or claim of the layout before issue 40 is not looked
+-- for: only a client reusing its own id within a claim's TTL of the upgrade could meet one.
+if not redis.call('SET', KEYS[2], record_text(r), 'NX', 'PX', ARGV[2]) then
+  if r.lg then redis.call('XDEL', KEYS[4], r.lg) end
+  redis.call('HINCRBY', meta, 'decisions', -1)
+  return 'not_new'
+end
+if deferred then redis.call('HINCRBY', meta, 'deferred', 1) end
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 return 'ok'
 """
 )
 
 # KEYS: meta, decision log, outcomes. ARGV: age limit ('' for none: entries whose id is below this
-# many ms are too old), entries kept ('' for none), batch. Forgets the oldest entries beyond either
-# limit, at most ``batch``, with their outcomes; returns how many, or -1 when there is no such model.
+# many ms are too old), entries kept ('' for none), batch, prefix. Forgets the oldest entries beyond
+# either limit, at most ``batch``, with their outcomes; a decision still pending keeps its features,
+# moved into its record. Returns how many, or -1 when there is no such model.
 _TRIM_DECISION_LOG = (
     _LUA_COMMON
     + """
@@ -446,12 +516,22 @@ local n, ids = 0, {}
 for i, entry in ipairs(old) do
   if i > excess and not too_old(entry) then break end
   n = i
-  local f = entry[2]
+  local f, id, x = entry[2], nil, nil
   for j = 1, #f, 2 do
-    if f[j] == 'id' then
-      ids[#ids + 1] = f[j + 1]
-      ids[#ids + 1] = f[j + 1] .. ':a'  -- its activation, if deferred
-      break
+    if f[j] == 'id' then id = f[j + 1] elseif f[j] == 'x' then x = f[j + 1] end
+  end
+  ids[#ids + 1] = id
+  ids[#ids + 1] = id .. ':a'  -- its activation, if deferred
+  -- Still pending: its record takes the features (a record holds them after its decision and the
+  -- entry's id was the record's own, not an older entry of a reused id).
+  local key = dk(ARGV[4], id, 'r')
+  local v = redis.call('GET', key)
+  if v and string.sub(v, 1, 2) == 'R ' then
+    local head = string.sub(v, 1, string.find(v, '\\n', 1, true))
+    local fields = {}
+    for t in string.gmatch(head, '%S+') do fields[#fields + 1] = t end
+    if fields[6] == entry[1] and #v == #head + tonumber(fields[12]) then
+      redis.call('SET', key, v .. x, 'KEEPTTL')
     end
   end
 end
@@ -491,7 +571,10 @@ local existed = redis.call('HEXISTS', KEYS[1], 'model')
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = 1, #ids, batch do
   local keys = {}
-  for j = i, math.min(i + batch - 1, #ids) do keys[#keys + 1] = dk(p, ids[j], 'd') end
+  for j = i, math.min(i + batch - 1, #ids) do
+    keys[#keys + 1] = dk(p, ids[j], 'r')
+    keys[#keys + 1] = dk(p, ids[j], 'd')
+  end
   redis.call('DEL', unpack(keys))
 end
 redis.call('DEL', unpack(KEYS))
@@ -799,8 +882,9 @@ class RedisStore(Store):
     def _channel(self, name: str) -> str:
         return self.key(name, "notify")
 
-    def _decision_key(self, decision_id: str, kind: Literal["d", "c"] = "d") -> str:
-        """The record (``d``) or claim (``c``) key of a decision id (see ``dk`` in the scripts)."""
+    def _decision_key(self, decision_id: str, kind: Literal["r", "d", "c"] = "r") -> str:
+        """The key of a decision id (``r``: its record, then its claim), or its record (``d``) or
+        claim (``c``) key of the layout before issue 40 (see ``dk`` in the scripts)."""
         routed = _ROUTED.match(decision_id)
         if routed is None:  # an id of the old layout (or none of ours: its key holds nothing)
             return f"{self.prefix}{kind}:{decision_id}"
@@ -871,8 +955,7 @@ class RedisStore(Store):
         i = record.decision_id
         keys = [
             self.key(record.model, "meta"),
-            self._decision_key(i, "d"),
-            self._decision_key(i, "c"),
+            self._decision_key(i),
             *self._keys(record.model, "due", "dlog"),
         ]
         args: list[Any] = [
@@ -902,7 +985,34 @@ class RedisStore(Store):
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
-        h = await self.redis.hgetall(self._decision_key(decision_id))
+        text = await self.redis.get(self._decision_key(decision_id))
+        if text is None:  # none, or a record of the layout before issue 40
+            return await self._get_old_decision(decision_id)
+        head, _, rest = text.partition(b"\n")
+        f = [v.decode() for v in head.split(b" ")]
+        if f[0] != "R":  # a claim
+            return None
+        model, lg, n = f[1], None if f[5] == "-" else f[5], int(f[11])
+        x = rest[n:]
+        if not x:  # the features are kept once, in the decision log
+            assert lg is not None
+            entry = await self.redis.xrange(self.key(model, "dlog"), min=lg, max=lg)
+            x = entry[0][1][b"x"]
+        return DecisionRecord(
+            decision_id=decision_id,
+            model=model,
+            x=decode_x(x),
+            decision=decode_decision(rest[:n]),
+            model_version=int(f[2]),
+            created_at=float(f[3]),
+            expires_at=float(f[4]),
+            logged=lg is not None,
+            deferred=f[6] == "1",
+            activated_at=None if f[7] == "-" else float(f[7]),
+        )
+
+    async def _get_old_decision(self, decision_id: str) -> DecisionRecord | None:
+        h = await self.redis.hgetall(self._decision_key(decision_id, "d"))
         if not h:
             return None
         return DecisionRecord(
@@ -925,7 +1035,7 @@ class RedisStore(Store):
     async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ClaimOutcome(ClaimStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
-        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        keys = [self._decision_key(decision_id)]
         value = str(int(reward)) if isinstance(reward, bool) else _f(reward)
         args = [self.prefix, decision_id, value, *self._claim_args(now), self._notify]
         out = await self._claim(keys=keys, args=args)
@@ -938,7 +1048,7 @@ class RedisStore(Store):
     async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ActivateOutcome(ActivateStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
-        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        keys = [self._decision_key(decision_id)]
         now_s, forget_at, ttl_ms = self._claim_args(now)
         out = await self._activate(
             keys=keys, args=[self.prefix, decision_id, now_s, forget_at, ttl_ms, self._notify]
@@ -1097,7 +1207,7 @@ class RedisStore(Store):
         keys = self._keys(model, "meta", "dlog", "dout")
         trimmed = 0
         while True:  # each script forgets at most a batch (a long script would block Redis)
-            n = int(await self._trim_decisions(keys=keys, args=[cut, kept, self._TRIM_BATCH]))
+            n = int(await self._trim_decisions(keys=keys, args=[cut, kept, self._TRIM_BATCH, self.prefix]))
             if n < 0:
                 if trimmed:  # deleted meanwhile
                     return trimmed

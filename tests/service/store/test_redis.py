@@ -84,14 +84,15 @@ async def test_concurrent_duplicates_across_clients_accept_exactly_one(replicas:
 
 
 async def test_records_and_claims_carry_redis_ttls(replicas: list[RedisStore]) -> None:
+    """A decision's one key holds its record (TTL: window + grace), then its claim (TTL: the claim's)."""
     s = replicas[0]
     a = s.route("m", "a")
     await s.put_decision(record(a, window=10.0))
-    ttl = await s.redis.pttl(s._decision_key(a, "d"))
+    ttl = await s.redis.pttl(s._decision_key(a))
     assert 10_000 < ttl <= 1000 * (10.0 + s.grace)
     await s.claim_and_append(a, True, now=1.0)
-    assert 0 < await s.redis.pttl(s._decision_key(a, "c")) <= 100_000
-    assert await s.redis.exists(s._decision_key(a, "d")) == 0
+    assert 0 < await s.redis.pttl(s._decision_key(a)) <= 100_000
+    assert (await s.redis.get(s._decision_key(a))).startswith(b"C ")
 
 
 async def test_an_id_without_a_slot_tag_is_unknown(replicas: list[RedisStore]) -> None:
@@ -310,10 +311,13 @@ async def test_a_log_written_by_the_previous_version_still_applies(redis_url: st
         old, new = logged("old"), logged("new")
         for r in (old, new):
             await s.put_decision(r)
-        # "old" as the previous version stored it: the pending record and its decision-log entry
+        # "old" as the previous version stored it: the pending record (a hash, with the features, as
+        # before issue 40's one key per decision) and its decision-log entry
+        await s.redis.delete(s._decision_key("old"))
+        fields = {"model": "m", "model_version": 0, "created_at": repr(old.created_at)}
+        fields |= {"expires_at": repr(old.expires_at), "x": serial.encode({"x": old.x})}
         await s.redis.hset(
-            s._decision_key("old"),
-            mapping={"x": serial.encode({"x": old.x}), "decision": serial.encode(old.decision)},
+            s._decision_key("old", "d"), mapping={**fields, "decision": serial.encode(old.decision)}
         )
         entry = (await s.redis.xrange(s.key("m", "dlog")))[0][0]
         await s.redis.xadd(s.key("m", "dlog"), {"x": serial.encode({"x": old.x})}, id=entry[:-1] + b"9")
@@ -362,3 +366,34 @@ def test_the_compact_encodings_round_trip_and_refuse_damage() -> None:
     for bad in (encode_decision(decision)[:-1], b"\x01\x05\0\0\0[[1]]", b"\x01\x02\0\0\0[]x"):
         with pytest.raises(StateFormatError):
             decode_decision(bad)
+
+
+async def test_a_logged_decision_keeps_its_features_once_and_the_retention_keeps_them_while_pending(
+    replicas: list[RedisStore],
+) -> None:
+    """Issue 40: a logged decision's features are stored once, in its decision-log entry (the record
+    holds the entry's id); the retention forgetting the entry of a decision still pending moves them
+    into its record, so the feedback still learns them, bit for bit; an unlogged one keeps them in
+    its record."""
+    a, b = replicas[0], replicas[1]
+    d = [a.route("m", f"k{i}") for i in range(3)]
+    for i in range(3):
+        await a.put_decision(logged(d[i], created=100.0 + i))
+    x = (await a.read_decision_log("m"))[0][0].x
+    for i in range(3):
+        text = await a.redis.get(a._decision_key(d[i]))
+        assert x.tobytes() not in text  # not in the record
+    await b.claim_and_append(d[0], True, now=105.0)
+    assert await a.trim_decision_log("m", older_than=None, keep=0) == 3
+    assert x.tobytes() in await a.redis.get(a._decision_key(d[1]))  # pending: moved into its record
+    assert (await a.get_decision(d[1])).x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+    for i in (1, 2):
+        assert (await b.claim_and_append(d[i], False, now=106.0)).status is ClaimStatus.ACCEPTED
+    events = await a.read_log("m", 0)
+    assert [e.decision_id for e in events] == d
+    assert all(e.x.tobytes() == x.tobytes() for e in events)  # type: ignore[union-attr]
+    plain = a.route("m", "plain")
+    await a.put_decision(replace(logged(plain, created=107.0), logged=False))
+    assert x.tobytes() in await a.redis.get(a._decision_key(plain))
+    assert (await b.claim_and_append(plain, True, now=108.0)).status is ClaimStatus.ACCEPTED
+    assert (await a.read_log("m", 3))[0].x.tobytes() == x.tobytes()  # type: ignore[union-attr]
