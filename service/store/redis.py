@@ -29,8 +29,7 @@ the decision's model, ``{name}``: the model name as hash tag):
                                                 ``graded`` / ``graded_sum`` (graded rewards),
                                                 ``deferred`` / ``activated`` /
                                                 ``dropped_unactivated`` (deferred decisions),
-                                                ``dlog_last`` / ``dlog_min``: the decision log's last
-                                                entry id and the least one kept
+                                                ``dlog_min``: the least decision-log entry id kept
 ``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
                                                 explicit integers without gaps, ``XRANGE``/``XREAD`` read
                                                 them in order and ``XTRIM MINID`` trims below a position
@@ -46,18 +45,28 @@ the decision's model, ``{name}``: the model name as hash tag):
                                                 activation time of a deferred one
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
                                         zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
-``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
-                                                ``lg``: its decision-log entry id, when logged; a
-                                                deferred one: ``df`` 1, ``ac`` (activation time) and
-                                                a held feedback ``hr`` / ``ho`` / ``ha`` (reward,
-                                                outcome, time)
-``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``,
-                                                ``df`` / ``ac`` (deferred, activated: 1 or empty);
-                                                TTL ``claim_ttl`` (``forget_at`` honours the caller's clock)
+``{p}{t}:r:{decision_id}``              string  the decision: first its pending record (TTL window +
+                                                ``grace``): model, version, times, ``lg`` (its
+                                                decision-log entry id, when logged), deferred,
+                                                activation time, a held feedback (reward, outcome,
+                                                time), the decision and, unless logged, the features;
+                                                then its claim, which replaces it (TTL ``claim_ttl``):
+                                                model, outcome, position, at, ``forget_at`` (honours
+                                                the caller's clock), deferred, activated. Format:
+                                                ``load`` in the scripts. Before issue 40: two hashes,
+                                                ``{p}{t}:d:{id}`` and ``{p}{t}:c:{id}``, still read
 ``{p}lease:{name}``                     string  a lease (``checkpoint:{model}``) and its holder, with a TTL
 ``{p}replica:{id}``, ``{p}replicas``    string, a replica's last heartbeat (JSON, TTL); the ids that
                                         set     sent one (pruned when listed)
 ======================================  ======  ==============================================
+
+**One copy of the context** (issue 40). A logged decision's features are stored once, in its
+decision-log entry; the feedback, activation and expiry scripts read them there (``XRANGE`` of the
+one entry) to write the learn event, which keeps its own copy until the next checkpoint trims it, so
+that a follower reads its events in one read and never depends on the decision log's retention. The
+retention, before it forgets the entry of a decision still pending, moves the features into the
+decision's record, so a decision keeps its context until its reward window ends (and its record's
+TTL), whatever the retention. An unlogged decision keeps them in its record.
 
 **Following the logs.** A replica reads every model's new events with one blocking ``XREAD`` over
 all the logs and the registry's stream (:meth:`RedisStore.tail`), and applies the entries it gets:
