@@ -3,7 +3,7 @@
 Every HTTP error answer becomes an :class:`APIError` subclass chosen by status code, carrying the
 status, the server's message and the parsed body, so ``except NotFound`` or ``except Conflict`` reads
 like the API contract (issue 3): unknown decision id -> 404, second feedback -> 409, reward window
-passed -> 410, bad input -> 400/413/422.
+passed -> 410, bad input -> 400/413/422, a model held by other replicas -> 421.
 """
 
 from __future__ import annotations
@@ -64,6 +64,12 @@ class Conflict(APIError):
     """409: feedback for this decision id was already recorded (``first_outcome`` says how)."""
 
 
+class Misdirected(APIError):
+    """421: the replica's group does not hold the model (model placement), after the SDK followed
+    one such answer to the replicas it named; ``body["groups"]`` maps the model's groups to their
+    addresses."""
+
+
 class Gone(APIError):
     """410: the decision's reward window has passed (the default reward applies)."""
 
@@ -103,6 +109,8 @@ def error_for(status: int, body: Any) -> APIError:
         cls = Conflict
     elif status == 410:
         cls = Gone
+    elif status == 421:
+        cls = Misdirected
     elif status == 429:
         cls = RateLimited
     elif status >= 500:

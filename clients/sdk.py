@@ -18,6 +18,16 @@ this client made it), on every try while that replica is in rotation: a decision
 shared store was down is held in that replica's memory until the store is back, and replicas without
 a shared store know only their own decisions.
 
+Model placement
+---------------
+Where replicas hold only some models (replica groups, docs/SCALING.md), a replica asked about a model
+its group does not hold answers 421 and names the replicas that do in the ``X-Model-Replicas`` header.
+The client then re-sends the call once to one of them (nothing was recorded by the 421) and from then
+on sends that model's predicts and model calls to those replicas only (round-robin among those up);
+a model moved later answers 421 there and is followed again. The addresses named join the client's
+replicas for calls that name no model (feedback, activation: any replica accepts them). Only one
+421 is followed per call: a second one raises :class:`~clients.errors.Misdirected`.
+
 Which failures are retried, and why
 -----------------------------------
 Retries run within :attr:`Retry.budget` seconds (default 60, enough to ride out a 30 s store
@@ -71,6 +81,8 @@ T = TypeVar("T")
 
 Features = Sequence[float] | Mapping[str, float | str | bool]
 
+#: The header of a 421 answer naming the replicas that hold the model (service.placement).
+REPLICAS_HEADER = "x-model-replicas"
 #: Seconds between two ``/readyz`` probes of a replica out of rotation.
 PROBE_INTERVAL = 1.0
 _PROBE_TIMEOUT = 1.0
@@ -171,6 +183,11 @@ class _Call(Generic[T]):
     decision_id: str | None = None
     # Feedback only: a 409 after a retry whose first outcome equals ours is our own first attempt.
     reconcile: Callable[[Conflict], T | None] | None = None
+    # Calls about one model (predict: None is the default model) go to the replicas that hold it.
+    by_model: bool = False
+    model: str | None = None
+    # Seconds for this call's request, instead of the client's (a model move waits for replicas).
+    timeout: float | None = None
 
     def finish(self, resp: httpx.Response, retried: bool) -> T:
         """The value of a final answer, or the :class:`APIError` it maps to."""
@@ -193,6 +210,10 @@ def _json(resp: httpx.Response) -> Any:
         return resp.json()
     except ValueError as exc:
         raise ProtocolError(f"{resp.request.method} {resp.request.url.path}: answer is not JSON") from exc
+
+
+def _model_info(resp: httpx.Response) -> ModelInfo:
+    return ModelInfo.from_json(_json(resp))
 
 
 def _model_list(resp: httpx.Response) -> list[ModelInfo]:
@@ -239,6 +260,8 @@ class _Calls:
             json=body,
             idempotent=False,
             resend_once=True,
+            by_model=True,
+            model=model,
         )
 
     @staticmethod
@@ -299,12 +322,12 @@ class _Calls:
 
     @staticmethod
     def get_model(name: str) -> _Call[ModelInfo]:
-        return _Call("GET", f"/models/{name}", lambda r: ModelInfo.from_json(_json(r)), admin=True)
+        return _Call("GET", f"/models/{name}", _model_info, admin=True, by_model=True, model=name)
 
     @staticmethod
     def create_model(name: str, spec: dict[str, Any]) -> _Call[ModelInfo]:
         body = {k: v for k, v in spec.items() if v is not None}
-        return _Call("PUT", f"/models/{name}", lambda r: ModelInfo.from_json(_json(r)), json=body, admin=True)
+        return _Call("PUT", f"/models/{name}", _model_info, json=body, admin=True, by_model=True, model=name)
 
     @staticmethod
     def delete_model(name: str) -> _Call[None]:
@@ -315,9 +338,11 @@ class _Calls:
         return _Call(
             "POST",
             f"/models/{name}/reset",
-            lambda r: ModelInfo.from_json(_json(r)),
+            _model_info,
             admin=True,
             idempotent=False,
+            by_model=True,
+            model=name,
         )
 
     @staticmethod
@@ -325,18 +350,25 @@ class _Calls:
         def read(r: httpx.Response) -> ModelState:
             return ModelState(r.content, r.headers.get("content-type", "application/octet-stream"))
 
-        return _Call("GET", f"/models/{name}/state", read, admin=True)
+        return _Call("GET", f"/models/{name}/state", read, admin=True, by_model=True, model=name)
 
     @staticmethod
     def import_state(name: str, state: ModelState) -> _Call[ModelInfo]:
         return _Call(
             "PUT",
             f"/models/{name}/state",
-            lambda r: ModelInfo.from_json(_json(r)),
+            _model_info,
             content=state.content,
             headers={"content-type": state.content_type},
             admin=True,
+            by_model=True,
+            model=name,
         )
+
+    @staticmethod
+    def move_model(name: str, groups: Sequence[str], timeout: float) -> _Call[dict[str, Any]]:
+        body = {"groups": list(groups)}
+        return _Call("POST", f"/models/{name}/placement", _json, json=body, admin=True, timeout=timeout)
 
 
 def _model_spec(
@@ -386,24 +418,38 @@ def _base_urls(base_url: str | Sequence[str]) -> tuple[str, ...]:
 
 
 class _Rotation:
-    """Round-robin over base URLs, skipping those marked down; thread-safe (the sync probe is a thread)."""
+    """Round-robin over base URLs, skipping those marked down; thread-safe (the sync probe is a thread).
+
+    ``urls`` grows when a 421 names a replica not given (model placement): indices stay valid.
+    """
 
     def __init__(self, urls: tuple[str, ...]) -> None:
-        self.urls = urls
+        self.urls = list(urls)
         self.down: set[int] = set()
         self.lock = threading.Lock()
         self._next = 0
 
-    def pick(self, prefer: int | None = None) -> int:
-        """``prefer`` if it is up, else the next replica up in turn; the next one of all when none is."""
+    def pick(self, prefer: int | None = None, among: Sequence[int] | None = None) -> int:
+        """``prefer`` if it is up, else the next replica up in turn (of ``among`` when given: the
+        holders of a model); the next one of all when none is."""
         with self.lock:
-            if prefer is not None and prefer not in self.down:
+            if prefer is not None and prefer not in self.down and (among is None or prefer in among):
                 return prefer
             n = len(self.urls)
             order = [(self._next + k) % n for k in range(n)]
+            if among is not None:
+                order = [j for j in order if j in among] or order
             i = next((j for j in order if j not in self.down), order[0])
             self._next = i + 1
             return i
+
+    def index(self, url: str) -> int:
+        """The index of ``url``, added to the rotation if new."""
+        url = url.strip().rstrip("/")
+        with self.lock:
+            if url not in self.urls:
+                self.urls.append(url)
+            return self.urls.index(url)
 
     def mark_down(self, i: int) -> bool:
         """Take replica ``i`` out of rotation; True if it was in. A lone URL is never taken out."""
@@ -441,15 +487,34 @@ class _Base:
         admin_key: str | None,
         retry: Retry | None,
     ) -> None:
-        self.urls = _base_urls(base_url)
+        self._rotation = _Rotation(_base_urls(base_url))
+        self.urls = self._rotation.urls  # the same list: it grows with the replicas a 421 names
         self.api_key = key_from_env(api_key, API_KEY_ENV)
         self.admin_key = key_from_env(admin_key, ADMIN_KEY_ENV)
         self.retry = retry or Retry()
         #: What the retries did: ``retries``, ``resent_predicts`` (possible orphan decisions),
         #: ``marked_down`` (a replica taken out of rotation), ``back_up`` (put back by the probe).
+        #: ``misdirected``: 421 answers followed (model placement).
         self.stats: Counter[str] = Counter()
-        self._rotation = _Rotation(self.urls)
         self._owners: dict[str, int] = {}  # decision id -> replica that answered its predict
+        self._holders: dict[str | None, tuple[int, ...]] = {}  # model -> its replicas, from 421s
+
+    def _route(self, model: str | None, header: str | None) -> bool:
+        """Remember the replicas a 421 named for ``model``; False if it named none."""
+        urls = [u for u in (header or "").split(",") if u.strip()]
+        if not urls:
+            return False
+        holders = tuple(self._rotation.index(u) for u in urls)
+        with self._rotation.lock:
+            self._holders[model] = holders
+            self.stats["misdirected"] += 1
+        return True
+
+    def _among(self, call: _Call[Any]) -> tuple[int, ...] | None:
+        if not call.by_model:
+            return None
+        with self._rotation.lock:
+            return self._holders.get(call.model)
 
     def _count(self, key: str) -> None:
         with self._rotation.lock:
@@ -503,16 +568,17 @@ class _Tries(Generic[T]):
         self.tries = 0
         self.resent = False
         self.target = -1
+        self.followed = False  # a 421 was followed (once per call)
         self._prefer = client._owner(call.decision_id)
 
     def request(self) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` for the next try."""
-        self.target = self.client._rotation.pick(self._prefer)
+        self.target = self.client._rotation.pick(self._prefer, self.client._among(self.call))
         self.tries += 1
         if self.tries > 1:
             self.client._count("retries")
         call = self.call
-        return {
+        request = {
             "method": call.method,
             "url": self.client.urls[self.target] + call.path,
             "json": call.json,
@@ -520,6 +586,9 @@ class _Tries(Generic[T]):
             "params": call.params,
             "headers": self.client._headers(call),
         }
+        if call.timeout is not None:
+            request["timeout"] = call.timeout
+        return request
 
     def _delay(self, retry_after: str | None = None) -> float | None:
         """Seconds to sleep before the next try, or None when the budget or the attempts are spent.
@@ -553,9 +622,13 @@ class _Tries(Generic[T]):
     def answered(self, resp: httpx.Response) -> float | None:
         """Seconds to sleep before trying again after ``resp``; None when it is the final answer."""
         status = resp.status_code
+        call = self.call
+        if status == 421 and call.by_model and not self.followed:
+            # Nothing was recorded: re-send now to a replica that holds the model, once.
+            self.followed = self.client._route(call.model, resp.headers.get(REPLICAS_HEADER))
+            return 0.0 if self.followed else None
         if status in _PROXY_STATUS:
             self.client._mark_down(self.target)
-        call = self.call
         resend = call.resend_once and not self.resent and status == 502
         if not (status in _UNSENT_STATUS or (call.idempotent and status in _SAFE_STATUS) or resend):
             return None
@@ -808,6 +881,14 @@ class Client(_Base):
         """``PUT /models/{name}/state`` (admin): the server validates it and never unpickles."""
         return self._run(_Calls.import_state(name, state))
 
+    def move_model(self, name: str, groups: Sequence[str], *, timeout: float = 60.0) -> dict[str, Any]:
+        """``POST /models/{name}/placement`` (admin; model placement): place the model on the
+        replica groups ``groups`` without losing an event. Returns when the placement switched
+        (``{"model", "groups": {group: addresses}, "joining", "replica_group"}``);
+        :class:`~clients.errors.Conflict` when a new group has no live replica or did not catch up
+        (placement unchanged). ``timeout``: seconds for the request (the server waits up to 30 s)."""
+        return self._run(_Calls.move_model(name, groups, timeout))
+
 
 class AsyncClient(_Base):
     """The asyncio twin of :class:`Client`: same constructor and methods, as coroutines.
@@ -977,3 +1058,7 @@ class AsyncClient(_Base):
     async def import_state(self, name: str, state: ModelState) -> ModelInfo:
         """See :meth:`Client.import_state`."""
         return await self._run(_Calls.import_state(name, state))
+
+    async def move_model(self, name: str, groups: Sequence[str], *, timeout: float = 60.0) -> dict[str, Any]:
+        """See :meth:`Client.move_model`."""
+        return await self._run(_Calls.move_model(name, groups, timeout))

@@ -6,6 +6,7 @@ wait is bounded: a process that does not come up within :data:`START_TIMEOUT` se
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,12 +14,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import redis
 
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0  # four replicas starting at once on a busy 2-core machine took over 30 s
 LOG = ["--log-level", "warning"]
 
 
@@ -171,6 +173,12 @@ class Replica:
 def start_replicas(redis_url: str, workdir: Path, n: int, env: dict[str, str] | None = None) -> list[Replica]:
     """``n`` replicas started in parallel, each ready (``/readyz`` 200) on return."""
     replicas = [Replica(redis_url, workdir, env) for _ in range(n)]
+    _start_all(replicas)
+    return replicas
+
+
+def _start_all(replicas: list[Replica]) -> None:
+    """Start ``replicas`` in parallel and wait until each is ready; stop them all if one fails."""
     try:
         for r in replicas:
             r.start()
@@ -180,4 +188,25 @@ def start_replicas(redis_url: str, workdir: Path, n: int, env: dict[str, str] | 
         for r in replicas:
             r.stop()
         raise
-    return replicas
+
+
+def start_groups(
+    redis_url: str,
+    workdir: Path,
+    sizes: Mapping[str, int],
+    env: dict[str, str] | None = None,
+    copies: int | None = None,
+) -> dict[str, list[Replica]]:
+    """Replicas in groups (model placement, :mod:`service.placement`): ``sizes`` maps each group
+    name to its number of replicas; every replica gets its group, every group's addresses and
+    ``copies`` (None: every group holds every model). Started in parallel, each ready on return."""
+    groups = {name: [Replica(redis_url, workdir, env) for _ in range(n)] for name, n in sizes.items()}
+    addresses = json.dumps({name: [r.url for r in reps] for name, reps in groups.items()})
+    everyone = [r for reps in groups.values() for r in reps]
+    for name, reps in groups.items():
+        for r in reps:
+            r.env.update({"CLICKBOOST_REPLICA_GROUP": name, "CLICKBOOST_REPLICA_GROUPS": addresses})
+            if copies is not None:
+                r.env["CLICKBOOST_PLACEMENT_COPIES"] = str(copies)
+    _start_all(everyone)
+    return groups

@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.features import DEFAULT_HASHING_BITS, MAX_HASHING_BITS
+from service.placement import Placement
 
 __all__ = [
     "ConfigError",
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class ConfigError(ValueError):
@@ -177,6 +179,45 @@ class Settings(BaseSettings):
     # 100,000 decisions so that the Redis store's memory stays bounded (a few hundred bytes each for
     # hashed contexts, 8 d bytes for dense ones).
     log_retention: str = "7d,100000"
+    # Model placement (service.placement, docs/SCALING.md): this replica's group, every group's
+    # addresses as clients reach them (JSON, the same on every replica: {"a": ["http://10.0.0.1:8000"],
+    # "b": [...]}) and how many groups hold each model (unset: every group, i.e. no placement).
+    replica_group: GroupName | None = None
+    replica_groups: dict[GroupName, list[Annotated[str, Field(min_length=1)]]] = Field(default_factory=dict)
+    placement_copies: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_placement(self) -> Settings:
+        if not self.replica_groups:
+            if self.replica_group is not None or self.placement_copies is not None:
+                raise ValueError(
+                    "CLICKBOOST_REPLICA_GROUP and CLICKBOOST_PLACEMENT_COPIES need CLICKBOOST_REPLICA_GROUPS "
+                    '(every group\'s addresses, JSON: {"a": ["http://host:port"], ...})'
+                )
+            return self
+        if self.redis_url is None:
+            raise ValueError("CLICKBOOST_REPLICA_GROUPS: replica groups share their models through REDIS_URL")
+        if self.replica_group not in self.replica_groups:
+            raise ValueError(
+                f"CLICKBOOST_REPLICA_GROUP must be one of CLICKBOOST_REPLICA_GROUPS' groups "
+                f"({', '.join(sorted(self.replica_groups))}), got {self.replica_group!r}"
+            )
+        if empty := sorted(g for g, urls in self.replica_groups.items() if not urls):
+            raise ValueError(f"CLICKBOOST_REPLICA_GROUPS: group {empty[0]!r} has no address")
+        if self.placement_copies is not None and self.placement_copies > len(self.replica_groups):
+            raise ValueError(
+                f"CLICKBOOST_PLACEMENT_COPIES is {self.placement_copies}, more than the "
+                f"{len(self.replica_groups)} groups of CLICKBOOST_REPLICA_GROUPS"
+            )
+        return self
+
+    @property
+    def placement(self) -> Placement | None:
+        """The replica groups and this replica's, or None when placement is not configured."""
+        if not self.replica_groups or self.replica_group is None:
+            return None
+        copies = self.placement_copies or len(self.replica_groups)
+        return Placement(self.replica_group, self.replica_groups, copies)
 
     @field_validator("log_retention")
     @classmethod
@@ -208,7 +249,8 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         problems = "; ".join(
-            f"CLICKBOOST_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+            f"CLICKBOOST_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors()
         )
         raise ConfigError(f"bad settings: {problems}") from None
 

@@ -33,6 +33,7 @@ from service.decision_log import LogRecord, pages
 from service.evaluations import Evaluations
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
+from service.placement import Placement, PlacementError
 from service.rollout import Rollout, served
 from service.sampling import DecisionIds, decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode, encode_sparse
@@ -109,6 +110,11 @@ HEARTBEAT_TTL_SECONDS = 15.0
 # The Redis store appends ".{slot tag}" to every id, and a tag has no dot, so the last dot still
 # separates the tag and two (model, id) pairs never share a routed id.
 EVENT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
+# Moving a model (Runtime.move_model): the groups joining it must report it caught up within this
+# many seconds (their heartbeats come every HEARTBEAT_SECONDS), else the move is undone; a heartbeat
+# older than MOVE_LIVE_SECONDS is a replica presumed gone (the dashboard calls it stale then too).
+MOVE_TIMEOUT_SECONDS = 30.0
+MOVE_LIVE_SECONDS = 3 * HEARTBEAT_SECONDS
 # Checkpoints of states under this size are encoded on the event loop: that takes less than handing
 # them to a thread (~20 us for 64 KiB against ~80 us per asyncio.to_thread); larger ones in a thread.
 INLINE_CHECKPOINT_BYTES = 1 << 16
@@ -606,6 +612,12 @@ class Runtime:
         self.started_at = clock()
         # Per-minute counts gathered since the last flush: model -> minute -> counts
         self._activity: dict[str, dict[int, Activity]] = {}
+        # Model placement (service.placement): None when every replica holds every model. Else the
+        # store's overrides (moved models) as of the last sync, and the models of the store that this
+        # replica's group does not hold (their requests get 421 without asking the store).
+        self.placement = settings.placement
+        self._overrides: dict[str, dict[str, Any]] = {}
+        self._elsewhere: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -680,9 +692,18 @@ class Runtime:
             "created_at": self.clock(),
         }
 
+    def holds(self, name: str) -> bool:
+        """Whether this replica's group loads ``name`` (always, without placement)."""
+        return self.placement is None or self.placement.holds(name, self._overrides.get(name))
+
     async def sync_models(self) -> None:
-        """Load models created elsewhere, drop deleted ones, reload re-created ones."""
+        """Load models created elsewhere, drop deleted ones, reload re-created ones; with placement,
+        hold only the models placed on this replica's group (drop those moved away)."""
         configs = await self.store.list_models()
+        if self.placement is not None:
+            self._overrides = await self.store.placements()
+            self._elsewhere = {name for name in configs if not self.holds(name)}
+            configs = {name: config for name, config in configs.items() if name not in self._elsewhere}
         for name in list(self.models):
             if name not in configs or configs[name]["incarnation"] != self.models[name].incarnation:
                 del self.models[name]
@@ -693,13 +714,26 @@ class Runtime:
                 await self._load_isolated(name, config)
 
     async def sync_model(self, name: str) -> ModelRuntime | None:
-        """Read-your-writes for one name: load it if the store has it, forget it if not."""
+        """Read-your-writes for one name: load it if the store has it (and, with placement, this
+        replica's group holds it), forget it if not."""
         try:
             config = await self.store.get_model(name)
         except UnknownModelError:
             self.models.pop(name, None)
             self._load_failures.pop(name, None)
+            self._elsewhere.discard(name)
             return None
+        if self.placement is not None:
+            override = (await self.store.placements()).get(name)
+            self._overrides.pop(name, None)
+            if override is not None:
+                self._overrides[name] = override
+            if not self.holds(name):
+                self.models.pop(name, None)
+                self._load_failures.pop(name, None)
+                self._elsewhere.add(name)
+                return None
+            self._elsewhere.discard(name)
         m = self.models.get(name)
         if m is None or m.incarnation != config["incarnation"]:
             self.models.pop(name, None)
@@ -1178,7 +1212,8 @@ class Runtime:
             except UnknownModelError:  # deleted meanwhile
                 continue
             models[name] = (m.position, max(behind, 0))
-        return Heartbeat(self.replica_id, self.host, self.pid, self.started_at, models)
+        group = None if self.placement is None else self.placement.group
+        return Heartbeat(self.replica_id, self.host, self.pid, self.started_at, models, group=group)
 
     async def _report_loop(self) -> None:
         last_beat = time.monotonic()
@@ -1198,7 +1233,8 @@ class Runtime:
 
     def get(self, name: str | None) -> ModelRuntime:
         """The model called ``name``, or the default model; :class:`UnknownModelError` if none,
-        :class:`ModelUnavailableError` (503, retry) while the server is starting."""
+        :class:`ModelUnavailableError` (503, retry) while the server is starting,
+        :class:`~service.placement.MisdirectedError` (421) if this replica's group does not hold it."""
         if self.loading:
             raise ModelUnavailableError(f"the server is not ready yet ({self.status()[1]}); retry")
         if name is None:
@@ -1212,6 +1248,8 @@ class Runtime:
         try:
             return self.models[name]
         except KeyError:
+            if self.placement is not None and name in self._elsewhere:
+                raise self.placement.misdirected(name, self._overrides.get(name)) from None
             failed = self._load_failures.get(name)
             if failed is not None:
                 raise ModelUnavailableError(
@@ -1380,6 +1418,10 @@ class Runtime:
         :class:`BudgetError` if its state would not fit (checked before anything is allocated)."""
         check_budget(name, spec, self.settings, self._held(name))  # before the store has it
         check_event_budget(name, spec, self.settings)
+        if self.placement is not None:  # created where it is held, so that it is answered from there
+            override = (await self.store.placements()).get(name)
+            if not self.placement.holds(name, override):
+                raise self.placement.misdirected(name, override)
         await self.store.create_model(name, self._config(spec))
         m = await self.sync_model(name)
         return m if m is not None else self.get(name)  # raises: deleted meanwhile, or not loadable
@@ -1387,6 +1429,83 @@ class Runtime:
     async def delete_model(self, name: str) -> None:
         await self.store.delete_model(name)
         self.models.pop(name, None)
+        self._elsewhere.discard(name)
+
+    async def placement_of(self, name: str) -> tuple[list[str], list[str]]:
+        """The groups ``name`` is placed on and those joining it (a move under way), from the store;
+        :class:`~service.placement.PlacementError` without placement."""
+        placement = self._placement()
+        await self.store.get_model(name)  # UnknownModelError: 404
+        override = (await self.store.placements()).get(name)
+        serving = placement.serving(name, override)
+        return serving, [g for g in placement.loading(name, override) if g not in serving]
+
+    async def move_model(
+        self, name: str, groups: Sequence[str], timeout: float = MOVE_TIMEOUT_SECONDS
+    ) -> None:
+        """Place ``name`` on ``groups``, losing no event (docs/SCALING.md, "Model placement").
+
+        The groups not holding it yet join first: they load its latest checkpoint and follow its
+        log while the others go on serving it. Once every live replica of each joining group
+        reports (heartbeat) the log position read after they were told, the placement switches to
+        ``groups``, and the replicas of the groups left drop the model at their next sync (at once:
+        the registry's stream tells them). Every event is in the log throughout, and feedback is
+        accepted by any replica, so none is lost whichever replica serves meanwhile.
+
+        A joining group without a live replica, or one not caught up within ``timeout`` seconds,
+        undoes the move (:class:`~service.placement.PlacementError`, 409); :class:`ParamError`
+        (422) for an unknown group.
+        """
+        placement = self._placement()
+        target = list(dict.fromkeys(groups))
+        unknown = [g for g in target if g not in placement.groups]
+        if not target or unknown or len(target) != len(groups):
+            known = ", ".join(sorted(placement.groups))
+            raise ParamError(f"groups must be distinct names among {known}; got {list(groups)}")
+        await self.store.get_model(name)  # UnknownModelError: 404
+        before = (await self.store.placements()).get(name)
+        current = placement.serving(name, before)
+        joining = [g for g in target if g not in current]
+        if joining:
+            await self.store.set_placement(name, {"groups": current, "joining": joining})
+            try:
+                await self._caught_up(name, joining, timeout)
+            except PlacementError:
+                await self.store.set_placement(name, before)
+                raise
+        await self.store.set_placement(name, {"groups": target})
+        log.info("model %r moved from groups %s to %s", name, current, target)
+
+    async def _caught_up(self, name: str, groups: list[str], timeout: float) -> None:
+        """Until every live replica of ``groups`` (at least one each) reports ``name`` at the log
+        position of now; :class:`PlacementError` after ``timeout`` seconds."""
+        position = await self.store.log_position(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            beats = [
+                b for b in await self.store.replicas() if b.group in groups and b.age < MOVE_LIVE_SECONDS
+            ]
+            absent = [g for g in groups if g not in {b.group for b in beats}]
+            behind = [b for b in beats if b.models.get(name, (-1, 0))[0] < position]
+            if not absent and not behind:
+                return
+            if time.monotonic() > deadline:
+                why = (
+                    f"group {absent[0]} has no live replica"
+                    if absent
+                    else f"{len(behind)} replica(s) of groups {', '.join(groups)} did not reach position "
+                    f"{position} within {timeout:.0f} s"
+                )
+                raise PlacementError(f"model {name!r} not moved, placement unchanged: {why}")
+            await asyncio.sleep(0.1)
+
+    def _placement(self) -> Placement:
+        if self.placement is None:
+            raise PlacementError(
+                "model placement is not configured on this replica (CLICKBOOST_REPLICA_GROUPS): "
+                "every replica holds every model"
+            )
+        return self.placement
 
     async def decision_log(
         self, name: str, since: float = -math.inf, until: float = math.inf

@@ -23,6 +23,7 @@ from service.api import dashboard, errors, health, models, personalizer, predict
 from service.api.hygiene import RequestHygiene
 from service.api.metrics import HTTPMetrics
 from service.config import Settings, load_settings
+from service.placement import MISDIRECTED_HEADER
 from service.runtime import Runtime
 from service.store import Store, open_store
 
@@ -111,6 +112,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
             allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST", "PUT", "DELETE"],
             allow_headers=["Content-Type", "X-API-Key", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "X-Model-Version", "X-Checksum", "Retry-After"],
+            expose_headers=[
+                "X-Request-ID",
+                "X-Model-Version",
+                "X-Checksum",
+                "Retry-After",
+                MISDIRECTED_HEADER,
+            ],
         )
     return app

@@ -1,9 +1,10 @@
 """Every failure answers ``{"detail": "<one line naming the problem>"}`` with the right 4xx.
 
 Malformed JSON and an empty body -> 400; a body of the wrong shape or type, bad features or a bad
-model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410;
-body over the size limit -> 413 (:class:`BodyLimit`); shared store unreachable -> 503 with
-``Retry-After`` (nothing was recorded).
+model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410; a
+model this replica's group does not hold -> 421 (its holders' addresses in the body and the
+``X-Model-Replicas`` header); body over the size limit -> 413 (:class:`BodyLimit`); shared store
+unreachable -> 503 with ``Retry-After`` (nothing was recorded).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.features import FeatureError
 from service.learners.base import ParamError
+from service.placement import MisdirectedError, PlacementError
 from service.registry import UnknownNameError
 from service.runtime import ModelUnavailableError
 from service.serial import StateFormatError
@@ -108,9 +110,16 @@ def _model_unavailable(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _misdirected(request: Request, exc: Exception) -> JSONResponse:
+    """421: the model is held by other replica groups; the body and a header name their addresses."""
+    assert isinstance(exc, MisdirectedError)
+    return JSONResponse(exc.body(), status_code=421, headers=exc.headers())
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
     app.add_exception_handler(ModelUnavailableError, _model_unavailable)
+    app.add_exception_handler(MisdirectedError, _misdirected)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
@@ -121,6 +130,7 @@ def install(app: FastAPI) -> None:
         (StateFormatError, 422),
         (UnknownModelError, 404),
         (ModelExistsError, 409),
+        (PlacementError, 409),
         (DecisionExistsError, 409),
     ]:
         app.add_exception_handler(exc, _status(code))

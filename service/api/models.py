@@ -20,6 +20,8 @@ from service.api.schemas import (
     ModelCounts,
     ModelInfo,
     ModelList,
+    PlacementInfo,
+    PlacementRequest,
     RolloutInfo,
     RolloutRequest,
     StateImported,
@@ -41,7 +43,7 @@ router = APIRouter(
 )
 # The name in the path is validated (422) on every route that takes one; every one reads the store
 # first (read-your-writes across replicas), so 503 when it is down.
-NAMED = error_responses(404, 422, 503)
+NAMED = error_responses(404, 421, 422, 503)
 
 NamePath = Annotated[ModelName, Path(description="Model name: letters, digits, _ . - (at most 64).")]
 
@@ -127,7 +129,7 @@ async def get_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
     return await _info(runtime, await runtime.resolve(name, fresh=True))
 
 
-@router.delete("/{name}", status_code=204, responses=NAMED)
+@router.delete("/{name}", status_code=204, responses=error_responses(404, 422, 503))  # any replica
 async def delete_model(name: NamePath, runtime: RuntimeDep) -> Response:
     await runtime.delete_model(name)
     return Response(status_code=204)
@@ -149,6 +151,45 @@ async def set_rollout(name: NamePath, body: RolloutRequest, runtime: RuntimeDep)
     """Switch the model's rollout mode through its log: every replica switches at the same version,
     and the evidence starts over (service.rollout). Answered once this replica applied it."""
     return await _info(runtime, await runtime.set_rollout(name, body.mode))
+
+
+@router.get(
+    "/{name}/placement",
+    response_model=PlacementInfo,
+    responses=error_responses(404, 409, 422, 503),
+    summary="Where the model is held",
+)
+async def get_placement(name: NamePath, runtime: RuntimeDep) -> PlacementInfo:
+    """The replica groups the model is placed on, with their addresses, and those joining it during
+    a move; any replica answers (409 where placement is not configured)."""
+    return await _placement(runtime, name)
+
+
+@router.post(
+    "/{name}/placement",
+    response_model=PlacementInfo,
+    responses=error_responses(400, 404, 409, 413, 422, 503),
+    summary="Move the model to other replica groups",
+)
+async def move_model(name: NamePath, body: PlacementRequest, runtime: RuntimeDep) -> PlacementInfo:
+    """Place the model on ``groups`` without losing an event: the groups joining load its checkpoint
+    and follow its log; once they report it caught up the placement switches, and the groups left
+    drop it. Answered after the switch; 409 (placement unchanged) when a joining group has no live
+    replica or does not catch up within 30 s. Any replica takes it."""
+    await runtime.move_model(name, body.groups)
+    return await _placement(runtime, name)
+
+
+async def _placement(runtime: Runtime, name: str) -> PlacementInfo:
+    groups, joining = await runtime.placement_of(name)
+    placement = runtime.placement
+    assert placement is not None  # placement_of raised otherwise
+    return PlacementInfo(
+        model=name,
+        groups={g: list(placement.groups[g]) for g in groups},
+        joining=joining,
+        replica_group=placement.group,
+    )
 
 
 @router.get(

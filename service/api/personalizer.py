@@ -61,6 +61,7 @@ from service.api.hygiene import _is_json
 from service.api.predict import parse
 from service.features import FeatureError, FeatureValue
 from service.learners.base import ParamError
+from service.placement import MisdirectedError
 from service.runtime import ModelRuntime, ModelUnavailableError, Runtime
 from service.store import (
     ActivateStatus,
@@ -86,6 +87,7 @@ CODES = {
     404: "ResourceNotFound",
     409: "Conflict",
     410: "Gone",
+    421: "MisdirectedRequest",
     415: "UnsupportedMediaType",
     503: "ServiceUnavailable",
 }
@@ -324,6 +326,8 @@ def _personalizer_errors(endpoint: Endpoint) -> Endpoint:
             return PersonalizerError(400, str(exc)).response()
         except UnknownModelError as exc:
             return PersonalizerError(404, str(exc)).response()
+        except MisdirectedError as exc:  # model placement: its holders' addresses in the header
+            return PersonalizerError(421, str(exc), exc.headers()).response()
         except ModelUnavailableError as exc:
             return PersonalizerError(503, str(exc), {"Retry-After": str(RETRY_AFTER_SECONDS)}).response()
         except StoreUnavailableError:

@@ -116,6 +116,7 @@ def parse(model: type[M], body: bytes) -> M:
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
         409: {"model": ErrorBody, "description": "The client-chosen `decision_id` is taken"},
+        **error_responses(421),
         422: {"model": ErrorBody},
     },
     summary="Sample a label for a context",

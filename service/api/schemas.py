@@ -17,6 +17,9 @@ from pydantic import (
     model_validator,
 )
 
+from service.config import GroupName
+from service.placement import MISDIRECTED_HEADER
+
 
 def _kind(value: Any) -> str | None:
     """Pick the one union branch to validate against, so errors name that branch only."""
@@ -361,6 +364,25 @@ class RolloutRequest(BaseModel):
     mode: Literal["online", "logging", "apprentice"]
 
 
+class PlacementRequest(BaseModel):
+    """Body of ``POST /models/{name}/placement``: the replica groups to place the model on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    groups: list[GroupName] = Field(min_length=1, description="Group names of CLICKBOOST_REPLICA_GROUPS.")
+
+
+class PlacementInfo(BaseModel):
+    """Where a model is held (service.placement)."""
+
+    model: str
+    groups: dict[str, list[str]] = Field(
+        description="The groups it is placed on (requests go there) -> their replicas' addresses."
+    )
+    joining: list[str] = Field(description="Groups loading it for a move under way (empty otherwise).")
+    replica_group: str = Field(description="The group of the replica that answered.")
+
+
 class ModelList(BaseModel):
     models: list[ModelInfo]
     learners: list[str] = Field(description="Bandit learners a model can use.")
@@ -379,10 +401,16 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         out[code] = {"model": ErrorBody, "description": ERROR_MEANINGS[code]}
         if code in (429, 503):
             out[code]["headers"] = {"Retry-After": RETRY_AFTER_HEADER}
+        if code == 421:
+            out[code]["headers"] = {MISDIRECTED_HEADER: REPLICAS_HEADER}
     return out
 
 
 RETRY_AFTER_HEADER = {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
+REPLICAS_HEADER = {
+    "description": "Comma-separated addresses of the replicas that hold the model",
+    "schema": {"type": "string"},
+}
 
 
 ERROR_MEANINGS = {
@@ -391,6 +419,8 @@ ERROR_MEANINGS = {
     403: "Admin routes closed: API keys are configured but CLICKBOOST_ADMIN_KEY is not",
     404: "Unknown model",
     409: "Name taken",
+    421: "Model placement: this replica's group does not hold the model; the body's `groups` and the "
+    f"`{MISDIRECTED_HEADER}` header give the addresses of the replicas that do (nothing was recorded)",
     413: "Body over CLICKBOOST_MAX_BODY_BYTES",
     422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
     429: "Too many: evaluation jobs queued or running on this replica (at most "

@@ -453,6 +453,8 @@ class Heartbeat:
         log held beyond it, both read at the time of the report.
     age : float
         Seconds since the report was recorded, by the store's clock (set when listed; 0 when sent).
+    group : str or None
+        Its replica group (``CLICKBOOST_REPLICA_GROUP``; :mod:`service.placement`), None without.
     """
 
     replica: str
@@ -461,6 +463,7 @@ class Heartbeat:
     started_at: float
     models: dict[str, tuple[int, int]]
     age: float = 0.0
+    group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data (``age`` left out: the store knows it)."""
@@ -470,14 +473,22 @@ class Heartbeat:
             "pid": self.pid,
             "started_at": self.started_at,
             "models": {name: list(v) for name, v in self.models.items()},
+            "group": self.group,
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], age: float) -> Heartbeat:
         """The report :meth:`to_json` gave, recorded ``age`` seconds ago."""
         models = {str(name): (int(v[0]), int(v[1])) for name, v in doc["models"].items()}
+        group = doc.get("group")  # absent from the reports of earlier releases
         return cls(
-            str(doc["replica"]), str(doc["host"]), int(doc["pid"]), float(doc["started_at"]), models, age
+            str(doc["replica"]),
+            str(doc["host"]),
+            int(doc["pid"]),
+            float(doc["started_at"]),
+            models,
+            age,
+            None if group is None else str(group),
         )
 
 
@@ -503,6 +514,7 @@ class Store(abc.ABC):
         # One-process stores: the heartbeats of this process's runtimes, each with when it was
         # recorded and its expiry (time.monotonic()); the Redis store keeps them in Redis instead.
         self._beats: dict[str, tuple[Heartbeat, float, float]] = {}
+        self._placements: dict[str, dict[str, Any]] = {}  # likewise for placement overrides
 
     # -- models -----------------------------------------------------------------------------
 
@@ -728,3 +740,21 @@ class Store(abc.ABC):
     async def forget_replica(self, replica: str) -> None:
         """Drop ``replica``'s heartbeat (a replica that stops cleanly is gone at once, not at its TTL)."""
         self._beats.pop(replica, None)
+
+    async def placements(self) -> dict[str, dict[str, Any]]:
+        """The placement overrides by model (:mod:`service.placement`): ``{"groups": [...]}``, the
+        groups a moved model is placed on, with ``"joining": [...]`` while a move is under way.
+        Models without one are placed by rendezvous hashing.
+
+        The default keeps them in this process (placement needs a shared store; the settings refuse
+        replica groups without one).
+        """
+        return dict(self._placements)
+
+    async def set_placement(self, model: str, override: Mapping[str, Any] | None) -> None:
+        """Store ``model``'s placement override (None: remove it) and tell the replicas, as a model
+        creation is told (:meth:`tail` reports ``models_changed``)."""
+        if override is None:
+            self._placements.pop(model, None)
+        else:
+            self._placements[model] = dict(override)

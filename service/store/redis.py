@@ -23,7 +23,10 @@ the decision's model, ``{name}``: the model name as hash tag):
 ======================================  ======  ==============================================
 ``{p}{_registry}:models``               hash    model name -> JSON config
 ``{p}{_registry}:events``               stream  model creations and deletions (``op``, ``name``):
-                                                replicas block on it with the logs
+                                                replicas block on it with the logs; also placement
+                                                changes (``op`` ``place``)
+``{p}{_registry}:placement``            hash    model name -> JSON placement override (moved models;
+                                                :mod:`service.placement`)
 ``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
                                                 decision/click/no-click/expired counts,
                                                 ``graded`` / ``graded_sum`` (graded rewards),
@@ -860,6 +863,7 @@ class RedisStore(Store):
         self._registry = f"{prefix}{{_registry}}:models"
         self._registry_events = f"{prefix}{{_registry}}:events"
         self._registry_channel = f"{prefix}{{_registry}}:notify"
+        self._placement = f"{prefix}{{_registry}}:placement"
         self._registry_cursor: str | None = None  # last registry event seen by tail()
         self._tags: dict[str, str] = {}  # model -> slot tag of its decision ids
         # Cluster: the shard channels subscribed to, and the logs to read in the next tail round.
@@ -942,11 +946,30 @@ class RedisStore(Store):
         if not await self.redis.hexists(self._registry, name):
             raise UnknownModelError(f"unknown model {name!r}")
         await self._reset_keys(keys=self._keys(name, *_PARTS), args=[self.prefix, name, 1000, "0"])
+        await self.redis.hdel(self._placement, name)  # a model of that name created later starts afresh
         keys = [self._registry, self._registry_events]
         if not await self._registry_op(keys=keys, args=["delete", name, "", _REGISTRY_EVENTS]):
             raise UnknownModelError(f"unknown model {name!r}")
         if self.cluster:
             await self.redis.spublish(self._registry_channel, name)
+
+    @_available
+    async def placements(self) -> dict[str, dict[str, Any]]:
+        docs = await self.redis.hgetall(self._placement)
+        return {name.decode(): json.loads(doc) for name, doc in docs.items()}
+
+    @_available
+    async def set_placement(self, model: str, override: Mapping[str, Any] | None) -> None:
+        # The override first, then the news on the registry's stream: a replica that reads the news
+        # finds the override (one cut short in between is read by the replicas' periodic resync).
+        if override is None:
+            await self.redis.hdel(self._placement, model)
+        else:
+            await self.redis.hset(self._placement, model, json.dumps(dict(override), sort_keys=True))
+        fields = {"op": "place", "name": model}
+        await self.redis.xadd(self._registry_events, fields, maxlen=_REGISTRY_EVENTS, approximate=True)  # type: ignore[arg-type]
+        if self.cluster:
+            await self.redis.spublish(self._registry_channel, model)
 
     @_available
     async def counts(self, name: str) -> Counts:

@@ -12,7 +12,7 @@ through one replica is served by the other at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +22,6 @@ from redis.asyncio.cluster import RedisCluster
 from lab.cluster import Replica, start_replicas
 from service.store.redis import RedisStore
 from tests.service.replication.test_replicas import (
-    CLIENT_TIMEOUT,
     NO_CHECKPOINTS,
     Contexts,
     converged,
@@ -33,17 +32,6 @@ from tests.service.replication.test_replicas import (
 pytestmark = pytest.mark.anyio
 
 PAIRS = 60  # per model
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(CLIENT_TIMEOUT)) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
