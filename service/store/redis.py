@@ -283,16 +283,13 @@ local function forgotten(lg, low)
   local lms, lseq = entry_id(low)
   return ms < lms or (ms == lms and seq < lseq)
 end
--- The features of a pending record: its own, or its decision-log entry's (the one copy: the retention
--- moves them into the record before it forgets the entry of a decision still pending).
-local function features(p, m, id, r)
-  if r.x then return r.x end
-  local e = redis.call('XRANGE', mk(p, m, 'dlog'), r.lg, r.lg)[1]
-  if not e then return redis.error_reply('the features of decision ' .. id .. ' are lost') end
-  local f = e[2]
-  for j = 1, #f, 2 do
-    if f[j] == 'x' then return f[j + 1] end
-  end
+-- Where a learn event finds the features of the pending record ``r``: its own ('x'), or its
+-- decision-log entry ('lg', the entry id: the one copy, which the follower reads; the retention
+-- keeps an entry that an event still in the log names, and moves the features of a decision still
+-- pending into its record before it forgets the entry).
+local function context(r)
+  if r.x then return 'x', r.x end
+  return 'lg', r.lg
 end
 -- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry.
 local function log_outcome(p, m, id, lg, low, outcome, reward, now)
@@ -309,14 +306,13 @@ end
 -- decision-log outcome and claim (``df``: deferred, so also activated). Returns the event's position.
 local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, df)
   local m = r.model
-  local x = features(p, m, id, r)
-  if type(x) == 'table' then return x end
+  local xf, xv = context(r)
   local outcome, counter = outcome_of(click)
   local meta = mk(p, m, 'meta')
   local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
   local pos = (tonumber(v[1]) or 0) + 1
   redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-             'x', x, 'decision', r.decision, 'reward', click, 'outcome', outcome)
+             xf, xv, 'decision', r.decision, 'reward', click, 'outcome', outcome)
   redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
   if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
   log_outcome(p, m, id, r.lg, v[3], outcome, click, now)
@@ -351,7 +347,6 @@ if df == '1' and not r.ac then
   return {'held', r.model, outcome, '', now, '1', ''}
 end
 local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], df)
-if type(pos) == 'table' then return pos end
 return {'accepted', r.model, outcome, tostring(pos), now, df, df}
 """
 )
@@ -384,7 +379,6 @@ if r.lg and not forgotten(r.lg, redis.call('HGET', meta, 'dlog_min')) then
 end
 if not r.ho then return {'activated', '1'} end
 local pos = learn(p, id, r, r.hr, now, ARGV[4], ARGV[5], ARGV[6], '1')
-if type(pos) == 'table' then return pos end
 return {'activated', '1', m, r.ho, tostring(pos), now, '1', r.hr}
 """
 )
@@ -414,12 +408,11 @@ for _, id in ipairs(ids) do
       dropped = dropped + 1
       expired = expired - 1
     elseif ARGV[6] == '1' then
-      local x = features(p, m, id, r)
-      if type(x) == 'table' then return x end
+      local xf, xv = context(r)
       last = last + 1
       pos = tostring(last)
       redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-                 'x', x, 'decision', r.decision, 'reward', '0', 'outcome', 'expired')
+                 xf, xv, 'decision', r.decision, 'reward', '0', 'outcome', 'expired')
       log_outcome(p, m, id, r.lg, v[4], 'expired', '0', now)
     else
       log_outcome(p, m, id, r.lg, v[4], 'dropped', '-', now)
@@ -502,10 +495,13 @@ return 'ok'
 """
 )
 
-# KEYS: meta, decision log, outcomes. ARGV: age limit ('' for none: entries whose id is below this
-# many ms are too old), entries kept ('' for none), batch, prefix. Forgets the oldest entries beyond
-# either limit, at most ``batch``, with their outcomes; a decision still pending keeps its features,
-# moved into its record. Returns how many, or -1 when there is no such model.
+# KEYS: meta, decision log, outcomes, event log. ARGV: age limit ('' for none: entries whose id is
+# below this many ms are too old), entries kept ('' for none), batch, prefix, the time a claim made
+# before is forgotten by now (now - claim ttl). Forgets the oldest entries beyond either limit, at most
+# ``batch``, with their outcomes; a decision still pending keeps its features, moved into its record.
+# It stops at the first entry that a learn event still in the event log may name (the follower reads
+# the features there): the claim's position is in the log, or its claim is forgotten while the log
+# holds an event from before. Returns how many, or -1 when there is no such model.
 _TRIM_DECISION_LOG = (
     _LUA_COMMON
     + """
@@ -523,30 +519,40 @@ if excess <= 0 then
   if cut == nil then return 0 end
   if #redis.call('XRANGE', log, '-', '(' .. ARGV[1] .. '-0', 'COUNT', 1) == 0 then return 0 end
 end
+-- The event log's first position still there, and whether its first event is older than a forgotten claim.
+local first, stale = math.huge, false
+local head = redis.call('XRANGE', KEYS[4], '-', '+', 'COUNT', 1)[1]
+if head then
+  first = entry_id(head[1])
+  for j = 1, #head[2], 2 do
+    if head[2][j] == 'at' then stale = tonumber(head[2][j + 1]) < tonumber(ARGV[5]) end
+  end
+end
 local old = redis.call('XRANGE', log, '-', '+', 'COUNT', batch)
 local n, ids = 0, {}
 for i, entry in ipairs(old) do
   if i > excess and not too_old(entry) then break end
-  n = i
   local f, id, x = entry[2], nil, nil
   for j = 1, #f, 2 do
     if f[j] == 'id' then id = f[j + 1] elseif f[j] == 'x' then x = f[j + 1] end
   end
+  local key = dk(ARGV[4], id, 'r')
+  local v = redis.call('GET', key)
+  local top = v and string.sub(v, 1, string.find(v, '\\n', 1, true)) or ''
+  local fields = {}
+  for t in string.gmatch(top, '%S+') do fields[#fields + 1] = t end
+  if fields[1] == 'C' and fields[4] ~= '-' and tonumber(fields[4]) >= first then break end
+  if not v and stale then break end
+  n = i
   ids[#ids + 1] = id
   ids[#ids + 1] = id .. ':a'  -- its activation, if deferred
   -- Still pending: its record takes the features (a record holds them after its decision and the
   -- entry's id was the record's own, not an older entry of a reused id).
-  local key = dk(ARGV[4], id, 'r')
-  local v = redis.call('GET', key)
-  if v and string.sub(v, 1, 2) == 'R ' then
-    local head = string.sub(v, 1, string.find(v, '\\n', 1, true))
-    local fields = {}
-    for t in string.gmatch(head, '%S+') do fields[#fields + 1] = t end
-    if fields[6] == entry[1] and #v == #head + tonumber(fields[12]) then
-      redis.call('SET', key, v .. x, 'KEEPTTL')
-    end
+  if fields[1] == 'R' and fields[6] == entry[1] and #v == #top + tonumber(fields[12]) then
+    redis.call('SET', key, v .. x, 'KEEPTTL')
   end
 end
+if n == 0 then return 0 end
 redis.call('HDEL', out, unpack(ids))
 local ms, seq = entry_id(old[n][1])
 local low = ms .. '-' .. (seq + 1)
@@ -775,8 +781,9 @@ def _claim(decision_id: str, fields: list[bytes]) -> Claim:
     )
 
 
-def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
-    """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`)."""
+def _event(position: int, fields: Mapping[bytes, bytes], x: bytes | None = None) -> Event:
+    """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`); ``x``: the
+    features of a learn event that names its decision-log entry (``lg``) instead of holding them."""
     kind = fields[b"kind"].decode()
     at = float(fields[b"at"])
     if kind == "learn":
@@ -785,7 +792,7 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
             kind="learn",
             at=at,
             decision_id=fields[b"decision_id"].decode(),
-            x=decode_x(fields[b"x"]),
+            x=decode_x(fields[b"x"] if x is None else x),
             decision=decode_decision(fields[b"decision"]),
             reward=_reward(fields[b"reward"]),
             outcome=fields[b"outcome"].decode(),  # type: ignore[arg-type]
@@ -793,8 +800,16 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     return Event(position=position, kind=kind, at=at, state=fields.get(b"state"))  # type: ignore[arg-type]
 
 
-def _events(entries: list[tuple[bytes, Mapping[bytes, bytes]]]) -> list[Event]:
-    return [_event(int(eid.split(b"-")[0]), fields) for eid, fields in entries]
+Entries = list[tuple[bytes, Mapping[bytes, bytes]]]
+#: Decision-log entries read per named entry of a batch (the range between the first and the last
+#: entry a batch names also holds decisions without feedback yet); those beyond are read one by one.
+_CONTEXT_SPAN = 4
+
+
+def _entry_order(eid: bytes) -> tuple[int, int]:
+    """A stream entry id ``ms-seq`` as numbers, in the stream's order."""
+    ms, _, seq = eid.partition(b"-")
+    return int(ms), int(seq)
 
 
 def _cluster_url(url: str) -> str | None:
@@ -1153,7 +1168,7 @@ class RedisStore(Store):
     async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
         log = self.key(model, "log")
         entries = await self._exists_and(model, lambda p: p.xrange(log, min=f"{after + 1}-0", count=limit))
-        return _events(entries)
+        return (await self._events({model: entries}))[model]
 
     @_available
     async def log_position(self, model: str) -> int:
@@ -1236,10 +1251,13 @@ class RedisStore(Store):
     async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
         cut = "" if older_than is None else _ms(older_than)
         kept = "" if keep is None else keep
-        keys = self._keys(model, "meta", "dlog", "dout")
+        keys = self._keys(model, "meta", "dlog", "dout", "log")
+        # A claim made before this is forgotten by now (the event it names may still be in the log).
+        forgotten = _f(time.time() - self.claim_ttl)
+        args = [cut, kept, self._TRIM_BATCH, self.prefix, forgotten]
         trimmed = 0
         while True:  # each script forgets at most a batch (a long script would block Redis)
-            n = int(await self._trim_decisions(keys=keys, args=[cut, kept, self._TRIM_BATCH, self.prefix]))
+            n = int(await self._trim_decisions(keys=keys, args=args))
             if n < 0:
                 if trimmed:  # deleted meanwhile
                     return trimmed
@@ -1311,6 +1329,55 @@ class RedisStore(Store):
             pipe.srem(f"{self.prefix}replicas", replica)
             await pipe.execute()
 
+    async def _events(self, found: Mapping[str, Entries]) -> dict[str, list[Event]]:
+        """The events of the log entries ``found`` per model. A learn event of a logged decision names
+        its decision-log entry (``lg``) instead of holding the features (the one copy, module
+        docstring): per model one range read over the entries its events name, the few outside it one
+        by one, every model's in one pipeline. A model's events stop before one whose entry is gone:
+        the log was trimmed past that event meanwhile (a checkpoint holds it), which the caller sees
+        at its next read; an entry gone while its event is still in the log is an error."""
+        wanted = {}
+        for name, entries in found.items():
+            named = sorted({f[b"lg"] for _, f in entries if b"lg" in f}, key=_entry_order)
+            if named:
+                wanted[name] = named
+        contexts: dict[str, dict[bytes, bytes]] = {name: {} for name in wanted}
+        for one_by_one in (False, True):
+            asked = []
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name, named in wanted.items():
+                    dlog = self.key(name, "dlog")
+                    if not one_by_one:
+                        pipe.xrange(dlog, min=named[0], max=named[-1], count=_CONTEXT_SPAN * len(named))
+                        asked.append(name)
+                        continue
+                    for lg in named:
+                        if lg not in contexts[name]:
+                            pipe.xrange(dlog, min=lg, max=lg)
+                            asked.append(name)
+                replies = await pipe.execute() if asked else []
+            for name, reply in zip(asked, replies, strict=True):
+                contexts[name].update((eid, f[b"x"]) for eid, f in reply)
+            if all(len(contexts[name]) == len(named) for name, named in wanted.items()):
+                break
+        events: dict[str, list[Event]] = {}
+        for name, entries in found.items():
+            got, have = [], contexts.get(name, {})
+            for eid, fields in entries:
+                position, lg = int(eid.split(b"-")[0]), fields.get(b"lg")
+                if lg is not None and lg not in have:
+                    if not got and await self._still_logged(name, position):
+                        raise RuntimeError(f"the features of event {position} of {name!r} ({lg!r}) are gone")
+                    break
+                got.append(_event(position, fields, None if lg is None else have[lg]))
+            events[name] = got
+        return events
+
+    async def _still_logged(self, model: str, position: int) -> bool:
+        """Whether ``model``'s event log still holds the event at ``position`` (not trimmed)."""
+        first = await self.redis.xrange(self.key(model, "log"), count=1)
+        return bool(first) and int(first[0][0].split(b"-")[0]) <= position
+
     # -- replication ----------------------------------------------------------------------------
 
     @_available
@@ -1332,7 +1399,7 @@ class RedisStore(Store):
         logs = {self.key(name, "log"): name for name in positions}
         streams.update({key: f"{positions[name]}-0" for key, name in logs.items()})
         found = await self.redis.xread(streams, count=_TAIL_BATCH, block=block_ms)  # type: ignore[arg-type]
-        events: dict[str, list[Event]] = {}
+        read: dict[str, Entries] = {}
         changed = False
         for key, entries in found or []:
             name = logs.get(key.decode())
@@ -1340,8 +1407,9 @@ class RedisStore(Store):
                 self._registry_cursor = entries[-1][0].decode()
                 changed = True
             elif entries:
-                events[name] = _events(entries)
-        return Tail(events, changed)
+                read[name] = entries
+        events = await self._events(read)
+        return Tail({name: e for name, e in events.items() if e}, changed)
 
     async def _tail_notified(self, positions: Mapping[str, int], timeout: float) -> Tail:
         """:meth:`tail` on a cluster: shard channels say which logs grew; those are read."""
@@ -1375,7 +1443,7 @@ class RedisStore(Store):
                 break
             # Polls the subscriptions' sockets in this process, no command to Redis.
             await asyncio.sleep(0.01)
-        events: dict[str, list[Event]] = {}
+        read: dict[str, Entries] = {}
         names = [name for name in dirty if name in positions]
         if names:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -1384,10 +1452,11 @@ class RedisStore(Store):
                 found = await pipe.execute()
             for name, entries in zip(names, found, strict=True):
                 if entries:
-                    events[name] = _events(entries)
+                    read[name] = entries
                     if len(entries) == _TAIL_BATCH:
                         self._dirty.add(name)  # more to read: the next round does not wait
-        return Tail(events, changed)
+        events = await self._events(read)
+        return Tail({name: e for name, e in events.items() if e}, changed)
 
     async def _unwatch(self) -> None:
         if self._pubsub is not None:

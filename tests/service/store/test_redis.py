@@ -230,11 +230,20 @@ async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_beh
     for i in range(4):
         await b.claim_and_append(d[i], True, now=110.0)
     a._TRIM_BATCH = 3  # type: ignore[misc]
-    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 5  # d0..d4: 3, then 2
+    # d0 (its window ended at 110: still pending) goes, its features into its record; d1..d3's learn
+    # events, still in the event log, name their entries: kept until a checkpoint trims those events.
+    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 1
+    await a.trim_log("m", 3)
+    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 4  # d1..d4: 3, then 1
     assert await a.redis.hlen(a.key("m", "dout")) == 0
     await b.claim_and_append(d[4], False, now=111.0)  # its entry is gone: nothing is kept
     await b.claim_and_append(d[5], False, now=111.0)
     assert await a.redis.hkeys(a.key("m", "dout")) == [d[5].encode()]
+    events = await a.read_log("m", after=3)  # d4's features from its record, d5's from its entry
+    assert [e.decision_id for e in events] == [d[4], d[5]]
+    assert all(e.x is not None and e.x.tobytes() == logged("x").x.tobytes() for e in events)
+    assert await a.trim_decision_log("m", older_than=None, keep=1) == 0  # d5's event names its entry
+    await a.trim_log("m", 5)
     assert await a.trim_decision_log("m", older_than=None, keep=1) == 3
     assert [e.decision_id for e in (await b.read_decision_log("m"))[0]] == [late]
     assert await a.redis.hlen(a.key("m", "dout")) == 0
@@ -384,13 +393,20 @@ async def test_a_logged_decision_keeps_its_features_once_and_the_retention_keeps
         text = await a.redis.get(a._decision_key(d[i]))
         assert x.tobytes() not in text  # not in the record
     await b.claim_and_append(d[0], True, now=105.0)
+    # Its learn event names the entry (no copy in the log); the follower reads the features there, and
+    # the retention keeps the entry while the event is in the log.
+    log = await a.redis.xrange(a.key("m", "log"))
+    assert b"x" not in log[0][1] and b"lg" in log[0][1]
+    assert await a.trim_decision_log("m", older_than=None, keep=0) == 0
+    assert (await a.read_log("m", 0))[0].x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+    await a.trim_log("m", 1)  # a checkpoint holds it
     assert await a.trim_decision_log("m", older_than=None, keep=0) == 3
     assert x.tobytes() in await a.redis.get(a._decision_key(d[1]))  # pending: moved into its record
     assert (await a.get_decision(d[1])).x.tobytes() == x.tobytes()  # type: ignore[union-attr]
     for i in (1, 2):
         assert (await b.claim_and_append(d[i], False, now=106.0)).status is ClaimStatus.ACCEPTED
-    events = await a.read_log("m", 0)
-    assert [e.decision_id for e in events] == d
+    events = await a.read_log("m", 1)
+    assert [e.decision_id for e in events] == d[1:]
     assert all(e.x.tobytes() == x.tobytes() for e in events)  # type: ignore[union-attr]
     plain = a.route("m", "plain")
     await a.put_decision(replace(logged(plain, created=107.0), logged=False))
