@@ -291,10 +291,13 @@ local function context(r)
   if r.x then return 'x', r.x end
   return 'lg', r.lg
 end
--- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry.
-local function log_outcome(p, m, id, lg, low, outcome, reward, now)
+-- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry: added
+-- to ``fields``, the field/value pairs of the meta hash that the caller sets in one HSET (a routed id
+-- has a dot, which no counter's name has).
+local function log_outcome(fields, id, lg, low, outcome, reward, now)
   if not lg or forgotten(lg, low) then return end
-  redis.call('HSET', mk(p, m, 'dout'), id, outcome .. ' ' .. reward .. ' ' .. now)
+  fields[#fields + 1] = id
+  fields[#fields + 1] = outcome .. ' ' .. reward .. ' ' .. now
 end
 -- A feedback's reward as sent ('1', '0' or a graded reward's text): its outcome and counter.
 local function outcome_of(click)
@@ -313,9 +316,10 @@ local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, df)
   local pos = (tonumber(v[1]) or 0) + 1
   redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
              xf, xv, 'decision', r.decision, 'reward', click, 'outcome', outcome)
-  redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
+  local fields = {'last', pos, counter, (tonumber(v[2]) or 0) + 1}
+  log_outcome(fields, id, r.lg, v[3], outcome, click, now)
+  redis.call('HSET', meta, unpack(fields))
   if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
-  log_outcome(p, m, id, r.lg, v[3], outcome, click, now)
   claim(p, r, mk(p, m, 'due'), id, m, outcome, tostring(pos), now, forget_at, claim_ttl_ms, df, df)
   notify(p, m, on, pos)
   return pos
@@ -375,7 +379,7 @@ r.ac = now
 save(p, id, r)
 redis.call('HINCRBY', meta, 'activated', 1)
 if r.lg and not forgotten(r.lg, redis.call('HGET', meta, 'dlog_min')) then
-  redis.call('HSET', mk(p, m, 'dout'), id .. ':a', now)
+  redis.call('HSET', meta, id .. ':a', now)
 end
 if not r.ho then return {'activated', '1'} end
 local pos = learn(p, id, r, r.hr, now, ARGV[4], ARGV[5], ARGV[6], '1')
@@ -397,14 +401,14 @@ local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dro
 if not v[1] then return -1 end
 local last, expired, dropped = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
-local out = {}
+local out, outcomes = {}, {}
 for _, id in ipairs(ids) do
   local c, r = load(p, id, now)
   if r and not c then
     local pos, df, ac = '', r.df or '', ''
     if r.ac then ac = '1' end
     if df == '1' and ac == '' then  -- never shown: dropped whatever the default reward
-      log_outcome(p, m, id, r.lg, v[4], 'dropped', '-', now)
+      log_outcome(outcomes, id, r.lg, v[4], 'dropped', '-', now)
       dropped = dropped + 1
       expired = expired - 1
     elseif ARGV[6] == '1' then
@@ -413,9 +417,9 @@ for _, id in ipairs(ids) do
       pos = tostring(last)
       redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
                  xf, xv, 'decision', r.decision, 'reward', '0', 'outcome', 'expired')
-      log_outcome(p, m, id, r.lg, v[4], 'expired', '0', now)
+      log_outcome(outcomes, id, r.lg, v[4], 'expired', '0', now)
     else
-      log_outcome(p, m, id, r.lg, v[4], 'dropped', '-', now)
+      log_outcome(outcomes, id, r.lg, v[4], 'dropped', '-', now)
     end
     claim(p, r, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
     expired = expired + 1
@@ -427,7 +431,7 @@ for _, id in ipairs(ids) do
   end
 end
 if #out > 0 then
-  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped)
+  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped, unpack(outcomes))
   if ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
 end
 local nxt = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
@@ -553,7 +557,8 @@ for i, entry in ipairs(old) do
   end
 end
 if n == 0 then return 0 end
-redis.call('HDEL', out, unpack(ids))
+redis.call('HDEL', meta, unpack(ids))
+redis.call('HDEL', out, unpack(ids))  -- outcomes kept before they moved into the meta hash
 local ms, seq = entry_id(old[n][1])
 local low = ms .. '-' .. (seq + 1)
 redis.call('XTRIM', log, 'MINID', low)
@@ -1218,7 +1223,12 @@ class RedisStore(Store):
         if not entries:
             return [], None
         ids = [fields[b"id"] for _, fields in entries]
-        found = await self.redis.hmget(self.key(model, "dout"), [*ids, *(i + b":a" for i in ids)])
+        fields = [*ids, *(i + b":a" for i in ids)]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.key(model, "meta"), fields)
+            pipe.hmget(self.key(model, "dout"), fields)  # kept there before they moved into meta
+            now, before = await pipe.execute()
+        found = [a if a is not None else b for a, b in zip(now, before, strict=True)]
         outcomes, activations = found[: len(ids)], found[len(ids) :]
         page = []
         for (_, f), outcome, activated_at in zip(entries, outcomes, activations, strict=True):
