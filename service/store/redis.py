@@ -397,9 +397,10 @@ _EXPIRE_DUE = (
     + """
 local p, m, now = ARGV[1], ARGV[2], ARGV[3]
 local meta, due = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dropped_unactivated')
+local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dropped_unactivated', 'lost')
 if not v[1] then return -1 end
 local last, expired, dropped = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0
+local lost = tonumber(v[6]) or 0
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 local out, outcomes = {}, {}
 for _, id in ipairs(ids) do
@@ -427,13 +428,15 @@ for _, id in ipairs(ids) do
     out[#out + 1] = pos
     out[#out + 1] = df .. ac
   else
-    redis.call('ZREM', due, id)  -- forgotten by its TTL, or claimed
+    redis.call('ZREM', due, id)  -- claimed, or its record gone by its TTL: still counted as a decision
+    if not c then lost = lost + 1 end
   end
 end
-if #out > 0 then
-  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped, unpack(outcomes))
-  if ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
+if #ids > 0 then
+  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped, 'lost', lost,
+             unpack(outcomes))
 end
+if #out > 0 and ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
 local nxt = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 return {out, nxt[2] or ''}
 """
@@ -450,12 +453,6 @@ _PUT_DECISION = (
     _LUA_COMMON
     + """
 local meta = KEYS[1]
--- The count, and whether the model exists: a first count on a hash without 'model' is undone.
-local n = redis.call('HINCRBY', meta, 'decisions', 1)
-if n == 1 and redis.call('HEXISTS', meta, 'model') == 0 then
-  redis.call('HDEL', meta, 'decisions')
-  return 'unknown_model'
-end
 local deferred = ARGV[8] == '1'
 local r = {model = string.match(meta, '{(.*)}:meta$'), version = ARGV[5], created = ARGV[6],
            expires = ARGV[7], decision = ARGV[4], x = ARGV[3]}
@@ -477,20 +474,27 @@ if ARGV[9] then
     entry[#entry + 1] = ARGV[14]
   end
   -- Entry ids follow creation times (Redis numbers the entries of one ms); a replica whose clock is
-  -- behind the last entry's follows it (the stream refuses an id below its last).
-  local eid = redis.pcall('XADD', KEYS[4], ARGV[9] .. '-*', unpack(entry))
+  -- behind the last entry's follows it (the stream refuses an id below its last). The entry also says
+  -- whether the model exists: its decision log is made with it (NOMKSTREAM), except the log of a
+  -- model made before issue 40 that never logged a decision.
+  local eid = redis.pcall('XADD', KEYS[4], 'NOMKSTREAM', ARGV[9] .. '-*', unpack(entry))
+  if not eid then
+    if redis.call('HEXISTS', meta, 'model') == 0 then return 'unknown_model' end
+    eid = redis.pcall('XADD', KEYS[4], ARGV[9] .. '-*', unpack(entry))
+  end
   if type(eid) == 'table' then
     local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1][1]
     eid = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(entry))
   end
   r.lg, r.x = eid, nil
+elseif redis.call('HEXISTS', meta, 'model') == 0 then
+  return 'unknown_model'
 end
 -- Insert if absent, in the step that writes the record; a taken id undoes the steps before (the
 -- script is atomic: nobody saw them). A record or claim of the layout before issue 40 is not looked
 -- for: only a client reusing its own id within a claim's TTL of the upgrade could meet one.
 if not redis.call('SET', KEYS[2], record_text(r), 'NX', 'PX', ARGV[2]) then
   if r.lg then redis.call('XDEL', KEYS[4], r.lg) end
-  redis.call('HINCRBY', meta, 'decisions', -1)
   return 'not_new'
 end
 if deferred then redis.call('HINCRBY', meta, 'deferred', 1) end
@@ -582,10 +586,10 @@ return pos
 """
 )
 
-# KEYS: the model's keys (meta first, due second). ARGV: prefix, model, batch, fresh ('1': start a
-# new model, else delete). Deleting removes the pending decisions of the due set and every key of the
-# model and returns 1 if the model existed; a fresh start does the same and marks the model as
-# existing (its meta's ``model``).
+# KEYS: the model's keys (meta first, due second, decision log fifth). ARGV: prefix, model, batch,
+# fresh ('1': start a new model, else delete). Deleting removes the pending decisions of the due set
+# and every key of the model and returns 1 if the model existed; a fresh start does the same, marks
+# the model as existing (its meta's ``model``) and makes its decision log, empty.
 _RESET_MODEL_KEYS = (
     _LUA_COMMON
     + """
@@ -601,7 +605,12 @@ for i = 1, #ids, batch do
   redis.call('DEL', unpack(keys))
 end
 redis.call('DEL', unpack(KEYS))
-if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[2]) end
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'model', ARGV[2])
+  -- Its decision log, empty: a decision's entry is added only to a log that exists (the model does).
+  redis.call('XADD', KEYS[5], '0-1', 'made', '1')
+  redis.call('XDEL', KEYS[5], '0-1')
+end
 return existed
 """
 )
@@ -623,13 +632,19 @@ return done
 """
 
 # KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending, graded,
-# graded_sum, deferred, activated, dropped_unactivated}: one consistent read.
+# graded_sum, deferred, activated, dropped_unactivated}: one consistent read. The decisions are not
+# counted when saved (a command less per pair): each is pending (in the due set) or was settled once,
+# clicked, not clicked, graded, expired, dropped unactivated, or lost (its record gone by its TTL
+# before any sweep came).
 _COUNTS = """
-local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired', 'graded',
-                     'graded_sum', 'deferred', 'activated', 'dropped_unactivated')
+local v = redis.call('HMGET', KEYS[1], 'model', 'clicks', 'no_clicks', 'expired', 'graded', 'graded_sum',
+                     'deferred', 'activated', 'dropped_unactivated', 'lost')
 if not v[1] then return {0} end
-return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2]), v[6] or '0',
-        v[7] or '0', v[8] or '0', v[9] or '0', v[10] or '0'}
+local pending = redis.call('ZCARD', KEYS[2])
+local n = pending
+for _, i in ipairs({2, 3, 4, 5, 9, 10}) do n = n + (tonumber(v[i]) or 0) end
+return {1, n, v[2] or '0', v[3] or '0', v[4] or '0', pending, v[5] or '0', v[6] or '0', v[7] or '0',
+        v[8] or '0', v[9] or '0'}
 """
 
 # KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,

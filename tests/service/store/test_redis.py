@@ -18,7 +18,7 @@ from service import serial
 from service.config import ModelSpec
 from service.runtime import ModelRuntime
 from service.serial import StateFormatError
-from service.store import ClaimStatus, Event, StoreUnavailableError
+from service.store import ClaimStatus, Event, StoreUnavailableError, UnknownModelError
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 from service.store.redis import RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
@@ -418,3 +418,28 @@ async def test_a_logged_decision_keeps_its_features_once_and_the_retention_keeps
     assert x.tobytes() in await a.redis.get(a._decision_key(plain))
     assert (await b.claim_and_append(plain, True, now=108.0)).status is ClaimStatus.ACCEPTED
     assert (await a.read_log("m", 3))[0].x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+
+
+async def test_decisions_are_counted_without_a_command_at_predict(replicas: list[RedisStore]) -> None:
+    """Issue 40: saving a decision counts nothing (its count is the pending ones and the settled
+    ones); a logged decision's entry says whether the model exists, a model made before issue 40 that
+    never logged one gets its decision log then; a record gone by its TTL before any sweep still
+    counts (``lost``); a model deleted meanwhile takes no decision."""
+    a = replicas[0]
+    await a.redis.delete(a.key("m", "dlog"))  # as a model made before issue 40 that logged nothing
+    d = [a.route("m", f"c{i}") for i in range(3)]
+    await a.put_decision(logged(d[0], created=100.0))
+    await a.put_decision(record(d[1], created=100.0))  # not logged
+    await a.put_decision(logged(d[2], created=100.0))
+    assert (await a.counts("m")).decisions == 3
+    await a.claim_and_append(d[0], True, now=101.0)
+    await a.redis.delete(a._decision_key(d[1]))  # its TTL ran out before any sweep
+    claims = await a.expire_due("m", now=200.0, default_reward="no_click")
+    assert [c.decision_id for c in claims] == [d[2]]
+    c = await a.counts("m")
+    assert (c.decisions, c.clicks, c.expired, c.pending) == (3, 1, 1, 0)
+    await a.delete_model("m")
+    for r in (logged(d[0], created=300.0), record(d[1], created=300.0)):
+        with pytest.raises(UnknownModelError):
+            await a.put_decision(replace(r, decision_id=a.route("m", "after")))
+    assert not await a.redis.exists(a.key("m", "dlog"), a.key("m", "meta"))
