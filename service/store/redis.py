@@ -28,24 +28,32 @@ the decision's model, ``{name}``: the model name as hash tag):
 ``{p}{_registry}:placement``            hash    model name -> JSON placement override (moved models;
                                                 :mod:`service.placement`)
 ``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
-                                                decision/click/no-click/expired counts,
-                                                ``graded`` / ``graded_sum`` (graded rewards),
-                                                ``deferred`` / ``activated`` /
+                                                click/no-click/expired counts, ``lost`` (records gone
+                                                by their TTL unswept; the decision count is derived:
+                                                ``_COUNTS``), ``graded`` / ``graded_sum`` (graded
+                                                rewards), ``deferred`` / ``activated`` /
                                                 ``dropped_unactivated`` (deferred decisions),
-                                                ``dlog_min``: the least decision-log entry id kept
+                                                ``dlog_min``: the least decision-log entry id kept;
+                                                the logged decisions' outcomes: id -> ``outcome reward
+                                                at`` (reward ``-`` when dropped), ``id:a`` -> a
+                                                deferred one's activation time (a routed id has a dot,
+                                                no counter has)
 ``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
                                                 explicit integers without gaps, ``XRANGE``/``XREAD`` read
-                                                them in order and ``XTRIM MINID`` trims below a position
+                                                them in order and ``XTRIM MINID`` trims below a position;
+                                                a logged decision's learn event has ``lg`` (its
+                                                decision-log entry) instead of ``x``
 ``{p}{name}:due``                       zset    pending decision ids scored by ``expires_at`` (the sweep)
 ``{p}{name}:cp``                        hash    the latest checkpoint: ``position``, ``state`` (bytes)
-``{p}{name}:dlog``                      stream  the decision log: entry id ``{created_at ms}-{n}`` (raised
+``{p}{name}:dlog``                      stream  the decision log (made with the model, so that an entry
+                                                is added only to a model that exists): entry id
+                                                ``{created_at ms}-{n}`` (raised
                                                 to follow the last entry when a replica's clock is
                                                 behind), fields ``id``, ``v`` (model version), ``t``
                                                 (created_at), ``x`` (as in the record), ``p``
                                                 (probabilities, float64 little-endian), ``l`` (label)
-``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
-                                                at`` (reward ``-`` when dropped); ``id:a`` -> the
-                                                activation time of a deferred one
+``{p}{name}:dout``                      hash    before issue 40, the outcomes now in the meta hash: still
+                                                read and trimmed
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
                                         zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
 ``{p}{t}:r:{decision_id}``              string  the decision: first its pending record (TTL window +
@@ -64,12 +72,21 @@ the decision's model, ``{name}``: the model name as hash tag):
 ======================================  ======  ==============================================
 
 **One copy of the context** (issue 40). A logged decision's features are stored once, in its
-decision-log entry; the feedback, activation and expiry scripts read them there (``XRANGE`` of the
-one entry) to write the learn event, which keeps its own copy until the next checkpoint trims it, so
-that a follower reads its events in one read and never depends on the decision log's retention. The
-retention, before it forgets the entry of a decision still pending, moves the features into the
-decision's record, so a decision keeps its context until its reward window ends (and its record's
-TTL), whatever the retention. An unlogged decision keeps them in its record.
+decision-log entry, and never pass through a script after :meth:`RedisStore.put_decision`: the
+record holds the entry's id, and the feedback, activation and expiry scripts write it into the learn
+event (``lg``) in place of the features. A follower reads the events, then the features of the
+entries they name (:meth:`RedisStore._events`: one range read per model and round, pipelined with
+the other models'). The retention therefore keeps every entry that an event still in the event log
+names: it stops at the first entry whose claim's position is at or after the log's first event, or
+whose claim is forgotten (TTL ``claim_ttl``) while the log holds an event older than that; the
+runtime trims the log at each checkpoint (every ``checkpoint_every`` events or
+``checkpoint_interval_seconds``), which only a replica at or past the checkpoint reads, and one
+behind it loads the checkpoint first. Before it forgets the entry of a decision still pending it
+moves the features into the decision's record, whose learn event then carries them (``x``). An
+unlogged decision keeps them in its record. Per pair: 4 commands in the predict script (``EVALSHA``,
+the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``, the record, the meta
+read, the event, one ``HSET`` of counters and outcome, the claim, the due set), no count of the
+decision (derived, ``_COUNTS``).
 
 **Following the logs.** A replica reads every model's new events with one blocking ``XREAD`` over
 all the logs and the registry's stream (:meth:`RedisStore.tail`), and applies the entries it gets:
