@@ -1383,6 +1383,7 @@ class RedisStore(Store):
             named = sorted({f[b"lg"] for _, f in entries if b"lg" in f}, key=_entry_order)
             if named:
                 wanted[name] = named
+        names = {name: set(named) for name, named in wanted.items()}
         contexts: dict[str, dict[bytes, bytes]] = {name: {} for name in wanted}
         for one_by_one in (False, True):
             asked = []
@@ -1399,8 +1400,9 @@ class RedisStore(Store):
                             asked.append(name)
                 replies = await pipe.execute() if asked else []
             for name, reply in zip(asked, replies, strict=True):
-                contexts[name].update((eid, f[b"x"]) for eid, f in reply)
-            if all(len(contexts[name]) == len(named) for name, named in wanted.items()):
+                have = contexts[name]  # only the named entries (the range holds others too)
+                have.update((eid, f[b"x"]) for eid, f in reply if eid in names[name])
+            if all(len(contexts[name]) == len(named) for name, named in names.items()):
                 break
         events: dict[str, list[Event]] = {}
         for name, entries in found.items():

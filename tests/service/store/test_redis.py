@@ -443,3 +443,22 @@ async def test_decisions_are_counted_without_a_command_at_predict(replicas: list
         with pytest.raises(UnknownModelError):
             await a.put_decision(replace(r, decision_id=a.route("m", "after")))
     assert not await a.redis.exists(a.key("m", "dlog"), a.key("m", "meta"))
+
+
+async def test_a_follower_reads_the_features_of_entries_far_apart(replicas: list[RedisStore]) -> None:
+    """The range read over the entries a batch names holds at most a few entries per event: an entry
+    past it (decisions without feedback in between) is read on its own, and each event gets its own
+    decision's features."""
+    a, b = replicas[0], replicas[1]
+    d = [a.route("m", f"far{i}") for i in range(20)]
+    xs = []
+    for i in range(20):
+        r = logged(d[i], created=100.0 + i, window=100.0)
+        r = replace(r, x=r.x + i)
+        xs.append(r.x)
+        await a.put_decision(r)
+    for i in (19, 0):
+        await b.claim_and_append(d[i], True, now=150.0)
+    events = await a.read_log("m", after=0)
+    assert [e.decision_id for e in events] == [d[19], d[0]]
+    assert [e.x.tobytes() for e in events] == [xs[19].tobytes(), xs[0].tobytes()]  # type: ignore[union-attr]
