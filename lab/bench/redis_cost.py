@@ -44,6 +44,7 @@ import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,8 +83,8 @@ HASHED_SPEC = {
 LOAD_CLIENTS = 8
 #: Issue 40's target: follower CPU µs per applied event under load, dense and hashed.
 MAX_APPLY_US = 40.0
-#: The example load of the capacity table: pairs/s spread over this many models.
-LOAD, MODELS = 20_000, 50
+#: The example loads of the capacity table: pairs/s spread over this many models.
+LOADS, MODELS = (20_000, 100_000), 50
 #: Share of a core a deployment is planned at (headroom for bursts, checkpoints, GC).
 UTILISATION = 0.7
 #: Timed pairs run in this many blocks; CPU figures are medians over the blocks (the machine is shared).
@@ -104,10 +105,11 @@ class Plan:
     monitored: int  # pairs under MONITOR (command counts)
     idle_seconds: float
     idle_models: int
+    saturate: int  # events logged while the follower is stopped, per block (_saturated)
 
 
-FULL = Plan(warmup=100, pairs=1500, monitored=300, idle_seconds=8.0, idle_models=50)
-QUICK = Plan(warmup=20, pairs=100, monitored=40, idle_seconds=2.0, idle_models=5)
+FULL = Plan(warmup=100, pairs=1500, monitored=300, idle_seconds=8.0, idle_models=50, saturate=900)
+QUICK = Plan(warmup=20, pairs=100, monitored=40, idle_seconds=2.0, idle_models=5, saturate=200)
 
 
 @dataclass
@@ -129,6 +131,8 @@ class Figures:
     apply_load_us: float = math.nan  # the same under LOAD_CLIENTS concurrent clients
     apply_hashed_us: float = math.nan  # the hashed workload (NAMED features), sequential
     apply_hashed_load_us: float = math.nan  # ... and under load
+    apply_sat_us: float = math.nan  # B saturated: stopped while Plan.saturate events are logged, then let go
+    apply_hashed_sat_us: float = math.nan  # ... the hashed workload
     rate_redis: float = math.nan
     rate_embedded: float = math.nan
     idle: dict[int, float] = field(default_factory=dict)  # models -> client commands/s
@@ -287,6 +291,41 @@ def _wait_model(http: httpx.Client, url: str, name: str, version: int | None = N
 def _settle(seconds: float = 0.3) -> None:
     """Let the replicas' tail loops apply the last events before the counters are read."""
     time.sleep(seconds)
+
+
+def _version(http: httpx.Client, url: str, model: str) -> int:
+    """``model``'s applied position on the replica at ``url``, from ``/metrics`` (read as is: the
+    admin route ``GET /models/{name}`` would catch the replica up first)."""
+    for line in http.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(f'clickboost_model_version{{model="{model}"}}'):
+            return int(float(line.split()[-1]))
+    return -1
+
+
+def _saturated(
+    a: Replica, b: Replica, http: httpx.Client, block: int, hashed: bool, idle: float, events: int
+) -> float:
+    """B's CPU µs per event when saturated: B stopped (``SIGSTOP``) while about ``events`` pairs of
+    a fresh model run on A, then continued and given a second to catch up, net of its idle CPU.
+    Raises if it did not apply them all in that second. ``events`` stays under the default
+    ``checkpoint_every`` (1000), so that B applies them rather than loading a checkpoint."""
+    model = f"sat-{'hashed' if hashed else 'dense'}-{block}"
+    http.put(f"{a.url}/models/{model}", json=HASHED_SPEC if hashed else SPEC).raise_for_status()
+    _wait_model(http, b.url, model)
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        _loaded(a.url, events, model, hashed)
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    c0, t0 = _cpu(b.proc), time.perf_counter()
+    time.sleep(1.0)
+    cpu = _cpu(b.proc) - c0 - idle * (time.perf_counter() - t0)
+    n = LOAD_CLIENTS * (events // LOAD_CLIENTS)  # what _loaded runs
+    got = _version(http, b.url, model)
+    if got < n:
+        raise RuntimeError(f"the follower applied {got} of {n} events in 1 s: not saturated-and-done")
+    return cpu / n * 1e6
 
 
 class _Idle:
@@ -456,6 +495,22 @@ def measure(root: Path, label: str, plan: Plan, workdir: Path) -> Figures:
                 out.apply_hashed_load_us = got
             else:
                 out.apply_load_us = got
+        # B saturated: what one core of a follower applies when events come faster than it reads,
+        # the constant capacity planning needs (at the rates one client's pairs reach here, a read
+        # brings a few events, and the round's fixed cost dominates the figures above).
+        for hashed in (False, True):
+            got = float(
+                np.median(
+                    [
+                        _saturated(a, b, pairs.http, i, hashed, idle.procs[1], plan.saturate)
+                        for i in range(BLOCKS)
+                    ]
+                )
+            )
+            if hashed:
+                out.apply_hashed_sat_us = got
+            else:
+                out.apply_sat_us = got
         b.stop()
         replicas.remove(b)
 
@@ -525,19 +580,24 @@ def _breakdown(counts: dict[str, float]) -> str:
     return ", ".join(f"{c} {n:.2g}" for c, n in counts.items() if n >= 0.05) or "–"
 
 
-def capacity(f: Figures, load: float = LOAD, models: int = MODELS, u: float = UTILISATION) -> list[list[str]]:
+def capacity(
+    f: Figures, loads: tuple[int, ...] = LOADS, models: int = MODELS, u: float = UTILISATION
+) -> list[list[str]]:
     """The capacity rows derived from the measured constants (docs/SCALING.md explains them).
 
     Per pair, Redis spends ``redis_us`` with one replica and ``follow = redis_us_two - redis_us``
     more for each further replica that follows the model's log; a replica spends ``serve_us`` on
     the pairs it serves and ``apply_us`` on every event of every model it holds. At ``u`` of a core:
     a shard runs ``u / (redis_us + (g - 1) follow)`` pairs/s of models followed by ``g`` replicas;
-    ``load`` pairs/s need ``load (serve_us + g apply_us) / u`` replica cores when each model is held
+    each of ``loads`` pairs/s needs ``load (serve_us + g apply_us) / u`` replica cores when each model is held
     by ``g`` replicas, and ``load serve_us / (u - load apply_us)`` when every replica holds every
     model (each then applies the whole load).
     """
     budget = u * 1e6
     follow = max(f.redis_us_two - f.redis_us, 0.0)
+    # A follower near capacity is saturated: each read brings a full batch (the sequential figure's
+    # one event per read is the idle end, not the capacity).
+    apply_us = f.apply_sat_us if not math.isnan(f.apply_sat_us) else f.apply_us
 
     def per_pair(g: int) -> float:
         return f.redis_us + (g - 1) * follow
@@ -558,40 +618,49 @@ def capacity(f: Figures, load: float = LOAD, models: int = MODELS, u: float = UT
         ],
         [
             "events/s one replica core applies (all its models together)",
-            f"{budget / f.apply_us:,.0f}",
-            f"{u:.0%} × 1e6 / apply µs",
+            f"{budget / apply_us:,.0f}",
+            f"{u:.0%} × 1e6 / apply µs (saturated)",
         ],
     ]
-    what = f"{load:,} pairs/s over {models} models"
-    spare = budget - load * f.apply_us
-    if spare > 0:
-        cores = math.ceil(load * f.serve_us / spare)
-        shards = math.ceil(load * per_pair(cores) / budget)
+    if not math.isnan(f.apply_hashed_sat_us):
         rows.append(
             [
-                f"{what}, every replica holding every model: replica cores / shards",
-                f"{cores} / {shards}",
-                "each replica applies the whole load",
+                "… the hashed workload (30 named features)",
+                f"{budget / f.apply_hashed_sat_us:,.0f}",
+                f"{u:.0%} × 1e6 / hashed apply µs (saturated)",
             ]
         )
-    else:
-        rows.append(
-            [
-                f"{what}, every replica holding every model",
-                "impossible",
-                f"one core cannot apply {load:,} events/s",
-            ]
-        )
-    for g in (1, 2):
-        cores = math.ceil(load * (f.serve_us + g * f.apply_us) / budget)
-        shards = math.ceil(load * per_pair(g) / budget)
-        rows.append(
-            [
-                f"{what}, each model on {g} replica{'s' if g > 1 else ''}: replica cores / shards",
-                f"{cores} / {shards}",
-                f"load × (serve + {g} × apply); models placed by name",
-            ]
-        )
+    for load in loads:
+        what = f"{load:,} pairs/s over {models} models"
+        spare = budget - load * apply_us
+        if spare > 0:
+            cores = math.ceil(load * f.serve_us / spare)
+            shards = math.ceil(load * per_pair(cores) / budget)
+            rows.append(
+                [
+                    f"{what}, every replica holding every model: replica cores / shards",
+                    f"{cores} / {shards}",
+                    "each replica applies the whole load",
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    f"{what}, every replica holding every model",
+                    "impossible",
+                    f"one core cannot apply {load:,} events/s",
+                ]
+            )
+        for g in (1, 2):
+            cores = math.ceil(load * (f.serve_us + g * apply_us) / budget)
+            shards = math.ceil(load * per_pair(g) / budget)
+            rows.append(
+                [
+                    f"{what}, each model on {g} replica{'s' if g > 1 else ''}: replica cores / shards",
+                    f"{cores} / {shards}",
+                    f"load × (serve + {g} × apply); models placed by name",
+                ]
+            )
     return rows
 
 
@@ -686,6 +755,16 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
             [_num(s.apply_hashed_load_us, "{:,.0f}") for s in sides],
             f"≤ {MAX_APPLY_US:g}",
         ),
+        row(
+            "… applying saturated (B stopped while events are logged, then catching up)",
+            [_num(s.apply_sat_us, "{:,.0f}") for s in sides],
+            f"≤ {MAX_APPLY_US:g}",
+        ),
+        row(
+            "… applying saturated, hashed Banditron",
+            [_num(s.apply_hashed_sat_us, "{:,.0f}") for s in sides],
+            f"≤ {MAX_APPLY_US:g}",
+        ),
         row("sequential pairs/s on Redis (absolute)", [_num(s.rate_redis, "{:,.0f}") for s in sides]),
         row(
             "… vs the embedded SQLite store, same run",
@@ -714,6 +793,7 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
         f"Redis CPU {after.redis_us:,.0f} µs with one replica and {follow:,.0f} µs more per further "
         f"replica following the log (one plain GET round trip costs {after.get_us:.0f} µs of Redis CPU on "
         f"this machine); replica CPU {after.serve_us:,.0f} µs serving and {after.apply_us:,.0f} µs applying "
+        f"one event per read ({after.apply_sat_us:,.0f} µs saturated, the capacity figure) "
         f"(paid by every replica holding the model); {after.client_commands:.2f} client commands. "
         f"Capacities at {UTILISATION:.0%} of a core:\n\n" + cap
     )

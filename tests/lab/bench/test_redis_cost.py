@@ -12,7 +12,7 @@ from lab.bench.redis_cost import Figures, capacity
 
 def test_capacity_follows_the_cost_model() -> None:
     f = Figures("x", redis_us=100.0, redis_us_two=150.0, serve_us=500.0, apply_us=20.0)
-    rows = {r[0]: r[1] for r in capacity(f, load=10_000, models=10, u=0.5)}
+    rows = {r[0]: r[1] for r in capacity(f, loads=(10_000,), models=10, u=0.5)}
     assert rows["pairs/s per Redis shard, models followed by 1 replica"] == "5,000"  # 0.5e6 / 100
     assert rows["pairs/s per Redis shard, models followed by 2 replicas"] == "3,333"  # 0.5e6 / 150
     assert rows["events/s one replica core applies (all its models together)"] == "25,000"
@@ -25,7 +25,7 @@ def test_capacity_follows_the_cost_model() -> None:
     # placed on 2 replicas each: 10,000 x (500 + 2 x 20) / 0.5e6 = 10.8 -> 11 cores, 3 shards
     assert rows["10,000 pairs/s over 10 models, each model on 2 replicas: replica cores / shards"] == "11 / 3"
     f.apply_us = 60.0  # 10,000 events/s x 60 us > half a core: only placement helps
-    rows = {r[0]: r[1] for r in capacity(f, load=10_000, models=10, u=0.5)}
+    rows = {r[0]: r[1] for r in capacity(f, loads=(10_000,), models=10, u=0.5)}
     assert rows["10,000 pairs/s over 10 models, every replica holding every model"] == "impossible"
 
 
@@ -45,4 +45,7 @@ def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_o
     bare = re.search(r"\| Redis CPU µs of a bare pair[^|]*\| ([\d,]+) \|", markdown)
     assert bare is not None and float(bare[1].replace(",", "")) > 0, markdown
     assert "The bare pair costs" in markdown
+    # the follower saturated (stopped while events are logged, then catching up): measured, positive
+    sat = re.search(r"\| … applying saturated \(B stopped[^|]*\| ([\d,]+) \|", markdown)
+    assert sat is not None and float(sat[1].replace(",", "")) > 0, markdown
     assert "<!-- BEGIN redis-cost -->" in (bench_dir / "SCALING.md").read_text()

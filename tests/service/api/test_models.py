@@ -133,7 +133,7 @@ async def test_replica_loads_checkpoint_and_log_tail() -> None:
         store = app.state.runtime.store
         cp = await store.get_checkpoint("m")
         assert cp is not None and cp.position == 8
-        assert [e.position for e in await store.read_log("m", after=0)] == [9, 10]  # trimmed
+        assert [e.position for e in await store.read_log("m", after=0)] == [8, 9, 10]  # its own event kept
         replica = create_app(app.state.settings, store=store)
         async with app_client(replica) as r:
             assert (await r.get("/models/m")).json()["checksum"] == info["checksum"]

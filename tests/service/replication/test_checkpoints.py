@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -80,12 +81,53 @@ async def test_one_lease_holder_checkpoints_every_n_and_a_new_replica_starts_fro
     # every 10 events or more: a follower applies what one read brings, and checkpoints at the end
     # of the batch that reached 10 since the last one (60 when each read brought one event)
     assert cp is not None and 65 - 10 < cp.position <= 65
-    tail = list(range(cp.position + 1, 66))
-    assert [e.position for e in await store.read_log("cp", after=0)] == tail  # trimmed
+    # trimmed up to the checkpoint, whose own event stays (Runtime._checkpoint says why)
+    tail = list(range(cp.position, 66))
+    assert [e.position for e in await store.read_log("cp", after=0)] == tail
     r3 = await replicas(checkpoint_every=10, checkpoint_interval_seconds=3600)
     m3 = r3.models["cp"]
     assert (m3.checkpoint_position, m3.position) == (cp.position, 65)  # the checkpoint, then the tail
     assert m3.checksum() == r1.models["cp"].checksum() == r2.models["cp"].checksum()
+
+
+async def test_a_replica_behind_a_checkpoint_at_the_end_of_the_log_catches_up_without_a_new_event(
+    replicas: Start, redis_url: str
+) -> None:
+    """The lease holder checkpoints at the last event of a log that then goes quiet; replicas that
+    had not followed it yet (loaded at 0, their loops not started: as if asleep meanwhile) catch up
+    from the checkpoint with no further event appended: one through its catch-up (an admin read, a
+    ``?wait``), one through its tail loop (the kill -9 test's flake: a replica left at 411 of 419
+    once the load had ended, the last checkpoint at 419 and the log trimmed up to it)."""
+    r1 = await replicas(checkpoint_every=10, checkpoint_interval_seconds=3600)
+    await r1.create_model("cp", SPEC)
+    lagging = [Runtime(RedisStore(redis_url, prefix=r1.store.prefix), Settings()) for _ in range(2)]
+    try:
+        for r in lagging:
+            await r.open()
+            await r.sync_models()  # the model at version 0, no loop running
+        await traffic([r1], 20, seed=3)
+        assert await r1.wait_applied(r1.models["cp"], 20)
+        cp = await r1.store.get_checkpoint("cp")
+        assert cp is not None and cp.position == 20  # the log's last event
+        want = (20, r1.models["cp"].checksum())
+
+        by_catch_up, by_tail = lagging
+        m = by_catch_up.models["cp"]
+        assert m.position == 0
+        await by_catch_up.catch_up(m)
+        assert (m.position, m.checksum()) == want
+
+        assert by_tail.models["cp"].position == 0
+        await by_tail.load()  # starts its tail loop
+        deadline = time.monotonic() + 10
+        while by_tail.models["cp"].position < 20:
+            assert time.monotonic() < deadline, f"stuck at {by_tail.models['cp'].position} of 20"
+            await asyncio.sleep(0.05)
+        assert (by_tail.models["cp"].position, by_tail.models["cp"].checksum()) == want
+    finally:
+        for r in lagging:
+            await r.stop()
+            await r.store.close()
 
 
 async def test_checkpoints_every_t_seconds_and_the_lease_moves_when_its_holder_stops(replicas: Start) -> None:
