@@ -658,7 +658,9 @@ class Store(abc.ABC):
         newest ``keep`` (None: no such limit); return how many were forgotten.
 
         Oldest first, in bounded steps (never a scan of the whole log): the retention of
-        ``CLICKBOOST_LOG_RETENTION``, applied by every expiry sweep.
+        ``CLICKBOOST_LOG_RETENTION``, applied by every expiry sweep. A store whose learn events name
+        the entry that holds their features (Redis) keeps the entries that events still in its event
+        log name, and forgets them at a sweep after the checkpoint that trims those events.
         """
 
     # -- dashboard: per-minute activity -----------------------------------------------------------

@@ -28,39 +28,65 @@ the decision's model, ``{name}``: the model name as hash tag):
 ``{p}{_registry}:placement``            hash    model name -> JSON placement override (moved models;
                                                 :mod:`service.placement`)
 ``{p}{name}:meta``                      hash    ``model`` (the model exists), ``last`` (log position),
-                                                decision/click/no-click/expired counts,
-                                                ``graded`` / ``graded_sum`` (graded rewards),
-                                                ``deferred`` / ``activated`` /
+                                                click/no-click/expired counts, ``lost`` (records gone
+                                                by their TTL unswept; the decision count is derived:
+                                                ``_COUNTS``), ``graded`` / ``graded_sum`` (graded
+                                                rewards), ``deferred`` / ``activated`` /
                                                 ``dropped_unactivated`` (deferred decisions),
-                                                ``dlog_last`` / ``dlog_min``: the decision log's last
-                                                entry id and the least one kept
+                                                ``dlog_min``: the least decision-log entry id kept;
+                                                the logged decisions' outcomes: id -> ``outcome reward
+                                                at`` (reward ``-`` when dropped), ``id:a`` -> a
+                                                deferred one's activation time (a routed id has a dot,
+                                                no counter has)
 ``{p}{name}:log``                       stream  the event log; entry id ``{position}-0``, so positions are
                                                 explicit integers without gaps, ``XRANGE``/``XREAD`` read
-                                                them in order and ``XTRIM MINID`` trims below a position
+                                                them in order and ``XTRIM MINID`` trims below a position;
+                                                a logged decision's learn event has ``lg`` (its
+                                                decision-log entry) instead of ``x``
 ``{p}{name}:due``                       zset    pending decision ids scored by ``expires_at`` (the sweep)
 ``{p}{name}:cp``                        hash    the latest checkpoint: ``position``, ``state`` (bytes)
-``{p}{name}:dlog``                      stream  the decision log: entry id ``{created_at ms}-{n}`` (raised
+``{p}{name}:dlog``                      stream  the decision log (made with the model, so that an entry
+                                                is added only to a model that exists): entry id
+                                                ``{created_at ms}-{n}`` (raised
                                                 to follow the last entry when a replica's clock is
                                                 behind), fields ``id``, ``v`` (model version), ``t``
                                                 (created_at), ``x`` (as in the record), ``p``
                                                 (probabilities, float64 little-endian), ``l`` (label)
-``{p}{name}:dout``                      hash    outcomes of the logged decisions: id -> ``outcome reward
-                                                at`` (reward ``-`` when dropped); ``id:a`` -> the
-                                                activation time of a deferred one
+``{p}{name}:dout``                      hash    before issue 40, the outcomes now in the meta hash: still
+                                                read and trimmed
 ``{p}{name}:act``, ``{p}{name}:actz``   hash,   per-minute activity (``{minute}:d`` / ``:c`` / ``:n`` /
                                         zset    ``:e`` / ``:x`` / ``:g`` / ``:r``) and the minutes held
-``{p}{t}:d:{decision_id}``              hash    a pending decision record, with a TTL of window + ``grace``;
-                                                ``lg``: its decision-log entry id, when logged; a
-                                                deferred one: ``df`` 1, ``ac`` (activation time) and
-                                                a held feedback ``hr`` / ``ho`` / ``ha`` (reward,
-                                                outcome, time)
-``{p}{t}:c:{decision_id}``              hash    its claim: model, outcome, position, at, ``forget_at``,
-                                                ``df`` / ``ac`` (deferred, activated: 1 or empty);
-                                                TTL ``claim_ttl`` (``forget_at`` honours the caller's clock)
+``{p}{t}:r:{decision_id}``              string  the decision: first its pending record (TTL window +
+                                                ``grace``): model, version, times, ``lg`` (its
+                                                decision-log entry id, when logged), deferred,
+                                                activation time, a held feedback (reward, outcome,
+                                                time), the decision and, unless logged, the features;
+                                                then its claim, which replaces it (TTL ``claim_ttl``):
+                                                model, outcome, position, at, ``forget_at`` (honours
+                                                the caller's clock), deferred, activated. Format:
+                                                ``load`` in the scripts. Before issue 40: two hashes,
+                                                ``{p}{t}:d:{id}`` and ``{p}{t}:c:{id}``, still read
 ``{p}lease:{name}``                     string  a lease (``checkpoint:{model}``) and its holder, with a TTL
 ``{p}replica:{id}``, ``{p}replicas``    string, a replica's last heartbeat (JSON, TTL); the ids that
                                         set     sent one (pruned when listed)
 ======================================  ======  ==============================================
+
+**One copy of the context** (issue 40). A logged decision's features are stored once, in its
+decision-log entry, and never pass through a script after :meth:`RedisStore.put_decision`: the
+record holds the entry's id, and the feedback, activation and expiry scripts write it into the learn
+event (``lg``) in place of the features. A follower reads the events, then the features of the
+entries they name (:meth:`RedisStore._events`: one range read per model and round, pipelined with
+the other models'). The retention therefore keeps every entry that an event still in the event log
+names: it stops at the first entry whose claim's position is at or after the log's first event, or
+whose claim is forgotten (TTL ``claim_ttl``) while the log holds an event older than that; the
+runtime trims the log at each checkpoint (every ``checkpoint_every`` events or
+``checkpoint_interval_seconds``), which only a replica at or past the checkpoint reads, and one
+behind it loads the checkpoint first. Before it forgets the entry of a decision still pending it
+moves the features into the decision's record, whose learn event then carries them (``x``). An
+unlogged decision keeps them in its record. Per pair: 4 commands in the predict script (``EVALSHA``,
+the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``, the record, the meta
+read, the event, one ``HSET`` of counters and outcome, the claim, the due set), no count of the
+decision (derived, ``_COUNTS``).
 
 **Following the logs.** A replica reads every model's new events with one blocking ``XREAD`` over
 all the logs and the registry's stream (:meth:`RedisStore.tail`), and applies the entries it gets:
@@ -182,8 +208,11 @@ def slot_tag(slot: int) -> str:
 
 
 # Shared Lua helpers. ``p`` is the key prefix, ``m`` a model name; a model's keys are
-# ``p{m}:part``, a decision's ``p{tag}:d:id`` / ``p{tag}:c:id`` (the tag ends the id, after a dot;
-# ids of the old layout have none and keep their old keys ``pd:id`` / ``pc:id``).
+# ``p{m}:part``, a decision's ``p{tag}:r:id`` (the tag ends the id, after a dot). A decision's key
+# holds one string, first its pending record, then its claim (see ``load`` below). Before issue 40
+# a decision had two hashes, ``p{tag}:d:id`` (record) and ``p{tag}:c:id`` (claim), and ids of the
+# layout before issue 25 have no tag and keep ``pd:id`` / ``pc:id``: those are still read (and a
+# record found there is claimed into the new key) until their TTLs end.
 _LUA_COMMON = """
 local function mk(p, m, part) return p .. '{' .. m .. '}:' .. part end
 local function dk(p, id, kind)
@@ -194,19 +223,68 @@ end
 local function notify(p, m, on, pos)
   if on == '1' then redis.call('SPUBLISH', mk(p, m, 'notify'), pos) end
 end
--- A live claim: model, outcome, position, at, forget_at, deferred ('1' or ''), activated ('1' or '').
-local function live_claim(ck, now)
+local function opt(v) if v == '-' then return nil end return v end
+-- A decision's key (one string, one GET for the claim check and the record): a header of
+-- space-separated fields ('-' for none) and a newline, then, for a pending record, its decision and
+-- (only when the decision log does not hold them) its features.
+--   record: R model version created_at expires_at lg df ac hr ho ha len(decision)
+--   claim:  C model outcome position at forget_at df ac
+-- A claim is {model, outcome, position, at, forget_at, deferred, activated} ('' for none); a record a
+-- table. ``load`` returns the live claim or the record or neither.
+local function load(p, id, now)
+  local v = redis.call('GET', dk(p, id, 'r'))
+  if v then
+    local nl = string.find(v, '\\n', 1, true)
+    local f = {}
+    for t in string.gmatch(string.sub(v, 1, nl - 1), '%S+') do f[#f + 1] = t end
+    if f[1] == 'C' then
+      if tonumber(f[6]) <= tonumber(now) then return nil, nil end  -- forgotten (the caller's clock)
+      return {f[2], f[3], opt(f[4]) or '', f[5], f[6], opt(f[7]) or '', opt(f[8]) or ''}, nil
+    end
+    local n = tonumber(f[12])
+    local x = nil
+    if #v > nl + n then x = string.sub(v, nl + n + 1) end
+    return nil, {model = f[2], version = f[3], created = f[4], expires = f[5], lg = opt(f[6]), df = opt(f[7]),
+                 ac = opt(f[8]), hr = opt(f[9]), ho = opt(f[10]), ha = opt(f[11]),
+                 decision = string.sub(v, nl + 1, nl + n), x = x}
+  end
+  -- The layout before issue 40: a claim hash, a record hash.
+  local ck = dk(p, id, 'c')
   local c = redis.call('HMGET', ck, 'model', 'outcome', 'position', 'at', 'forget_at', 'df', 'ac')
-  if not c[1] then return nil end
-  if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil end
-  c[6], c[7] = c[6] or '', c[7] or ''
-  return c
+  if c[1] then
+    if tonumber(c[5]) <= tonumber(now) then redis.call('DEL', ck) return nil, nil end
+    c[6], c[7] = c[6] or '', c[7] or ''
+    return c, nil
+  end
+  local h = redis.call('HMGET', dk(p, id, 'd'), 'model', 'model_version', 'created_at', 'expires_at', 'lg',
+                       'df', 'ac', 'hr', 'ho', 'ha', 'decision', 'x')
+  if not h[1] then return nil, nil end
+  return nil, {model = h[1], version = h[2], created = h[3], expires = h[4], lg = h[5], df = h[6], ac = h[7],
+               hr = h[8], ho = h[9], ha = h[10], decision = h[11], x = h[12], old = true}
 end
-local function claim(ck, dkey, due, id, m, outcome, position, now, forget_at, claim_ttl_ms, df, ac)
-  redis.call('HSET', ck, 'model', m, 'outcome', outcome, 'position', position, 'at', now,
-             'forget_at', forget_at, 'df', df, 'ac', ac)
-  redis.call('PEXPIRE', ck, claim_ttl_ms)
-  redis.call('DEL', dkey)
+local function record_text(r)
+  local head = {'R', r.model, r.version, r.created, r.expires, r.lg or '-', r.df or '-', r.ac or '-',
+                r.hr or '-', r.ho or '-', r.ha or '-', #r.decision}
+  return table.concat(head, ' ') .. '\\n' .. r.decision .. (r.x or '')
+end
+-- Save changed fields of a pending record (its TTL kept).
+local function save(p, id, r)
+  if r.old then
+    local f = {}
+    for _, k in ipairs({'ac', 'hr', 'ho', 'ha'}) do
+      if r[k] then f[#f + 1] = k f[#f + 1] = r[k] end
+    end
+    redis.call('HSET', dk(p, id, 'd'), unpack(f))
+  else
+    redis.call('SET', dk(p, id, 'r'), record_text(r), 'KEEPTTL')
+  end
+end
+-- The claim replaces the record in the decision's key (the record's bytes go with it).
+local function claim(p, r, due, id, m, outcome, position, now, forget_at, claim_ttl_ms, df, ac)
+  local head = {'C', m, outcome, position ~= '' and position or '-', now, forget_at, df ~= '' and df or '-',
+                ac ~= '' and ac or '-'}
+  redis.call('SET', dk(p, id, 'r'), table.concat(head, ' ') .. '\\n', 'PX', claim_ttl_ms)
+  if r.old then redis.call('DEL', dk(p, id, 'd')) end
   redis.call('ZREM', due, id)
 end
 -- Stream entry ids 'ms-seq' as numbers (ms < 1e14, see _MAX_SECONDS).
@@ -222,10 +300,21 @@ local function forgotten(lg, low)
   local lms, lseq = entry_id(low)
   return ms < lms or (ms == lms and seq < lseq)
 end
--- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry.
-local function log_outcome(p, m, id, lg, low, outcome, reward, now)
+-- Where a learn event finds the features of the pending record ``r``: its own ('x'), or its
+-- decision-log entry ('lg', the entry id: the one copy, which the follower reads; the retention
+-- keeps an entry that an event still in the log names, and moves the features of a decision still
+-- pending into its record before it forgets the entry).
+local function context(r)
+  if r.x then return 'x', r.x end
+  return 'lg', r.lg
+end
+-- The outcome of a logged decision (``lg``: its entry id), unless the retention forgot the entry: added
+-- to ``fields``, the field/value pairs of the meta hash that the caller sets in one HSET (a routed id
+-- has a dot, which no counter's name has).
+local function log_outcome(fields, id, lg, low, outcome, reward, now)
   if not lg or forgotten(lg, low) then return end
-  redis.call('HSET', mk(p, m, 'dout'), id, outcome .. ' ' .. reward .. ' ' .. now)
+  fields[#fields + 1] = id
+  fields[#fields + 1] = outcome .. ' ' .. reward .. ' ' .. now
 end
 -- A feedback's reward as sent ('1', '0' or a graded reward's text): its outcome and counter.
 local function outcome_of(click)
@@ -233,27 +322,28 @@ local function outcome_of(click)
   if click == '0' then return 'no_click', 'no_clicks' end
   return 'reward', 'graded'
 end
--- Claim the pending decision ``r`` (HMGET model, x, decision, expires_at, lg) with the feedback
--- ``click``: its learn event, counters, decision-log outcome and claim (``df``: deferred, so also
--- activated). Returns the event's position.
-local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, dkey, ck, df)
-  local m = r[1]
+-- Claim the pending decision ``r`` with the feedback ``click``: its learn event, counters,
+-- decision-log outcome and claim (``df``: deferred, so also activated). Returns the event's position.
+local function learn(p, id, r, click, now, forget_at, claim_ttl_ms, on, df)
+  local m = r.model
+  local xf, xv = context(r)
   local outcome, counter = outcome_of(click)
   local meta = mk(p, m, 'meta')
   local v = redis.call('HMGET', meta, 'last', counter, 'dlog_min')
   local pos = (tonumber(v[1]) or 0) + 1
   redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-             'x', r[2], 'decision', r[3], 'reward', click, 'outcome', outcome)
-  redis.call('HSET', meta, 'last', pos, counter, (tonumber(v[2]) or 0) + 1)
+             xf, xv, 'decision', r.decision, 'reward', click, 'outcome', outcome)
+  local fields = {'last', pos, counter, (tonumber(v[2]) or 0) + 1}
+  log_outcome(fields, id, r.lg, v[3], outcome, click, now)
+  redis.call('HSET', meta, unpack(fields))
   if outcome == 'reward' then redis.call('HINCRBYFLOAT', meta, 'graded_sum', click) end
-  log_outcome(p, m, id, r[5], v[3], outcome, click, now)
-  claim(ck, dkey, mk(p, m, 'due'), id, m, outcome, pos, now, forget_at, claim_ttl_ms, df, df)
+  claim(p, r, mk(p, m, 'due'), id, m, outcome, tostring(pos), now, forget_at, claim_ttl_ms, df, df)
   notify(p, m, on, pos)
   return pos
 end
 """
 
-# KEYS: decision key, claim key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
+# KEYS: the decision's key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
 # reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0).
 # Returns {status, model, outcome, position ('' if none), at, deferred, activated}; a deferred decision
 # not activated yet holds the feedback in its record ('held').
@@ -261,54 +351,56 @@ _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
 local p, id, click, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local c = live_claim(KEYS[2], now)
+local c, r = load(p, id, now)
 if c then
   local status = 'duplicate'
   if c[2] == 'expired' then status = 'expired' end
   return {status, c[1], c[2], c[3], c[4], c[6], c[7]}
 end
-local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'ha')
-if not r[1] then return {'unknown'} end
-local df = r[6] or ''
-if tonumber(now) >= tonumber(r[4]) then return {'expired', r[1], 'expired', '', r[4], df, ''} end
+if not r then return {'unknown'} end
+local df = r.df or ''
+if tonumber(now) >= tonumber(r.expires) then return {'expired', r.model, 'expired', '', r.expires, df, ''} end
 local outcome = outcome_of(click)
-if df == '1' and not r[7] then
-  if r[8] then return {'duplicate', r[1], r[8], '', r[9], '1', ''} end
-  redis.call('HSET', KEYS[1], 'hr', click, 'ho', outcome, 'ha', now)
-  return {'held', r[1], outcome, '', now, '1', ''}
+if df == '1' and not r.ac then
+  if r.ho then return {'duplicate', r.model, r.ho, '', r.ha, '1', ''} end
+  r.hr, r.ho, r.ha = click, outcome, now
+  save(p, id, r)
+  return {'held', r.model, outcome, '', now, '1', ''}
 end
-local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], KEYS[1], KEYS[2], df)
-return {'accepted', r[1], outcome, tostring(pos), now, df, df}
+local pos = learn(p, id, r, click, now, ARGV[5], ARGV[6], ARGV[7], df)
+return {'accepted', r.model, outcome, tostring(pos), now, df, df}
 """
 )
 
-# KEYS: decision key, claim key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
+# KEYS: the decision's key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
 # Returns {status, deferred} or {status, deferred, model, outcome, position, at, activated, reward}
 # when there is a claim (the held feedback's reward when it was learned now).
 _ACTIVATE = (
     _LUA_COMMON
     + """
 local p, id, now = ARGV[1], ARGV[2], ARGV[3]
-local c = live_claim(KEYS[2], now)
+local c, r = load(p, id, now)
 if c then
   local status = 'already'
   if c[6] == '1' and c[7] ~= '1' then status = 'expired' end  -- dropped unactivated
   return {status, c[6], c[1], c[2], c[3], c[4], c[7], ''}
 end
-local r = redis.call('HMGET', KEYS[1], 'model', 'x', 'decision', 'expires_at', 'lg', 'df', 'ac', 'ho', 'hr')
-if not r[1] then return {'unknown', ''} end
-if r[6] ~= '1' or r[7] then return {'already', r[6] or ''} end
-if tonumber(now) >= tonumber(r[4]) then return {'expired', '1', r[1], 'expired', '', r[4], '', ''} end
-local m = r[1]
-local meta = mk(p, m, 'meta')
-redis.call('HSET', KEYS[1], 'ac', now)
-redis.call('HINCRBY', meta, 'activated', 1)
-if r[5] and not forgotten(r[5], redis.call('HGET', meta, 'dlog_min')) then
-  redis.call('HSET', mk(p, m, 'dout'), id .. ':a', now)
+if not r then return {'unknown', ''} end
+if r.df ~= '1' or r.ac then return {'already', r.df or ''} end
+if tonumber(now) >= tonumber(r.expires) then
+  return {'expired', '1', r.model, 'expired', '', r.expires, '', ''}
 end
-if not r[8] then return {'activated', '1'} end
-local pos = learn(p, id, r, r[9], now, ARGV[4], ARGV[5], ARGV[6], KEYS[1], KEYS[2], '1')
-return {'activated', '1', m, r[8], tostring(pos), now, '1', r[9]}
+local m = r.model
+local meta = mk(p, m, 'meta')
+r.ac = now
+save(p, id, r)
+redis.call('HINCRBY', meta, 'activated', 1)
+if r.lg and not forgotten(r.lg, redis.call('HGET', meta, 'dlog_min')) then
+  redis.call('HSET', meta, id .. ':a', now)
+end
+if not r.ho then return {'activated', '1'} end
+local pos = learn(p, id, r, r.hr, now, ARGV[4], ARGV[5], ARGV[6], '1')
+return {'activated', '1', m, r.ho, tostring(pos), now, '1', r.hr}
 """
 )
 
@@ -322,79 +414,67 @@ _EXPIRE_DUE = (
     + """
 local p, m, now = ARGV[1], ARGV[2], ARGV[3]
 local meta, due = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dropped_unactivated')
+local v = redis.call('HMGET', meta, 'model', 'last', 'expired', 'dlog_min', 'dropped_unactivated', 'lost')
 if not v[1] then return -1 end
 local last, expired, dropped = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[5]) or 0
+local lost = tonumber(v[6]) or 0
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
-local out = {}
+local out, outcomes = {}, {}
 for _, id in ipairs(ids) do
-  local dkey, ck = dk(p, id, 'd'), dk(p, id, 'c')
-  local r = redis.call('HMGET', dkey, 'x', 'decision', 'lg', 'df', 'ac')
-  if r[1] and not live_claim(ck, now) then
-    local pos, df, ac = '', r[4] or '', ''
-    if r[5] then ac = '1' end
+  local c, r = load(p, id, now)
+  if r and not c then
+    local pos, df, ac = '', r.df or '', ''
+    if r.ac then ac = '1' end
     if df == '1' and ac == '' then  -- never shown: dropped whatever the default reward
-      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
+      log_outcome(outcomes, id, r.lg, v[4], 'dropped', '-', now)
       dropped = dropped + 1
       expired = expired - 1
     elseif ARGV[6] == '1' then
+      local xf, xv = context(r)
       last = last + 1
       pos = tostring(last)
       redis.call('XADD', mk(p, m, 'log'), pos .. '-0', 'kind', 'learn', 'at', now, 'decision_id', id,
-                 'x', r[1], 'decision', r[2], 'reward', '0', 'outcome', 'expired')
-      log_outcome(p, m, id, r[3], v[4], 'expired', '0', now)
+                 xf, xv, 'decision', r.decision, 'reward', '0', 'outcome', 'expired')
+      log_outcome(outcomes, id, r.lg, v[4], 'expired', '0', now)
     else
-      log_outcome(p, m, id, r[3], v[4], 'dropped', '-', now)
+      log_outcome(outcomes, id, r.lg, v[4], 'dropped', '-', now)
     end
-    claim(ck, dkey, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
+    claim(p, r, due, id, m, 'expired', pos, now, ARGV[4], ARGV[5], df, ac)
     expired = expired + 1
     out[#out + 1] = id
     out[#out + 1] = pos
     out[#out + 1] = df .. ac
   else
-    redis.call('ZREM', due, id)  -- forgotten by its TTL, or claimed
+    redis.call('ZREM', due, id)  -- claimed, or its record gone by its TTL: still counted as a decision
+    if not c then lost = lost + 1 end
   end
 end
-if #out > 0 then
-  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped)
-  if ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
+if #ids > 0 then
+  redis.call('HSET', meta, 'last', last, 'expired', expired, 'dropped_unactivated', dropped, 'lost', lost,
+             unpack(outcomes))
 end
+if #out > 0 and ARGV[6] == '1' then notify(p, m, ARGV[8], last) end
 local nxt = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 return {out, nxt[2] or ''}
 """
 )
 
-# KEYS: meta, decision key, claim key, due, decision log. ARGV: decision id, ttl (ms), x, decision,
-# model_version, created_at, expires_at, deferred ('1' / '0'), then for a logged decision: created_at
-# in whole ms, probabilities, label, the eligible labels ('' for all), and for a decision served in
-# logging or apprentice mode the learner's own probabilities and the baseline label. Returns 'ok',
-# 'unknown_model' or 'not_new' (insert if absent: the id has no pending record and no claim).
+# KEYS: meta, the decision's key, due, decision log. ARGV:
+# decision id, ttl (ms), x, decision, model_version, created_at, expires_at, deferred ('1' / '0'),
+# then for a logged decision: created_at in whole ms, probabilities, label, the eligible labels (''
+# for all), and for a decision served in logging or apprentice mode the learner's own probabilities
+# and the baseline label. Returns 'ok', 'unknown_model' or 'not_new' (insert if absent: the id has no
+# pending record and no claim). The features of a logged decision are kept once, in its decision-log
+# entry (the record holds the entry's id), else in the record.
 _PUT_DECISION = (
     _LUA_COMMON
     + """
-local meta, dkey = KEYS[1], KEYS[2]
-local v = redis.call('HMGET', meta, 'model', 'decisions', 'dlog_last', 'deferred')
-if not v[1] then return 'unknown_model' end
-if redis.call('EXISTS', dkey, KEYS[3]) > 0 then return 'not_new' end
-local record = {'model', v[1], 'x', ARGV[3], 'decision', ARGV[4], 'model_version', ARGV[5],
-                'created_at', ARGV[6], 'expires_at', ARGV[7]}
-local counts = {'decisions', (tonumber(v[2]) or 0) + 1}
+local meta = KEYS[1]
 local deferred = ARGV[8] == '1'
-if deferred then
-  record[#record + 1] = 'df'
-  record[#record + 1] = '1'
-  counts[#counts + 1] = 'deferred'
-  counts[#counts + 1] = (tonumber(v[4]) or 0) + 1
-end
+local r = {model = string.match(meta, '{(.*)}:meta$'), version = ARGV[5], created = ARGV[6],
+           expires = ARGV[7], decision = ARGV[4], x = ARGV[3]}
+if deferred then r.df = '1' end
 if ARGV[9] then
-  -- Entry ids follow creation times; a replica whose clock is behind the last entry's follows it.
-  -- The last id is kept in the meta hash: reading the stream's last entry would copy its features.
-  local eid = ARGV[9] .. '-0'
-  if eid == '0-0' then eid = '0-1' end  -- the one id a stream refuses
-  if v[3] then
-    local ms, seq = entry_id(v[3])
-    if ms >= tonumber(ARGV[9]) then eid = ms .. '-' .. (seq + 1) end
-  end
   local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[10], 'l', ARGV[11]}
   if ARGV[12] and ARGV[12] ~= '' then  -- the eligible labels, one byte each (only when restricted)
     entry[#entry + 1] = 'e'
@@ -410,23 +490,43 @@ if ARGV[9] then
     entry[#entry + 1] = 'b'
     entry[#entry + 1] = ARGV[14]
   end
-  redis.call('XADD', KEYS[5], eid, unpack(entry))
-  counts[#counts + 1] = 'dlog_last'
-  counts[#counts + 1] = eid
-  record[#record + 1] = 'lg'
-  record[#record + 1] = eid
+  -- Entry ids follow creation times (Redis numbers the entries of one ms); a replica whose clock is
+  -- behind the last entry's follows it (the stream refuses an id below its last). The entry also says
+  -- whether the model exists: its decision log is made with it (NOMKSTREAM), except the log of a
+  -- model made before issue 40 that never logged a decision.
+  local eid = redis.pcall('XADD', KEYS[4], 'NOMKSTREAM', ARGV[9] .. '-*', unpack(entry))
+  if not eid then
+    if redis.call('HEXISTS', meta, 'model') == 0 then return 'unknown_model' end
+    eid = redis.pcall('XADD', KEYS[4], ARGV[9] .. '-*', unpack(entry))
+  end
+  if type(eid) == 'table' then
+    local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1][1]
+    eid = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(entry))
+  end
+  r.lg, r.x = eid, nil
+elseif redis.call('HEXISTS', meta, 'model') == 0 then
+  return 'unknown_model'
 end
-redis.call('HSET', dkey, unpack(record))
-redis.call('PEXPIRE', dkey, ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
-redis.call('HSET', meta, unpack(counts))
+-- Insert if absent, in the step that writes the record; a taken id undoes the steps before (the
+-- script is atomic: nobody saw them). A record or claim of the layout before issue 40 is not looked
+-- for: only a client reusing its own id within a claim's TTL of the upgrade could meet one.
+if not redis.call('SET', KEYS[2], record_text(r), 'NX', 'PX', ARGV[2]) then
+  if r.lg then redis.call('XDEL', KEYS[4], r.lg) end
+  return 'not_new'
+end
+if deferred then redis.call('HINCRBY', meta, 'deferred', 1) end
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 return 'ok'
 """
 )
 
-# KEYS: meta, decision log, outcomes. ARGV: age limit ('' for none: entries whose id is below this
-# many ms are too old), entries kept ('' for none), batch. Forgets the oldest entries beyond either
-# limit, at most ``batch``, with their outcomes; returns how many, or -1 when there is no such model.
+# KEYS: meta, decision log, outcomes, event log. ARGV: age limit ('' for none: entries whose id is
+# below this many ms are too old), entries kept ('' for none), batch, prefix, the time a claim made
+# before is forgotten by now (now - claim ttl). Forgets the oldest entries beyond either limit, at most
+# ``batch``, with their outcomes; a decision still pending keeps its features, moved into its record.
+# It stops at the first entry that a learn event still in the event log may name (the follower reads
+# the features there): the claim's position is in the log, or its claim is forgotten while the log
+# holds an event from before. Returns how many, or -1 when there is no such model.
 _TRIM_DECISION_LOG = (
     _LUA_COMMON
     + """
@@ -444,21 +544,42 @@ if excess <= 0 then
   if cut == nil then return 0 end
   if #redis.call('XRANGE', log, '-', '(' .. ARGV[1] .. '-0', 'COUNT', 1) == 0 then return 0 end
 end
+-- The event log's first position still there, and whether its first event is older than a forgotten claim.
+local first, stale = math.huge, false
+local head = redis.call('XRANGE', KEYS[4], '-', '+', 'COUNT', 1)[1]
+if head then
+  first = entry_id(head[1])
+  for j = 1, #head[2], 2 do
+    if head[2][j] == 'at' then stale = tonumber(head[2][j + 1]) < tonumber(ARGV[5]) end
+  end
+end
 local old = redis.call('XRANGE', log, '-', '+', 'COUNT', batch)
 local n, ids = 0, {}
 for i, entry in ipairs(old) do
   if i > excess and not too_old(entry) then break end
-  n = i
-  local f = entry[2]
+  local f, id, x = entry[2], nil, nil
   for j = 1, #f, 2 do
-    if f[j] == 'id' then
-      ids[#ids + 1] = f[j + 1]
-      ids[#ids + 1] = f[j + 1] .. ':a'  -- its activation, if deferred
-      break
-    end
+    if f[j] == 'id' then id = f[j + 1] elseif f[j] == 'x' then x = f[j + 1] end
+  end
+  local key = dk(ARGV[4], id, 'r')
+  local v = redis.call('GET', key)
+  local top = v and string.sub(v, 1, string.find(v, '\\n', 1, true)) or ''
+  local fields = {}
+  for t in string.gmatch(top, '%S+') do fields[#fields + 1] = t end
+  if fields[1] == 'C' and fields[4] ~= '-' and tonumber(fields[4]) >= first then break end
+  if not v and stale then break end
+  n = i
+  ids[#ids + 1] = id
+  ids[#ids + 1] = id .. ':a'  -- its activation, if deferred
+  -- Still pending: its record takes the features (a record holds them after its decision and the
+  -- entry's id was the record's own, not an older entry of a reused id).
+  if fields[1] == 'R' and fields[6] == entry[1] and #v == #top + tonumber(fields[12]) then
+    redis.call('SET', key, v .. x, 'KEEPTTL')
   end
 end
-redis.call('HDEL', out, unpack(ids))
+if n == 0 then return 0 end
+redis.call('HDEL', meta, unpack(ids))
+redis.call('HDEL', out, unpack(ids))  -- outcomes kept before they moved into the meta hash
 local ms, seq = entry_id(old[n][1])
 local low = ms .. '-' .. (seq + 1)
 redis.call('XTRIM', log, 'MINID', low)
@@ -482,10 +603,10 @@ return pos
 """
 )
 
-# KEYS: the model's keys (meta first, due second). ARGV: prefix, model, batch, fresh ('1': start a
-# new model, else delete). Deleting removes the pending decisions of the due set and every key of the
-# model and returns 1 if the model existed; a fresh start does the same and marks the model as
-# existing (its meta's ``model``).
+# KEYS: the model's keys (meta first, due second, decision log fifth). ARGV: prefix, model, batch,
+# fresh ('1': start a new model, else delete). Deleting removes the pending decisions of the due set
+# and every key of the model and returns 1 if the model existed; a fresh start does the same, marks
+# the model as existing (its meta's ``model``) and makes its decision log, empty.
 _RESET_MODEL_KEYS = (
     _LUA_COMMON
     + """
@@ -494,11 +615,19 @@ local existed = redis.call('HEXISTS', KEYS[1], 'model')
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = 1, #ids, batch do
   local keys = {}
-  for j = i, math.min(i + batch - 1, #ids) do keys[#keys + 1] = dk(p, ids[j], 'd') end
+  for j = i, math.min(i + batch - 1, #ids) do
+    keys[#keys + 1] = dk(p, ids[j], 'r')
+    keys[#keys + 1] = dk(p, ids[j], 'd')
+  end
   redis.call('DEL', unpack(keys))
 end
 redis.call('DEL', unpack(KEYS))
-if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'model', ARGV[2]) end
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'model', ARGV[2])
+  -- Its decision log, empty: a decision's entry is added only to a log that exists (the model does).
+  redis.call('XADD', KEYS[5], '0-1', 'made', '1')
+  redis.call('XDEL', KEYS[5], '0-1')
+end
 return existed
 """
 )
@@ -520,13 +649,19 @@ return done
 """
 
 # KEYS: meta, due. Returns {exists, decisions, clicks, no-clicks, expired, pending, graded,
-# graded_sum, deferred, activated, dropped_unactivated}: one consistent read.
+# graded_sum, deferred, activated, dropped_unactivated}: one consistent read. The decisions are not
+# counted when saved (a command less per pair): each is pending (in the due set) or was settled once,
+# clicked, not clicked, graded, expired, dropped unactivated, or lost (its record gone by its TTL
+# before any sweep came).
 _COUNTS = """
-local v = redis.call('HMGET', KEYS[1], 'model', 'decisions', 'clicks', 'no_clicks', 'expired', 'graded',
-                     'graded_sum', 'deferred', 'activated', 'dropped_unactivated')
+local v = redis.call('HMGET', KEYS[1], 'model', 'clicks', 'no_clicks', 'expired', 'graded', 'graded_sum',
+                     'deferred', 'activated', 'dropped_unactivated', 'lost')
 if not v[1] then return {0} end
-return {1, v[2] or '0', v[3] or '0', v[4] or '0', v[5] or '0', redis.call('ZCARD', KEYS[2]), v[6] or '0',
-        v[7] or '0', v[8] or '0', v[9] or '0', v[10] or '0'}
+local pending = redis.call('ZCARD', KEYS[2])
+local n = pending
+for _, i in ipairs({2, 3, 4, 5, 9, 10}) do n = n + (tonumber(v[i]) or 0) end
+return {1, n, v[2] or '0', v[3] or '0', v[4] or '0', pending, v[5] or '0', v[6] or '0', v[7] or '0',
+        v[8] or '0', v[9] or '0'}
 """
 
 # KEYS: meta, act, actz. ARGV: minutes kept, then per minute: minute, decisions, clicks, no-clicks,
@@ -683,8 +818,9 @@ def _claim(decision_id: str, fields: list[bytes]) -> Claim:
     )
 
 
-def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
-    """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`)."""
+def _event(position: int, fields: Mapping[bytes, bytes], x: bytes | None = None) -> Event:
+    """Decode one stream entry (see ``_CLAIM_AND_APPEND`` and :meth:`RedisStore.append`); ``x``: the
+    features of a learn event that names its decision-log entry (``lg``) instead of holding them."""
     kind = fields[b"kind"].decode()
     at = float(fields[b"at"])
     if kind == "learn":
@@ -693,7 +829,7 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
             kind="learn",
             at=at,
             decision_id=fields[b"decision_id"].decode(),
-            x=decode_x(fields[b"x"]),
+            x=decode_x(fields[b"x"] if x is None else x),
             decision=decode_decision(fields[b"decision"]),
             reward=_reward(fields[b"reward"]),
             outcome=fields[b"outcome"].decode(),  # type: ignore[arg-type]
@@ -701,8 +837,16 @@ def _event(position: int, fields: Mapping[bytes, bytes]) -> Event:
     return Event(position=position, kind=kind, at=at, state=fields.get(b"state"))  # type: ignore[arg-type]
 
 
-def _events(entries: list[tuple[bytes, Mapping[bytes, bytes]]]) -> list[Event]:
-    return [_event(int(eid.split(b"-")[0]), fields) for eid, fields in entries]
+Entries = list[tuple[bytes, Mapping[bytes, bytes]]]
+#: Decision-log entries read per named entry of a batch (the range between the first and the last
+#: entry a batch names also holds decisions without feedback yet); those beyond are read one by one.
+_CONTEXT_SPAN = 4
+
+
+def _entry_order(eid: bytes) -> tuple[int, int]:
+    """A stream entry id ``ms-seq`` as numbers, in the stream's order."""
+    ms, _, seq = eid.partition(b"-")
+    return int(ms), int(seq)
 
 
 def _cluster_url(url: str) -> str | None:
@@ -803,8 +947,9 @@ class RedisStore(Store):
     def _channel(self, name: str) -> str:
         return self.key(name, "notify")
 
-    def _decision_key(self, decision_id: str, kind: Literal["d", "c"] = "d") -> str:
-        """The record (``d``) or claim (``c``) key of a decision id (see ``dk`` in the scripts)."""
+    def _decision_key(self, decision_id: str, kind: Literal["r", "d", "c"] = "r") -> str:
+        """The key of a decision id (``r``: its record, then its claim), or its record (``d``) or
+        claim (``c``) key of the layout before issue 40 (see ``dk`` in the scripts)."""
         routed = _ROUTED.match(decision_id)
         if routed is None:  # an id of the old layout (or none of ours: its key holds nothing)
             return f"{self.prefix}{kind}:{decision_id}"
@@ -894,8 +1039,7 @@ class RedisStore(Store):
         i = record.decision_id
         keys = [
             self.key(record.model, "meta"),
-            self._decision_key(i, "d"),
-            self._decision_key(i, "c"),
+            self._decision_key(i),
             *self._keys(record.model, "due", "dlog"),
         ]
         args: list[Any] = [
@@ -925,7 +1069,34 @@ class RedisStore(Store):
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
-        h = await self.redis.hgetall(self._decision_key(decision_id))
+        text = await self.redis.get(self._decision_key(decision_id))
+        if text is None:  # none, or a record of the layout before issue 40
+            return await self._get_old_decision(decision_id)
+        head, _, rest = text.partition(b"\n")
+        f = [v.decode() for v in head.split(b" ")]
+        if f[0] != "R":  # a claim
+            return None
+        model, lg, n = f[1], None if f[5] == "-" else f[5], int(f[11])
+        x = rest[n:]
+        if not x:  # the features are kept once, in the decision log
+            assert lg is not None
+            entry = await self.redis.xrange(self.key(model, "dlog"), min=lg, max=lg)
+            x = entry[0][1][b"x"]
+        return DecisionRecord(
+            decision_id=decision_id,
+            model=model,
+            x=decode_x(x),
+            decision=decode_decision(rest[:n]),
+            model_version=int(f[2]),
+            created_at=float(f[3]),
+            expires_at=float(f[4]),
+            logged=lg is not None,
+            deferred=f[6] == "1",
+            activated_at=None if f[7] == "-" else float(f[7]),
+        )
+
+    async def _get_old_decision(self, decision_id: str) -> DecisionRecord | None:
+        h = await self.redis.hgetall(self._decision_key(decision_id, "d"))
         if not h:
             return None
         return DecisionRecord(
@@ -948,7 +1119,7 @@ class RedisStore(Store):
     async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ClaimOutcome(ClaimStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
-        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        keys = [self._decision_key(decision_id)]
         value = str(int(reward)) if isinstance(reward, bool) else _f(reward)
         args = [self.prefix, decision_id, value, *self._claim_args(now), self._notify]
         out = await self._claim(keys=keys, args=args)
@@ -961,7 +1132,7 @@ class RedisStore(Store):
     async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ActivateOutcome(ActivateStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
-        keys = [self._decision_key(decision_id, "d"), self._decision_key(decision_id, "c")]
+        keys = [self._decision_key(decision_id)]
         now_s, forget_at, ttl_ms = self._claim_args(now)
         out = await self._activate(
             keys=keys, args=[self.prefix, decision_id, now_s, forget_at, ttl_ms, self._notify]
@@ -1034,7 +1205,7 @@ class RedisStore(Store):
     async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:
         log = self.key(model, "log")
         entries = await self._exists_and(model, lambda p: p.xrange(log, min=f"{after + 1}-0", count=limit))
-        return _events(entries)
+        return (await self._events({model: entries}))[model]
 
     @_available
     async def log_position(self, model: str) -> int:
@@ -1084,7 +1255,12 @@ class RedisStore(Store):
         if not entries:
             return [], None
         ids = [fields[b"id"] for _, fields in entries]
-        found = await self.redis.hmget(self.key(model, "dout"), [*ids, *(i + b":a" for i in ids)])
+        fields = [*ids, *(i + b":a" for i in ids)]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.key(model, "meta"), fields)
+            pipe.hmget(self.key(model, "dout"), fields)  # kept there before they moved into meta
+            now, before = await pipe.execute()
+        found = [a if a is not None else b for a, b in zip(now, before, strict=True)]
         outcomes, activations = found[: len(ids)], found[len(ids) :]
         page = []
         for (_, f), outcome, activated_at in zip(entries, outcomes, activations, strict=True):
@@ -1117,10 +1293,13 @@ class RedisStore(Store):
     async def trim_decision_log(self, model: str, older_than: float | None, keep: int | None) -> int:
         cut = "" if older_than is None else _ms(older_than)
         kept = "" if keep is None else keep
-        keys = self._keys(model, "meta", "dlog", "dout")
+        keys = self._keys(model, "meta", "dlog", "dout", "log")
+        # A claim made before this is forgotten by now (the event it names may still be in the log).
+        forgotten = _f(time.time() - self.claim_ttl)
+        args = [cut, kept, self._TRIM_BATCH, self.prefix, forgotten]
         trimmed = 0
         while True:  # each script forgets at most a batch (a long script would block Redis)
-            n = int(await self._trim_decisions(keys=keys, args=[cut, kept, self._TRIM_BATCH]))
+            n = int(await self._trim_decisions(keys=keys, args=args))
             if n < 0:
                 if trimmed:  # deleted meanwhile
                     return trimmed
@@ -1192,6 +1371,57 @@ class RedisStore(Store):
             pipe.srem(f"{self.prefix}replicas", replica)
             await pipe.execute()
 
+    async def _events(self, found: Mapping[str, Entries]) -> dict[str, list[Event]]:
+        """The events of the log entries ``found`` per model. A learn event of a logged decision names
+        its decision-log entry (``lg``) instead of holding the features (the one copy, module
+        docstring): per model one range read over the entries its events name, the few outside it one
+        by one, every model's in one pipeline. A model's events stop before one whose entry is gone:
+        the log was trimmed past that event meanwhile (a checkpoint holds it), which the caller sees
+        at its next read; an entry gone while its event is still in the log is an error."""
+        wanted = {}
+        for name, entries in found.items():
+            named = sorted({f[b"lg"] for _, f in entries if b"lg" in f}, key=_entry_order)
+            if named:
+                wanted[name] = named
+        names = {name: set(named) for name, named in wanted.items()}
+        contexts: dict[str, dict[bytes, bytes]] = {name: {} for name in wanted}
+        for one_by_one in (False, True):
+            asked = []
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name, named in wanted.items():
+                    dlog = self.key(name, "dlog")
+                    if not one_by_one:
+                        pipe.xrange(dlog, min=named[0], max=named[-1], count=_CONTEXT_SPAN * len(named))
+                        asked.append(name)
+                        continue
+                    for lg in named:
+                        if lg not in contexts[name]:
+                            pipe.xrange(dlog, min=lg, max=lg)
+                            asked.append(name)
+                replies = await pipe.execute() if asked else []
+            for name, reply in zip(asked, replies, strict=True):
+                have = contexts[name]  # only the named entries (the range holds others too)
+                have.update((eid, f[b"x"]) for eid, f in reply if eid in names[name])
+            if all(len(contexts[name]) == len(named) for name, named in names.items()):
+                break
+        events: dict[str, list[Event]] = {}
+        for name, entries in found.items():
+            got, have = [], contexts.get(name, {})
+            for eid, fields in entries:
+                position, lg = int(eid.split(b"-")[0]), fields.get(b"lg")
+                if lg is not None and lg not in have:
+                    if not got and await self._still_logged(name, position):
+                        raise RuntimeError(f"the features of event {position} of {name!r} ({lg!r}) are gone")
+                    break
+                got.append(_event(position, fields, None if lg is None else have[lg]))
+            events[name] = got
+        return events
+
+    async def _still_logged(self, model: str, position: int) -> bool:
+        """Whether ``model``'s event log still holds the event at ``position`` (not trimmed)."""
+        first = await self.redis.xrange(self.key(model, "log"), count=1)
+        return bool(first) and int(first[0][0].split(b"-")[0]) <= position
+
     # -- replication ----------------------------------------------------------------------------
 
     @_available
@@ -1213,7 +1443,7 @@ class RedisStore(Store):
         logs = {self.key(name, "log"): name for name in positions}
         streams.update({key: f"{positions[name]}-0" for key, name in logs.items()})
         found = await self.redis.xread(streams, count=_TAIL_BATCH, block=block_ms)  # type: ignore[arg-type]
-        events: dict[str, list[Event]] = {}
+        read: dict[str, Entries] = {}
         changed = False
         for key, entries in found or []:
             name = logs.get(key.decode())
@@ -1221,8 +1451,9 @@ class RedisStore(Store):
                 self._registry_cursor = entries[-1][0].decode()
                 changed = True
             elif entries:
-                events[name] = _events(entries)
-        return Tail(events, changed)
+                read[name] = entries
+        events = await self._events(read)
+        return Tail({name: e for name, e in events.items() if e}, changed)
 
     async def _tail_notified(self, positions: Mapping[str, int], timeout: float) -> Tail:
         """:meth:`tail` on a cluster: shard channels say which logs grew; those are read."""
@@ -1256,7 +1487,7 @@ class RedisStore(Store):
                 break
             # Polls the subscriptions' sockets in this process, no command to Redis.
             await asyncio.sleep(0.01)
-        events: dict[str, list[Event]] = {}
+        read: dict[str, Entries] = {}
         names = [name for name in dirty if name in positions]
         if names:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -1265,10 +1496,11 @@ class RedisStore(Store):
                 found = await pipe.execute()
             for name, entries in zip(names, found, strict=True):
                 if entries:
-                    events[name] = _events(entries)
+                    read[name] = entries
                     if len(entries) == _TAIL_BATCH:
                         self._dirty.add(name)  # more to read: the next round does not wait
-        return Tail(events, changed)
+        events = await self._events(read)
+        return Tail({name: e for name, e in events.items() if e}, changed)
 
     async def _unwatch(self) -> None:
         if self._pubsub is not None:

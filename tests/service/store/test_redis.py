@@ -18,7 +18,7 @@ from service import serial
 from service.config import ModelSpec
 from service.runtime import ModelRuntime
 from service.serial import StateFormatError
-from service.store import ClaimStatus, Event, StoreUnavailableError
+from service.store import ClaimStatus, Event, StoreUnavailableError, UnknownModelError
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 from service.store.redis import RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
@@ -84,14 +84,15 @@ async def test_concurrent_duplicates_across_clients_accept_exactly_one(replicas:
 
 
 async def test_records_and_claims_carry_redis_ttls(replicas: list[RedisStore]) -> None:
+    """A decision's one key holds its record (TTL: window + grace), then its claim (TTL: the claim's)."""
     s = replicas[0]
     a = s.route("m", "a")
     await s.put_decision(record(a, window=10.0))
-    ttl = await s.redis.pttl(s._decision_key(a, "d"))
+    ttl = await s.redis.pttl(s._decision_key(a))
     assert 10_000 < ttl <= 1000 * (10.0 + s.grace)
     await s.claim_and_append(a, True, now=1.0)
-    assert 0 < await s.redis.pttl(s._decision_key(a, "c")) <= 100_000
-    assert await s.redis.exists(s._decision_key(a, "d")) == 0
+    assert 0 < await s.redis.pttl(s._decision_key(a)) <= 100_000
+    assert (await s.redis.get(s._decision_key(a))).startswith(b"C ")
 
 
 async def test_an_id_without_a_slot_tag_is_unknown(replicas: list[RedisStore]) -> None:
@@ -210,6 +211,11 @@ async def test_unreachable_redis_fails_fast_as_unavailable() -> None:
     assert time.monotonic() - start < 2.0
 
 
+async def outcomes(s: RedisStore, model: str = "m") -> list[bytes]:
+    """The decision-log outcomes that model's meta hash holds (fields named by a routed id: a dot)."""
+    return [k for k in await s.redis.hkeys(s.key(model, "meta")) if b"." in k]
+
+
 async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_behind(
     replicas: list[RedisStore],
 ) -> None:
@@ -229,14 +235,23 @@ async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_beh
     for i in range(4):
         await b.claim_and_append(d[i], True, now=110.0)
     a._TRIM_BATCH = 3  # type: ignore[misc]
-    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 5  # d0..d4: 3, then 2
-    assert await a.redis.hlen(a.key("m", "dout")) == 0
+    # d0 (its window ended at 110: still pending) goes, its features into its record; d1..d3's learn
+    # events, still in the event log, name their entries: kept until a checkpoint trims those events.
+    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 1
+    await a.trim_log("m", 3)
+    assert await a.trim_decision_log("m", older_than=105.0, keep=None) == 4  # d1..d4: 3, then 1
+    assert await outcomes(a) == []
     await b.claim_and_append(d[4], False, now=111.0)  # its entry is gone: nothing is kept
     await b.claim_and_append(d[5], False, now=111.0)
-    assert await a.redis.hkeys(a.key("m", "dout")) == [d[5].encode()]
+    assert await outcomes(a) == [d[5].encode()]
+    events = await a.read_log("m", after=3)  # d4's features from its record, d5's from its entry
+    assert [e.decision_id for e in events] == [d[4], d[5]]
+    assert all(e.x is not None and e.x.tobytes() == logged("x").x.tobytes() for e in events)
+    assert await a.trim_decision_log("m", older_than=None, keep=1) == 0  # d5's event names its entry
+    await a.trim_log("m", 5)
     assert await a.trim_decision_log("m", older_than=None, keep=1) == 3
     assert [e.decision_id for e in (await b.read_decision_log("m"))[0]] == [late]
-    assert await a.redis.hlen(a.key("m", "dout")) == 0
+    assert await outcomes(a) == []
 
 
 # -- the key layout before issue 25 ------------------------------------------------------------------
@@ -310,10 +325,13 @@ async def test_a_log_written_by_the_previous_version_still_applies(redis_url: st
         old, new = logged("old"), logged("new")
         for r in (old, new):
             await s.put_decision(r)
-        # "old" as the previous version stored it: the pending record and its decision-log entry
+        # "old" as the previous version stored it: the pending record (a hash, with the features, as
+        # before issue 40's one key per decision) and its decision-log entry
+        await s.redis.delete(s._decision_key("old"))
+        fields = {"model": "m", "model_version": 0, "created_at": repr(old.created_at)}
+        fields |= {"expires_at": repr(old.expires_at), "x": serial.encode({"x": old.x})}
         await s.redis.hset(
-            s._decision_key("old"),
-            mapping={"x": serial.encode({"x": old.x}), "decision": serial.encode(old.decision)},
+            s._decision_key("old", "d"), mapping={**fields, "decision": serial.encode(old.decision)}
         )
         entry = (await s.redis.xrange(s.key("m", "dlog")))[0][0]
         await s.redis.xadd(s.key("m", "dlog"), {"x": serial.encode({"x": old.x})}, id=entry[:-1] + b"9")
@@ -362,3 +380,85 @@ def test_the_compact_encodings_round_trip_and_refuse_damage() -> None:
     for bad in (encode_decision(decision)[:-1], b"\x01\x05\0\0\0[[1]]", b"\x01\x02\0\0\0[]x"):
         with pytest.raises(StateFormatError):
             decode_decision(bad)
+
+
+async def test_a_logged_decision_keeps_its_features_once_and_the_retention_keeps_them_while_pending(
+    replicas: list[RedisStore],
+) -> None:
+    """Issue 40: a logged decision's features are stored once, in its decision-log entry (the record
+    holds the entry's id); the retention forgetting the entry of a decision still pending moves them
+    into its record, so the feedback still learns them, bit for bit; an unlogged one keeps them in
+    its record."""
+    a, b = replicas[0], replicas[1]
+    d = [a.route("m", f"k{i}") for i in range(3)]
+    for i in range(3):
+        await a.put_decision(logged(d[i], created=100.0 + i))
+    x = (await a.read_decision_log("m"))[0][0].x
+    for i in range(3):
+        text = await a.redis.get(a._decision_key(d[i]))
+        assert x.tobytes() not in text  # not in the record
+    await b.claim_and_append(d[0], True, now=105.0)
+    # Its learn event names the entry (no copy in the log); the follower reads the features there, and
+    # the retention keeps the entry while the event is in the log.
+    log = await a.redis.xrange(a.key("m", "log"))
+    assert b"x" not in log[0][1] and b"lg" in log[0][1]
+    assert await a.trim_decision_log("m", older_than=None, keep=0) == 0
+    assert (await a.read_log("m", 0))[0].x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+    await a.trim_log("m", 1)  # a checkpoint holds it
+    assert await a.trim_decision_log("m", older_than=None, keep=0) == 3
+    assert x.tobytes() in await a.redis.get(a._decision_key(d[1]))  # pending: moved into its record
+    assert (await a.get_decision(d[1])).x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+    for i in (1, 2):
+        assert (await b.claim_and_append(d[i], False, now=106.0)).status is ClaimStatus.ACCEPTED
+    events = await a.read_log("m", 1)
+    assert [e.decision_id for e in events] == d[1:]
+    assert all(e.x.tobytes() == x.tobytes() for e in events)  # type: ignore[union-attr]
+    plain = a.route("m", "plain")
+    await a.put_decision(replace(logged(plain, created=107.0), logged=False))
+    assert x.tobytes() in await a.redis.get(a._decision_key(plain))
+    assert (await b.claim_and_append(plain, True, now=108.0)).status is ClaimStatus.ACCEPTED
+    assert (await a.read_log("m", 3))[0].x.tobytes() == x.tobytes()  # type: ignore[union-attr]
+
+
+async def test_decisions_are_counted_without_a_command_at_predict(replicas: list[RedisStore]) -> None:
+    """Issue 40: saving a decision counts nothing (its count is the pending ones and the settled
+    ones); a logged decision's entry says whether the model exists, a model made before issue 40 that
+    never logged one gets its decision log then; a record gone by its TTL before any sweep still
+    counts (``lost``); a model deleted meanwhile takes no decision."""
+    a = replicas[0]
+    await a.redis.delete(a.key("m", "dlog"))  # as a model made before issue 40 that logged nothing
+    d = [a.route("m", f"c{i}") for i in range(3)]
+    await a.put_decision(logged(d[0], created=100.0))
+    await a.put_decision(record(d[1], created=100.0))  # not logged
+    await a.put_decision(logged(d[2], created=100.0))
+    assert (await a.counts("m")).decisions == 3
+    await a.claim_and_append(d[0], True, now=101.0)
+    await a.redis.delete(a._decision_key(d[1]))  # its TTL ran out before any sweep
+    claims = await a.expire_due("m", now=200.0, default_reward="no_click")
+    assert [c.decision_id for c in claims] == [d[2]]
+    c = await a.counts("m")
+    assert (c.decisions, c.clicks, c.expired, c.pending) == (3, 1, 1, 0)
+    await a.delete_model("m")
+    for r in (logged(d[0], created=300.0), record(d[1], created=300.0)):
+        with pytest.raises(UnknownModelError):
+            await a.put_decision(replace(r, decision_id=a.route("m", "after")))
+    assert not await a.redis.exists(a.key("m", "dlog"), a.key("m", "meta"))
+
+
+async def test_a_follower_reads_the_features_of_entries_far_apart(replicas: list[RedisStore]) -> None:
+    """The range read over the entries a batch names holds at most a few entries per event: an entry
+    past it (decisions without feedback in between) is read on its own, and each event gets its own
+    decision's features."""
+    a, b = replicas[0], replicas[1]
+    d = [a.route("m", f"far{i}") for i in range(20)]
+    xs = []
+    for i in range(20):
+        r = logged(d[i], created=100.0 + i, window=100.0)
+        r = replace(r, x=r.x + i)
+        xs.append(r.x)
+        await a.put_decision(r)
+    for i in (19, 0):
+        await b.claim_and_append(d[i], True, now=150.0)
+    events = await a.read_log("m", after=0)
+    assert [e.decision_id for e in events] == [d[19], d[0]]
+    assert [e.x.tobytes() for e in events] == [xs[19].tobytes(), xs[0].tobytes()]  # type: ignore[union-attr]
