@@ -112,8 +112,9 @@ FORMATS = ("jsonl", "dsjson")
 #: Records per page read from the store (a page of dense d=784 contexts is about 1 MB of JSON). The
 #: store reads one page of a log at a time and pauses between two, so the page size bounds how much
 #: of the event loop exports take together, however many run (at 256, records that decode fast held
-#: predicts behind four exports: p99 5 -> 8 ms).
-PAGE = 64  #: The longest a page of records is converted or encoded before the event loop gets a turn.
+#: predicts behind four exports: p99 5 -> 8 ms; at 64, once the compact codec decoded them faster
+#: still, one export moved a predict's p99 from 2.5 to 7-9.5 ms here, at 32 to 4-6 ms).
+PAGE = 32  #: The longest a page of records is converted or encoded before the event loop gets a turn.
 SLICE_SECONDS = 0.001
 
 
