@@ -210,3 +210,13 @@ def start_groups(
                 r.env["CLICKBOOST_PLACEMENT_COPIES"] = str(copies)
     _start_all(everyone)
     return groups
+
+
+def applied_versions(http: httpx.Client, url: str) -> dict[str, int]:
+    """Model -> the log position the replica at ``url`` has applied, from its ``/metrics`` (read as
+    is: the admin route ``GET /models/{name}`` would catch the replica up first)."""
+    out = {}
+    for line in http.get(f"{url}/metrics").text.splitlines():
+        if line.startswith('clickboost_model_version{model="'):
+            out[line.split('"', 2)[1]] = int(float(line.split()[-1]))
+    return out

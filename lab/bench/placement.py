@@ -29,7 +29,7 @@ import numpy as np
 import redis
 
 from lab.bench import benches, report
-from lab.cluster import RedisServer, Replica, start_groups, start_replicas
+from lab.cluster import RedisServer, Replica, applied_versions, start_groups, start_replicas
 from service.config import ModelSpec
 from service.placement import rendezvous
 from service.runtime import ModelRuntime
@@ -87,16 +87,6 @@ def _backlog(url: str, events: int, pool: list[dict[str, Any]]) -> None:
         client.close()
 
 
-def _versions(http: httpx.Client, rep: Replica) -> dict[str, int]:
-    """Model -> applied version, from the replica's ``/metrics``."""
-    out = {}
-    for line in http.get(f"{rep.url}/metrics").text.splitlines():
-        if line.startswith('clickboost_model_version{model="'):
-            name = line.split('"', 2)[1]
-            out[name] = int(float(line.split()[-1]))
-    return out
-
-
 def _signal(replicas: list[Replica], sig: signal.Signals) -> None:
     for r in replicas:
         assert r.proc is not None
@@ -115,7 +105,7 @@ def _run(
             for rep in holders[name]:
                 while http.get(f"{rep.url}/models/{name}").status_code != 200:
                     time.sleep(0.05)
-        before = {r.url: _versions(http, r) for r in replicas}
+        before = {r.url: applied_versions(http, r.url) for r in replicas}
         _signal(replicas, signal.SIGSTOP)
         try:
             _backlog(url, events, pool)
@@ -127,19 +117,20 @@ def _run(
         deadline = time.monotonic() + 600
         while len(done) < len(replicas):
             for r in replicas:
-                if r.url not in done and all(
-                    _versions(http, r).get(n, 0) >= before[r.url].get(n, 0) + events for n in held[r.url]
-                ):
+                if r.url in done:
+                    continue
+                now = applied_versions(http, r.url)  # one scrape per replica and poll
+                if all(now.get(n, 0) >= before[r.url].get(n, 0) + events for n in held[r.url]):
                     done[r.url] = time.perf_counter() - started
             if time.monotonic() > deadline:
                 raise RuntimeError("the replicas did not apply the backlog within 600 s")
             time.sleep(POLL_SECONDS)
         seconds = max(done.values())
         applied = {
-            r.url: sum(_versions(http, r).get(n, 0) - before[r.url].get(n, 0) for n in MODELS)
+            r.url: sum(applied_versions(http, r.url).get(n, 0) - before[r.url].get(n, 0) for n in MODELS)
             for r in replicas
         }
-        reported = {r.url: sorted(_versions(http, r)) for r in replicas}
+        reported = {r.url: sorted(applied_versions(http, r.url)) for r in replicas}
     return {
         "seconds": seconds,
         "events": events * len(MODELS),

@@ -63,7 +63,7 @@ import numpy as np
 import redis
 
 from lab.bench import benches, report
-from lab.cluster import RedisServer, Replica
+from lab.cluster import RedisServer, Replica, applied_versions
 from lab.repro import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,15 +293,6 @@ def _settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-def _version(http: httpx.Client, url: str, model: str) -> int:
-    """``model``'s applied position on the replica at ``url``, from ``/metrics`` (read as is: the
-    admin route ``GET /models/{name}`` would catch the replica up first)."""
-    for line in http.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(f'clickboost_model_version{{model="{model}"}}'):
-            return int(float(line.split()[-1]))
-    return -1
-
-
 def _saturated(
     a: Replica, b: Replica, http: httpx.Client, block: int, hashed: bool, idle: float, events: int
 ) -> float:
@@ -322,7 +313,7 @@ def _saturated(
     time.sleep(1.0)
     cpu = _cpu(b.proc) - c0 - idle * (time.perf_counter() - t0)
     n = LOAD_CLIENTS * (events // LOAD_CLIENTS)  # what _loaded runs
-    got = _version(http, b.url, model)
+    got = applied_versions(http, b.url).get(model, -1)
     if got < n:
         raise RuntimeError(f"the follower applied {got} of {n} events in 1 s: not saturated-and-done")
     return cpu / n * 1e6
