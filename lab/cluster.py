@@ -24,11 +24,20 @@ START_TIMEOUT = 60.0  # four replicas starting at once on a busy 2-core machine 
 LOG = ["--log-level", "warning"]
 
 
+_ISSUED: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on the loopback interface, never one this process was given before: the
+    kernel may hand out a port just released again, and two replicas given one port started as one
+    (the second failed to bind while the first answered its readiness probe)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
 
 
 class RedisServer:

@@ -81,6 +81,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from lab.bench import benches, redis_cost, report
+from lab.cluster import free_port
 from lab.sim.datasets import load_dataset
 from service.config import Settings
 from service.serial import decode, encode, encode_sparse
@@ -117,14 +118,6 @@ def echo_app() -> FastAPI:
     return app
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -142,7 +135,7 @@ def _servers(cmds: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[dict
     procs: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
     try:
         for name, (cmd, settings) in cmds.items():
-            port = _free_port()
+            port = free_port()
             env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")} | settings
             procs[name] = (
                 f"http://127.0.0.1:{port}",
