@@ -79,15 +79,13 @@ log = logging.getLogger("clickboost.runtime")
 # recording. Model creations and deletions come with the tail (the registry's stream); the whole list
 # is read again every MODEL_RESYNC_SECONDS in case a notice was missed.
 TAIL_BLOCK_SECONDS = 1.0
-# After a round of the tail that brought a few events, the next read waits FOLLOW_PAUSE_SECONDS, so
-# that under load one read brings many events (issue 40): a round's fixed cost (the read's round
-# trip: a send that wakes Redis, redis-py and the event loop; a few hundred us of CPU on the 2-core
-# machine of `bench redis-cost`) is shared by every event it brings. A replica that was idle still
-# applies the first event of a burst at once, and one that reads FOLLOW_BATCH events or more of a
-# model (catching up) reads again at once; the others are at most this much staler (`bench
-# staleness`, p99 target 100 ms).
-FOLLOW_PAUSE_SECONDS = 0.05
-FOLLOW_BATCH = 64
+# After a round of the tail that brought a few events, the next read waits the setting
+# follow_pause_seconds (0.05 by default), so that under load one read brings many events (issue 40): a
+# round's fixed cost (two round trips: the log's new events, then the contexts they name; redis-py and
+# the event loop; `bench redis-cost` measures what a follower spends per event under load) is
+# shared by every event it brings. A replica that was idle still applies the first event of a burst at
+# once, and one whose read of a log came back full (catching up: Tail.more) reads again at once; the
+# others are at most this much staler (`bench staleness`, p99 target 100 ms).
 MODEL_RESYNC_SECONDS = 30.0
 # The expiry sweep on a shared store skips a model until its next pending decision is due (the
 # store says when), or until a decision made meanwhile by another replica could be (its reward
@@ -1049,8 +1047,8 @@ class Runtime:
                     await self._catch_up_isolated(m)
             elif m.frozen is None and m.position > m.checkpoint_position:
                 await self._maybe_checkpoint(m)  # every T seconds with new events, however few
-        if tail.events and all(len(events) < FOLLOW_BATCH for events in tail.events.values()):
-            await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
+        if tail.events and not tail.more:
+            await asyncio.sleep(self.settings.follow_pause_seconds)
         return tail.models_changed
 
     async def _apply_isolated(self, m: ModelRuntime, events: list[Event]) -> None:

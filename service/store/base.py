@@ -357,10 +357,12 @@ class Expiry:
 @dataclass(frozen=True, slots=True)
 class Tail:
     """What :meth:`Store.tail` found: new events by model (in log order, after the positions asked
-    for, possibly not all of them yet), and whether models were created or deleted meanwhile."""
+    for, possibly not all of them yet), whether models were created or deleted meanwhile, and whether
+    a log had more new events than one read brings (``more``: the caller reads again at once)."""
 
     events: dict[str, list[Event]] = field(default_factory=dict)
     models_changed: bool = False
+    more: bool = False
 
 
 @dataclass(slots=True)

@@ -1453,7 +1453,8 @@ class RedisStore(Store):
             elif entries:
                 read[name] = entries
         events = await self._events(read)
-        return Tail({name: e for name, e in events.items() if e}, changed)
+        more = any(len(entries) == _TAIL_BATCH for entries in read.values())
+        return Tail({name: e for name, e in events.items() if e}, changed, more)
 
     async def _tail_notified(self, positions: Mapping[str, int], timeout: float) -> Tail:
         """:meth:`tail` on a cluster: shard channels say which logs grew; those are read."""
@@ -1500,7 +1501,7 @@ class RedisStore(Store):
                     if len(entries) == _TAIL_BATCH:
                         self._dirty.add(name)  # more to read: the next round does not wait
         events = await self._events(read)
-        return Tail({name: e for name, e in events.items() if e}, changed)
+        return Tail({name: e for name, e in events.items() if e}, changed, bool(self._dirty))
 
     async def _unwatch(self) -> None:
         if self._pubsub is not None:

@@ -20,7 +20,7 @@ from service.runtime import ModelRuntime
 from service.serial import StateFormatError
 from service.store import ClaimStatus, Event, StoreUnavailableError, UnknownModelError
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
-from service.store.redis import RedisStore, key_slot, slot_tag
+from service.store.redis import _TAIL_BATCH, RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
 from tests.service.store.test_contract import CONFIG, logged, record
 
@@ -151,13 +151,20 @@ async def test_tail_wakes_when_another_client_appends_and_hands_over_the_events(
     assert [(e.position, e.kind) for e in t.events["m"]] == [(1, "reset")]
     await w.append("m", Event(0, "reset", at=2.0))
     t = await r.tail({"m": 0}, timeout=1.5)  # still at 0: both, at once
-    assert [e.position for e in t.events["m"]] == [1, 2]
+    assert [e.position for e in t.events["m"]] == [1, 2] and not t.more
+    # A log with more new events than one read brings says so (the follower reads again at once).
+    for i in range(_TAIL_BATCH + 1):
+        await w.append("m", Event(0, "reset", at=3.0 + i))
+    t = await r.tail({"m": 2}, timeout=1.5)
+    assert len(t.events["m"]) == _TAIL_BATCH and t.more
+    t = await r.tail({"m": 2 + _TAIL_BATCH}, timeout=1.5)
+    assert [e.position for e in t.events["m"]] == [3 + _TAIL_BATCH] and not t.more
     await w.create_model("n", CONFIG)
     deadline = time.monotonic() + 5
-    while not (await r.tail({"m": 2}, timeout=0.5)).models_changed:
+    while not (await r.tail({"m": 3 + _TAIL_BATCH}, timeout=0.5)).models_changed:
         assert time.monotonic() < deadline, "the creation of a model was never reported"
     await w.delete_model("n")
-    while not (await r.tail({"m": 2}, timeout=0.5)).models_changed:
+    while not (await r.tail({"m": 3 + _TAIL_BATCH}, timeout=0.5)).models_changed:
         assert time.monotonic() < deadline, "the deletion of a model was never reported"
 
 
