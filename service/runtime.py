@@ -1243,6 +1243,16 @@ class Runtime:
 
     # -- requests -------------------------------------------------------------------------------
 
+    def elsewhere(self) -> dict[str, dict[str, list[str]]]:
+        """With placement, the models of the deployment that this replica's group does not hold (as of
+        the last sync), each with its groups and their addresses (what a 421 for it names); else {}."""
+        if self.placement is None:
+            return {}
+        return {
+            name: self.placement.misdirected(name, self._overrides.get(name)).groups
+            for name in sorted(self._elsewhere)
+        }
+
     def get(self, name: str | None) -> ModelRuntime:
         """The model called ``name``, or the default model; :class:`UnknownModelError` if none,
         :class:`ModelUnavailableError` (503, retry) while the server is starting,

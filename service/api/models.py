@@ -18,6 +18,7 @@ from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.predict import RuntimeDep
 from service.api.schemas import (
     ModelCounts,
+    ModelElsewhere,
     ModelInfo,
     ModelList,
     PlacementInfo,
@@ -108,7 +109,8 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
     await runtime.sync_models()
     infos = [await _info(runtime, m) for _, m in sorted(runtime.models.items())]
     bandit = [name for name, cls in learners.items() if not cls.full_information]
-    return ModelList(models=infos, learners=bandit)
+    elsewhere = [ModelElsewhere(name=name, groups=groups) for name, groups in runtime.elsewhere().items()]
+    return ModelList(models=infos, learners=bandit, elsewhere=elsewhere)
 
 
 @router.put(

@@ -383,9 +383,21 @@ class PlacementInfo(BaseModel):
     replica_group: str = Field(description="The group of the replica that answered.")
 
 
+class ModelElsewhere(BaseModel):
+    """A model held by other replica groups (model placement)."""
+
+    name: str
+    groups: dict[str, list[str]] = Field(description="The groups that hold it -> their replicas' addresses.")
+
+
 class ModelList(BaseModel):
-    models: list[ModelInfo]
+    models: list[ModelInfo] = Field(description="The models this replica holds.")
     learners: list[str] = Field(description="Bandit learners a model can use.")
+    elsewhere: list[ModelElsewhere] = Field(
+        default_factory=list,
+        description="Model placement: the deployment's models that this replica's group does not hold, "
+        "with the groups that do (ask them for their details); empty without placement.",
+    )
 
 
 class StateImported(BaseModel):

@@ -62,6 +62,7 @@ async def test_create_get_list_delete() -> None:
         listing = (await c.get("/models")).json()
         assert [m["name"] for m in listing["models"]] == ["m"]
         assert "banditron" in listing["learners"] and "perceptron" not in listing["learners"]
+        assert listing["elsewhere"] == []  # no placement: this replica holds every model
         d = (await c.post("/predict", json={"model": "m", "features": XS[0]})).json()
         assert d["label"] == "abc"[d["label_index"]]
         assert (await c.delete("/models/m")).status_code == 204

@@ -123,6 +123,9 @@ async def test_each_group_holds_its_models_and_the_others_answer_421(
                 assert (await http.get(rep.url + path)).status_code == 421, path
             where = (await http.get(f"{rep.url}/models/{name}/placement")).json()
             assert where["groups"] == body["groups"] and where["joining"] == []
+            # The list of models names it among those held elsewhere, with the same holders.
+            listed = (await http.get(f"{rep.url}/models")).json()["elsewhere"]
+            assert {"name": name, "groups": body["groups"]} in listed, listed
         # Feedback on a replica that does not hold the model: accepted, applied by the holders.
         p = await http.post(f"{holders[0].url}/predict", json={"model": name, "features": x})
         assert p.status_code == 200, p.text
