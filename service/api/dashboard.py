@@ -180,7 +180,7 @@ def _ratio(num: float, den: float) -> float | None:
 @stats.get(
     "/{name}/stats",
     response_model=ModelStats,
-    responses=error_responses(404, 422, 503),
+    responses=error_responses(404, 421, 422, 503),
     summary="What a model is doing: counts, rates, per-minute history, lag, checkpoint, memory",
 )
 async def model_stats(

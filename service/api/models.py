@@ -117,7 +117,7 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
     "/{name}",
     response_model=ModelInfo,
     status_code=201,
-    responses=error_responses(400, 409, 413, 422, 503),
+    responses=error_responses(400, 409, 413, 421, 422, 503),  # created where it is held
     summary="Create a model",
 )
 async def create_model(name: NamePath, spec: ModelSpec, runtime: RuntimeDep) -> ModelInfo:
@@ -146,7 +146,7 @@ async def reset_model(name: NamePath, runtime: RuntimeDep) -> ModelInfo:
 @router.post(
     "/{name}/rollout",
     response_model=ModelInfo,
-    responses=error_responses(400, 404, 413, 422, 503),
+    responses=error_responses(400, 404, 413, 421, 422, 503),
     summary="Switch the model's rollout mode",
 )
 async def set_rollout(name: NamePath, body: RolloutRequest, runtime: RuntimeDep) -> ModelInfo:
@@ -209,7 +209,7 @@ async def export_state(name: NamePath, runtime: RuntimeDep) -> Response:
 @router.put(
     "/{name}/state",
     response_model=StateImported,
-    responses=error_responses(400, 404, 413, 422, 503),
+    responses=error_responses(400, 404, 413, 421, 422, 503),
 )
 async def import_state(
     name: NamePath,
@@ -361,7 +361,7 @@ class Evaluation(BaseModel):
     "/{name}/evaluations",
     status_code=202,
     response_model=Evaluation,
-    responses=error_responses(400, 404, 413, 422, 429, 503),
+    responses=error_responses(400, 404, 413, 421, 422, 429, 503),
     summary="Start an off-policy evaluation on the decision log",
 )
 async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: RuntimeDep) -> Evaluation:

@@ -281,6 +281,17 @@ class ErrorBody(BaseModel):
     first_outcome: FirstOutcome | None = None
 
 
+class MisdirectedBody(ErrorBody):
+    """A 421 answer (model placement, :meth:`service.placement.MisdirectedError.body`): where the
+    model is held."""
+
+    model: str
+    groups: dict[str, list[str]] = Field(
+        description="The groups the model is placed on -> their replicas' addresses (send it there)."
+    )
+    replica_group: str = Field(description="The group of the replica that answered.")
+
+
 class ModelCounts(BaseModel):
     decisions: int
     clicks: int
@@ -407,13 +418,15 @@ class StateImported(BaseModel):
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for error ``codes``, each an :class:`ErrorBody` with its meaning."""
+    """OpenAPI ``responses`` entries for error ``codes``, each an :class:`ErrorBody` (421: a
+    :class:`MisdirectedBody`) with its meaning."""
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
         out[code] = {"model": ErrorBody, "description": ERROR_MEANINGS[code]}
         if code in (429, 503):
             out[code]["headers"] = {"Retry-After": RETRY_AFTER_HEADER}
         if code == 421:
+            out[code]["model"] = MisdirectedBody
             out[code]["headers"] = {MISDIRECTED_HEADER: REPLICAS_HEADER}
     return out
 

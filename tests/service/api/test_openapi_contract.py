@@ -10,13 +10,16 @@ schema documented for that status.
 
 Answers that take a special app are reached on one of their own: 403 on an app with API keys but
 no admin key, 413 on an app with a small ``max_body_bytes``, 503 on an app whose Redis store goes
-down for real (its private redis-server is killed mid-test).
+down for real (its private redis-server is killed mid-test), and model placement's answers (421,
+the placement routes) on two apps of replica groups a and b sharing a private prefix of the
+session's Redis.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +42,7 @@ from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.schemas import FeedbackRequest, PredictRequest
 from service.config import ModelSpec, Settings
 from service.evaluations import MAX_JOBS
+from service.placement import MISDIRECTED_HEADER, rendezvous
 from service.store.redis import RedisStore
 from tests.conftest import redis_server_binary
 from tests.service.api.conftest import app_client, make_app
@@ -69,29 +73,11 @@ FALLBACK_BODIES: dict[tuple[str, str], Any] = {
     ("post", "/models/{name}/placement"): {"groups": ["a"]},
 }
 
-# Documented answers the app cannot give (a documentation drift, reported). Both 503s: these two
-# serve from the process's memory and never fail on the store; `exercise_store_down` asserts that
-# they answer 200 while the store is down. `POST /predict` keeps deciding and records its decisions
-# once the store is back (Runtime.predict); `GET /models/{name}/state` exports the in-memory model.
-#
-# Model placement's answers need replica groups on a shared store, which the in-process apps here do
-# not have: tests/service/replication/test_placement.py reaches them over real replicas on Redis
-# (421 on predict and the model routes, the placement routes' 200s). Still to do: an in-process
-# placement app on the session's Redis, so that this test reaches them too.
-NOT_EXERCISED: set[tuple[str, str, int]] = {
-    (method, path, 421)
-    for method, path in [
-        ("post", "/predict"),
-        ("get", "/models/{name}"),
-        ("get", "/models/{name}/log"),
-        ("get", "/models/{name}/state"),
-        ("post", "/models/{name}/reset"),
-    ]
-} | {
-    (method, "/models/{name}/placement", code)
-    for method, codes in [("get", (200, 404, 409, 503)), ("post", (200, 400, 404, 503))]
-    for code in codes
-}
+# Documented answers the apps here cannot give (a documentation drift, reported): none today. An
+# answer counts as reached by any one of its causes: POST /models/{name}/placement's 409 is reached
+# where placement is not configured, not as a move whose joining group has no live replica or does
+# not catch up, which answers only after Runtime.move_model's 30 s timeout.
+NOT_EXERCISED: set[tuple[str, str, int]] = set()
 
 # Answers the app gives but the document does not list (a drift the other way, reported), reached on
 # the store-down app: sent as they are, not checked against the document; the test fails once the
@@ -270,6 +256,21 @@ def make_contract_app(**settings: Any) -> FastAPI:
     return make_app(demo=True, api_keys=API_KEY, admin_key=ADMIN_KEY, **settings)
 
 
+# The replica groups of the placement apps, each group's addresses as clients would reach them (never
+# dialled: the apps run in process).
+GROUPS = {"a": ["http://a1.test:8000", "http://a2.test:8000"], "b": ["http://b1.test:8000"]}
+
+
+def make_placement_app(
+    redis_url: str, group: str, prefix: str = "cb:", groups: dict[str, list[str]] = GROUPS
+) -> FastAPI:
+    """An app of replica group ``group`` of ``groups`` (one copy of each model) on a RedisStore of
+    ``redis_url`` under ``prefix``: the apps made with one prefix share their models."""
+    placement = {"replica_group": group, "replica_groups": groups, "placement_copies": 1}
+    config = Settings(api_keys=API_KEY, admin_key=ADMIN_KEY, redis_url=redis_url, **placement)
+    return create_app(config, store=RedisStore(redis_url, prefix=prefix))
+
+
 @asynccontextmanager
 async def api_for(app: FastAPI, seen: set[tuple[str, str, int]] | None = None) -> AsyncIterator[Api]:
     """An :class:`Api` on ``app`` (running), checked against the document the app serves; the
@@ -284,6 +285,19 @@ async def api_for(app: FastAPI, seen: set[tuple[str, str, int]] | None = None) -
 async def api() -> AsyncIterator[Api]:
     async with api_for(make_contract_app()) as a:
         yield a
+
+
+@asynccontextmanager
+async def placement_apis(
+    redis_url: str, seen: set[tuple[str, str, int]] | None = None
+) -> AsyncIterator[tuple[Api, Api]]:
+    """:class:`Api` on two placement apps, of groups a and b, on a private prefix of ``redis_url``."""
+    prefix = f"test-{uuid.uuid4().hex}:"
+    async with (
+        api_for(make_placement_app(redis_url, "a", prefix), seen) as a,
+        api_for(make_placement_app(redis_url, "b", prefix), seen) as b,
+    ):
+        yield a, b
 
 
 # -- routes ----------------------------------------------------------------------------------------
@@ -642,6 +656,80 @@ async def exercise_operations(api: Api) -> None:
     assert replicas["answered_by"] in [r["id"] for r in replicas["replicas"]]
 
 
+async def exercise_placement_unconfigured(api: Api) -> None:
+    """Without replica groups, both placement routes answer 409 naming the missing setting."""
+    placement = "/models/{name}/placement"
+    for method, kw in [("get", {}), ("post", {"json": {"groups": ["a"]}})]:
+        _, body = await api.call(method, placement, name="demo", expect=409, **kw)
+        assert "CLICKBOOST_REPLICA_GROUPS" in body["detail"]
+
+
+def held_requests(name: str, features: list[float], state: bytes) -> dict[tuple[str, str], dict[str, Any]]:
+    """A request the replicas holding model ``name`` would serve, for every operation answering 421
+    elsewhere. ``GET /models/{name}`` first: it reads the placement from the store, so that a
+    replica the model was just moved away from stops serving it at once."""
+    return {
+        ("get", "/models/{name}"): {},
+        ("post", "/predict"): {"json": {"model": name, "features": features}},
+        ("put", "/models/{name}"): {"json": spec_for(features)},
+        ("post", "/models/{name}/reset"): {},
+        ("post", "/models/{name}/rollout"): {"json": {"mode": "logging"}},
+        ("get", "/models/{name}/state"): {},
+        ("put", "/models/{name}/state"): {"content": state, "headers": {"content-type": OCTETS}},
+        ("get", "/models/{name}/log"): {},
+        ("post", "/models/{name}/evaluations"): {"json": {"policies": ["uniform"]}},
+        ("get", "/models/{name}/stats"): {},
+    }
+
+
+async def exercise_misdirected(
+    api: Api, group: str, name: str, holder: str, requests: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """On ``api``, a replica of ``group``, which does not hold ``name``: every operation documenting
+    421 answers it, naming ``holder``'s addresses in the body and the header."""
+    assert set(requests) == {(m, p) for m, p, op in api.contract.operations() if "421" in op["responses"]}
+    for (method, path), kw in requests.items():
+        r, body = await api.call(method, path, name=name, expect=421, **kw)
+        assert body["groups"] == {holder: GROUPS[holder]}, body
+        assert (body["model"], body["replica_group"]) == (name, group) and name in body["detail"]
+        assert r.headers[MISDIRECTED_HEADER] == ", ".join(GROUPS[holder])
+
+
+async def exercise_placement(a: Api, b: Api) -> None:
+    """Replicas of groups a and b sharing a store, one copy of each model: a model of group a is
+    created through a (through b: 421, nothing created); on b every operation documenting 421 answers
+    it, while feedback and the placement routes are served anywhere (404 for an unknown model, 422
+    for an unknown group); a move to b is answered once b caught up, then b serves the model with
+    nothing lost, and a answers 421."""
+    name = next(n for n in (f"placed-{i}" for i in range(64)) if rendezvous(n, list(GROUPS), 1) == ["a"])
+    features = [0.5, 1.0]
+    placement = "/models/{name}/placement"
+    await b.call("put", "/models/{name}", name=name, json=spec_for(features), expect=421)
+    await a.call("get", "/models/{name}", name=name, expect=404)  # nothing was created
+    await a.call("put", "/models/{name}", name=name, json=spec_for(features), expect=201)
+    _, d = await a.call("post", "/predict", json={"model": name, "features": features}, expect=200)
+    _, state = await a.call("get", "/models/{name}/state", name=name, expect=200)
+    requests = held_requests(name, features, state)
+    await exercise_misdirected(b, "b", name, "a", requests)
+    await b.call("post", "/feedback", json={"decision_id": d["decision_id"], "click": True}, expect=200)
+    for api, group in [(a, "a"), (b, "b")]:
+        _, where = await api.call("get", placement, name=name, expect=200)
+        assert where == {"model": name, "groups": {"a": GROUPS["a"]}, "joining": [], "replica_group": group}
+        await api.call("get", placement, name="no-such-model", expect=404)
+        await api.call("post", placement, name="no-such-model", json={"groups": ["b"]}, expect=404)
+        await api.call("post", placement, name=name, json={"groups": ["c"]}, expect=422)
+    _, learned = await a.call("get", "/models/{name}", name=name, expect=200)  # the feedback applied
+    assert (learned["version"], learned["counts"]["clicks"]) == (1, 1)
+
+    _, moved = await a.call("post", placement, name=name, json={"groups": ["b"]}, expect=200)
+    assert moved == {"model": name, "groups": {"b": GROUPS["b"]}, "joining": [], "replica_group": "a"}
+    _, there = await b.call("get", "/models/{name}", name=name, expect=200)
+    assert (there["version"], there["checksum"]) == (learned["version"], learned["checksum"])
+    await exercise_misdirected(a, "a", name, "b", requests)
+    await a.call("delete", "/models/{name}", name=name, expect=204)  # any replica
+    await b.call("get", placement, name=name, expect=404)
+
+
 def raw(body: bytes) -> dict[str, Any]:
     return {"content": body, "headers": {"content-type": JSON}}
 
@@ -670,6 +758,7 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, bool]] = [
     ("put", "/models/{name}", raw(b""), 400, True),
     ("post", "/models/{name}/evaluations", raw(b'{"policies": ["uniform"'), 400, True),
     ("post", "/models/{name}/rollout", raw(b'{"mode": '), 400, True),
+    ("post", "/models/{name}/placement", raw(b'{"groups": ['), 400, True),
     # The state import takes octets, so its 400 is the empty body (a body labelled JSON that does not
     # parse gets 400 too, but JSON is not what it documents).
     ("put", "/models/{name}/state", {"content": b"", "headers": {"content-type": OCTETS}}, 400, False),
@@ -751,11 +840,13 @@ async def exercise_body_limit(api: Api, limit: int) -> None:
 async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | None = None) -> None:
     """An app on a RedisStore whose redis-server is killed (SIGKILL, for real): every operation that
     needs the store answers 503, ``ErrorBody`` and ``Retry-After``, and /readyz 503; /predict, which
-    records its decision once the store is back (its 503 is not documented), still answers 200."""
+    records its decision once the store is back (its 503 is not documented), still answers 200. The
+    app is of a replica group (the only one, holding every model), so that the placement routes,
+    which read the store, are reached too."""
     server = RedisServer(tmp_path, binary=redis_server_binary())
     server.start()
     try:
-        app = create_app(Settings(api_keys=API_KEY, admin_key=ADMIN_KEY), store=RedisStore(server.url))
+        app = make_placement_app(server.url, "a", groups={"a": GROUPS["a"]})
         async with api_for(app, seen) as api:
             features = [0.5, 1.0]
             context = {"model": "m", "features": features}
@@ -776,6 +867,8 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("post", "/models/{name}/evaluations", "m", {"json": {"policies": ["uniform"]}}),
                 ("post", "/models/{name}/reset", "m", {}),
                 ("post", "/models/{name}/rollout", "m", {"json": {"mode": "apprentice"}}),
+                ("get", "/models/{name}/placement", "m", {}),
+                ("post", "/models/{name}/placement", "m", {"json": {"groups": ["a"]}}),
                 ("put", "/models/{name}/state", "m", {"content": state, "headers": {"content-type": OCTETS}}),
                 ("delete", "/models/{name}", "m", {}),
                 ("get", "/models/{name}/stats", "m", {}),
@@ -869,12 +962,36 @@ async def test_store_down(tmp_path: Path) -> None:
     seen: set[tuple[str, str, int]] = set()
     await exercise_store_down(tmp_path, seen)
     assert not seen & NOT_EXERCISED
+    assert {m for m, p, s in seen if p == "/models/{name}/placement" and s == 503} == {"get", "post"}
 
 
-async def test_every_documented_answer_is_exercised(tmp_path: Path) -> None:
+async def test_placement_unconfigured(api: Api) -> None:
+    await exercise_placement_unconfigured(api)
+    assert api.seen == {(m, "/models/{name}/placement", 409) for m in ("get", "post")}
+
+
+async def test_placement(redis_url: str) -> None:
+    seen: set[tuple[str, str, int]] = set()
+    async with placement_apis(redis_url, seen) as (a, b):
+        await exercise_placement(a, b)
+    schema = a.contract.validator("paths", "/predict", "post", "responses", "421", "content", JSON, "schema")
+    assert not schema.is_valid({"detail": "elsewhere"})  # not vacuous: where it is held is documented
+    assert {(m, p) for m, p, s in seen if s == 421} == {
+        (m, p) for m, p, op in a.contract.operations() if "421" in op["responses"]
+    }
+    assert {(m, s) for m, p, s in seen if p == "/models/{name}/placement"} == {
+        ("get", 200),
+        ("get", 404),
+        ("post", 200),
+        ("post", 404),
+        ("post", 422),
+    }
+
+
+async def test_every_documented_answer_is_exercised(tmp_path: Path, redis_url: str) -> None:
     """All of the above, on the contract app and the apps for the answers it cannot give (no admin
-    key, small bodies, store down): every documented operation and status is reached (but for
-    NOT_EXERCISED), and nothing else."""
+    key, small bodies, store down, replica groups): every documented operation and status is reached
+    (but for NOT_EXERCISED), and nothing else."""
     seen: set[tuple[str, str, int]] = set()
     async with api_for(make_contract_app(), seen) as api:
         await exercise_predict(api)
@@ -885,6 +1002,7 @@ async def test_every_documented_answer_is_exercised(tmp_path: Path) -> None:
         await exercise_bad_requests(api)
         await exercise_unauthorised(api)
         await exercise_bad_names(api)
+        await exercise_placement_unconfigured(api)
         contract = api.contract
     async with api_for(make_app(demo=True, api_keys=API_KEY), seen) as no_admin:
         assert no_admin.contract.doc == contract.doc
@@ -892,6 +1010,9 @@ async def test_every_documented_answer_is_exercised(tmp_path: Path) -> None:
     async with api_for(make_contract_app(max_body_bytes=SMALL_BODY_LIMIT), seen) as small:
         assert small.contract.doc == contract.doc
         await exercise_body_limit(small, SMALL_BODY_LIMIT)
+    async with placement_apis(redis_url, seen) as (a, b):
+        assert a.contract.doc == b.contract.doc == contract.doc
+        await exercise_placement(a, b)
     await exercise_store_down(tmp_path, seen)
     documented = {
         (method, path, int(code)) for method, path, op in contract.operations() for code in op["responses"]
