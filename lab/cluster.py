@@ -224,8 +224,13 @@ def start_groups(
 def applied_versions(http: httpx.Client, url: str) -> dict[str, int]:
     """Model -> the log position the replica at ``url`` has applied, from its ``/metrics`` (read as
     is: the admin route ``GET /models/{name}`` would catch the replica up first)."""
+    return parse_applied(http.get(f"{url}/metrics").text)
+
+
+def parse_applied(metrics: str) -> dict[str, int]:
+    """Model -> applied log position, from the text of a replica's ``/metrics``."""
     out = {}
-    for line in http.get(f"{url}/metrics").text.splitlines():
+    for line in metrics.splitlines():
         if line.startswith('clickboost_model_version{model="'):
             out[line.split('"', 2)[1]] = int(float(line.split()[-1]))
     return out
