@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lab.cluster import RedisServer, Replica, start_replicas
+from lab.cluster import RedisServer, Replica, start_groups, start_replicas
+from service.placement import rendezvous
 from service.runtime import HEARTBEAT_SECONDS
 from tests.conftest import redis_server_binary
 from tests.service.api.test_dashboard import CONTEXTS, SPEC, browser_page, needs_chromium, wait_text
@@ -115,3 +116,35 @@ def test_replicas_report_their_version_and_lag_and_a_stuck_one_shows(cluster: li
 
     b.stop()  # a clean stop: gone from the list at once, not after the heartbeat's TTL
     assert [r["id"] for r in listing(a.url)["replicas"]] == [listing(a.url)["answered_by"]]
+
+
+@needs_chromium
+def test_with_placement_the_page_names_the_models_other_groups_hold(tmp_path: Path) -> None:
+    """Two groups of one replica, one copy of each model: each replica's page shows its own model's
+    card and names the other group's model with a link to that group's replica."""
+    server = RedisServer(tmp_path, binary=redis_server_binary())
+    server.start()
+    groups: dict[str, list[Replica]] = {}
+    try:
+        groups = start_groups(server.url, tmp_path, {"a": 1, "b": 1}, copies=1)
+        (a,), (b,) = groups["a"], groups["b"]
+        names = [f"m{i}" for i in range(20)]
+        on_a = next(n for n in names if rendezvous(n, ["a", "b"], 1) == ["a"])
+        on_b = next(n for n in names if rendezvous(n, ["a", "b"], 1) == ["b"])
+        assert httpx.put(f"{a.url}/models/{on_a}", json=SPEC).status_code == 201
+        assert httpx.put(f"{b.url}/models/{on_b}", json=SPEC).status_code == 201
+        until(
+            lambda: [m["name"] for m in httpx.get(f"{a.url}/models").json()["elsewhere"]] == [on_b],
+            "a lists b's model as held elsewhere",
+        )
+        with browser_page(a.url) as (page, outside, errors):
+            wait_text(page, "#models", on_a)
+            wait_text(page, "#elsewhere", f"{on_b} — group b: {b.url}")
+            assert page.locator(f'#elsewhere a[href="{b.url}/dashboard"]').count() == 1
+            assert outside == [], f"requests leaving the machine: {outside}"
+            assert errors == [], errors
+    finally:
+        for reps in groups.values():
+            for r in reps:
+                r.stop()
+        server.stop()

@@ -275,10 +275,31 @@
     );
   }
 
-  function render(replicas, stats) {
+  // Model placement: the models other replica groups hold, with links to their replicas' dashboards.
+  function elsewhere(models) {
+    if (!models || !models.length) return null;
+    const link = (url) => (/^https?:\/\//.test(url) ? el("a", { href: `${url}/dashboard` }, url) : url);
+    const items = models.map((m) =>
+      el(
+        "li",
+        {},
+        el("strong", {}, m.name),
+        " — ",
+        ...Object.entries(m.groups).flatMap(([g, urls], i) => [
+          i ? "; " : "",
+          `group ${g}: `,
+          ...urls.flatMap((u, j) => [j ? ", " : "", link(u)]),
+        ]),
+      ),
+    );
+    return el("div", { id: "elsewhere" }, el("p", { class: "hint" }, "Held by other replica groups:"), el("ul", {}, ...items));
+  }
+
+  function render(replicas, stats, others) {
     $("replica-rows").replaceChildren(...replicas.replicas.map((r) => replicaRow(r, replicas.answered_by)));
     const cards = stats.filter((s) => s !== null).map(model);
-    $("models").replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "No model yet (PUT /models/{name}).")]));
+    const none = el("p", { class: "muted" }, "No model yet (PUT /models/{name}).");
+    $("models").replaceChildren(...(cards.length ? cards : others && others.length ? [] : [none]), ...[elsewhere(others)].filter(Boolean));
   }
 
   // -- polling and the key form ------------------------------------------------------------------------
@@ -318,7 +339,7 @@
         ),
       );
       if (mine !== round) return;
-      render(replicas, stats);
+      render(replicas, stats, list.elsewhere);
       $("key-form").hidden = true;
       $("content").hidden = false;
       $("forget-key").hidden = sessionStorage.getItem(KEY) === null;
