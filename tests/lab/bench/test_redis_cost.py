@@ -45,6 +45,9 @@ def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_o
     bare = re.search(r"\| Redis CPU µs of a bare pair[^|]*\| ([\d,]+) \|", markdown)
     assert bare is not None and float(bare[1].replace(",", "")) > 0, markdown
     assert "The bare pair costs" in markdown
+    # ... and the floor of two round trips per pair at the pairs' own pace (Redis asleep in between)
+    paced = re.search(r"\| Redis CPU µs of two plain GET round trips per pair[^|]*\| ([\d,]+) \|", markdown)
+    assert paced is not None and float(paced[1].replace(",", "")) > 0, markdown
     # the follower saturated (stopped while events are logged, then catching up): measured, positive
     sat = re.search(r"\| … applying saturated \(B stopped[^|]*\| ([\d,]+) \|", markdown)
     assert sat is not None and float(sat[1].replace(",", "")) > 0, markdown
