@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from lab.bench import benches
-from lab.bench.redis_cost import Figures, capacity
+from lab.bench.redis_cost import Figures, _paced_note, capacity
 
 
 def test_capacity_follows_the_cost_model() -> None:
@@ -27,6 +27,16 @@ def test_capacity_follows_the_cost_model() -> None:
     f.apply_us = 60.0  # 10,000 events/s x 60 us > half a core: only placement helps
     rows = {r[0]: r[1] for r in capacity(f, loads=(10_000,), models=10, u=0.5)}
     assert rows["10,000 pairs/s over 10 models, every replica holding every model"] == "impossible"
+
+
+def test_the_round_trip_floor_is_compared_with_both_targets_of_issue_40() -> None:
+    before = Figures("before", redis_us=400.0, redis_hashed_us=300.0)
+    after = Figures("after", paced_us=120.0, get_us=15.0)
+    note = _paced_note([before, after])
+    # 120 / (0.5 x 400) and 120 / (0.5 x 300); 120 / 15 back-to-back GETs
+    assert "0.60 of issue 40's target of 200 µs and 0.80 of the hashed workload's 150 µs" in note
+    assert "(8.0 back-to-back GETs)" in note
+    assert _paced_note([after]) == ""  # --quick: no before to compare with
 
 
 def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_of_models(
