@@ -23,6 +23,11 @@ Redis CPU
     costs Redis on this machine at that moment, the unit to compare machines with.
 pairs/s on Redis vs the embedded store
     The same sequential loop against a replica on the default SQLite store, in the same run.
+round-trip floor
+    The same loop against that replica while this process sends Redis one plain ``GET`` after each
+    request: two round trips per pair at the pairs' own pace, with no work. Redis sleeps between
+    them, and on a virtual machine waking it costs several times a back-to-back round trip, so this
+    is what any design that writes Redis once at predict and once at feedback pays at least.
 
 With two replicas, all traffic to A: B's CPU per pair is the cost of *applying* an event (every
 replica pays it for every event of its models), A's minus B's the cost of *serving* the pair.
@@ -129,6 +134,7 @@ class Figures:
     redis_us_two: float = math.nan  # Redis CPU per pair with two replicas following the log
     get_us: float = math.nan  # Redis CPU of one plain GET round trip: what a command costs here
     bare_us: float = math.nan  # Redis CPU of the design's fewest steps (_bare_cost): a floor
+    paced_us: float = math.nan  # Redis CPU of two plain GETs per pair at the pairs' pace: a floor
     serve_us: float = math.nan
     apply_us: float = math.nan
     apply_load_us: float = math.nan  # the same under LOAD_CLIENTS concurrent clients
@@ -249,9 +255,9 @@ class _Pairs:
         self.rng = np.random.default_rng(seed)
         self.http = httpx.Client(timeout=30.0)
 
-    def run(self, url: str, n: int, model: str = "cost", hashed: bool = False) -> float:
+    def run(self, url: str, n: int, model: str = "cost", hashed: bool = False, each: Any = None) -> float:
         """``n`` pairs against ``url`` (``hashed``: :data:`NAMED` named features each, for a model of
-        :data:`HASHED_SPEC`); the seconds they took."""
+        :data:`HASHED_SPEC`); the seconds they took. ``each()`` is called after every request."""
         values = self.rng.random((n, NAMED if hashed else D)).tolist()
         rows: list[Any] = [{f"f{j}": v for j, v in enumerate(r)} for r in values] if hashed else values
         truth = self.rng.integers(0, K, n).tolist()
@@ -260,10 +266,14 @@ class _Pairs:
             p = self.http.post(f"{url}/predict", json={"model": model, "features": x})
             p.raise_for_status()
             d = p.json()
+            if each is not None:
+                each()
             f = self.http.post(
                 f"{url}/feedback", json={"decision_id": d["decision_id"], "click": d["label_index"] == y}
             )
             f.raise_for_status()
+            if each is not None:
+                each()
         return time.perf_counter() - start
 
     def close(self) -> None:
@@ -533,25 +543,47 @@ def measure(root: Path, label: str, plan: Plan, workdir: Path) -> Figures:
         net = {c: max(v - background.get(c, 0.0), 0.0) / plan.monitored for c, v in counts.items()}
         out.client_commands = sum(net.values())
         out.breakdown = dict(sorted(net.items(), key=lambda kv: -kv[1]))
+        for r in replicas:
+            r.stop()
+        replicas.clear()
+        _embedded(root, workdir, plan, pairs, client, out)
     finally:
         for r in replicas:
             r.stop()
         client.close()
         server.stop()
+        pairs.close()
+    return out
 
-    # The same sequential loop on the embedded store (SQLite, the default), same run.
+
+def _embedded(
+    root: Path, workdir: Path, plan: Plan, pairs: _Pairs, client: redis.Redis, out: Figures
+) -> None:
+    """The same sequential loop on the embedded store (SQLite, the default), same run: its rate, then
+    the round-trip floor (one plain ``GET`` to the idle Redis of ``client`` after each request)."""
     data = workdir / f"sqlite-{uuid.uuid4().hex}"
     embedded = _Checkout("", workdir, root, {"CLICKBOOST_DATA_DIR": str(data)})
     embedded.start()
+    other = redis.Redis(port=client.connection_pool.connection_kwargs["port"], single_connection_client=True)
     try:
         embedded.wait_ready()
         pairs.http.put(f"{embedded.url}/models/cost", json=SPEC).raise_for_status()
         pairs.run(embedded.url, plan.warmup)
         out.rate_embedded = plan.pairs / pairs.run(embedded.url, plan.pairs)
+        idle = _Idle(client, [], plan.idle_seconds / 2)
+        per_block = plan.pairs // BLOCKS
+
+        def get() -> None:
+            other.get("clickboost-bench-missing")
+
+        def block() -> float:
+            return pairs.run(embedded.url, per_block, each=get)
+
+        paced = [_redis_block(client, idle.redis, block, per_block)[0] for _ in range(BLOCKS)]
+        out.paced_us = float(np.median(paced)) * 1e6
     finally:
+        other.close()
         embedded.stop()
-        pairs.close()
-    return out
 
 
 def checkout(rev: str) -> Path | None:
@@ -668,8 +700,9 @@ def capacity(
     return rows
 
 
-def _floor_note(f: Figures) -> str:
-    """What the bare pair says about the Redis CPU target on this machine."""
+def _floor_note(sides: list[Figures]) -> str:
+    """What the bare pair and the round-trip floor say about the Redis CPU targets on this machine."""
+    f = sides[-1]
     if math.isnan(f.bare_us):
         return ""
     verdict = (
@@ -684,6 +717,21 @@ def _floor_note(f: Figures) -> str:
         f"round trips; the service's pair {f.redis_us:,.0f} µs): {verdict}. The service's pair adds "
         f"{f.redis_us - f.bare_us:,.0f} µs: the claim check, counters, expiry set, decision-log "
         "outcome and the scripts' other steps."
+    ) + _paced_note(sides)
+
+
+def _paced_note(sides: list[Figures]) -> str:
+    """The round-trip floor against issue 40's targets (a share of ``before``), when both were measured."""
+    f, before = sides[-1], sides[0]
+    if math.isnan(f.paced_us) or len(sides) < 2:
+        return ""
+    dense, hashed = MAX_REDIS_SHARE * before.redis_us, MAX_REDIS_SHARE * before.redis_hashed_us
+    return (
+        f" The bare pair runs back to back; at the pairs' own pace Redis sleeps between commands, and two "
+        f"plain GET round trips per pair, with no work, already cost {f.paced_us:,.0f} µs "
+        f"({f.paced_us / f.get_us:.1f} back-to-back GETs): {f.paced_us / dense:.2f} of issue 40's target "
+        f"of {dense:,.0f} µs and {f.paced_us / hashed:.2f} of the hashed workload's {hashed:,.0f} µs "
+        f"({MAX_REDIS_SHARE:g} × {before.label}), before the follower's reads and any work."
     )
 
 
@@ -739,6 +787,11 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
             "Redis CPU µs of a bare pair: two minimal scripts (context stored twice, moved once) "
             "and one read, no service (a floor of this design here)",
             [_num(s.bare_us, "{:,.0f}") for s in sides],
+        ),
+        row(
+            "Redis CPU µs of two plain GET round trips per pair at the pairs' own pace (a replica on the "
+            "embedded store serving, one GET after each request): the floor of one round trip per request",
+            [_num(s.paced_us, "{:,.0f}") for s in sides],
         ),
         row("replica CPU µs per pair: serving (A − B)", [_num(s.serve_us, "{:,.0f}") for s in sides]),
         row(
@@ -808,7 +861,7 @@ def render(sides: list[Figures], command: str, note: str) -> tuple[str, str]:
             "the command counts are exact. Sequential pairs are the worst case for following the log: "
             "under load one read brings many events.",
             report.table(["figure", *labels, "target"], rows, "l" + "r" * len(labels) + "l"),
-            _floor_note(after),
+            _floor_note(sides),
             constants,
         ]
     )

@@ -459,66 +459,43 @@ return {out, nxt[2] or ''}
 """
 )
 
-# KEYS: meta, the decision's key, due, decision log. ARGV:
-# decision id, ttl (ms), x, decision, model_version, created_at, expires_at, deferred ('1' / '0'),
-# then for a logged decision: created_at in whole ms, probabilities, label, the eligible labels (''
-# for all), and for a decision served in logging or apprentice mode the learner's own probabilities
-# and the baseline label. Returns 'ok', 'unknown_model' or 'not_new' (insert if absent: the id has no
+# KEYS: meta, the decision's key, due, decision log. ARGV: decision id, ttl (ms), the record's text
+# before its ``lg`` and after it (see ``load``; the client writes all but the entry id), expires_at (the
+# due score), deferred ('1' / '0'), then for a logged decision: created_at in whole ms and the entry's
+# field/value pairs. Returns 'ok', 'unknown_model' or 'not_new' (insert if absent: the id has no
 # pending record and no claim). The features of a logged decision are kept once, in its decision-log
-# entry (the record holds the entry's id), else in the record.
-_PUT_DECISION = (
-    _LUA_COMMON
-    + """
-local meta = KEYS[1]
-local deferred = ARGV[8] == '1'
-local r = {model = string.match(meta, '{(.*)}:meta$'), version = ARGV[5], created = ARGV[6],
-           expires = ARGV[7], decision = ARGV[4], x = ARGV[3]}
-if deferred then r.df = '1' end
-if ARGV[9] then
-  local entry = {'id', ARGV[1], 'v', ARGV[5], 't', ARGV[6], 'x', ARGV[3], 'p', ARGV[10], 'l', ARGV[11]}
-  if ARGV[12] and ARGV[12] ~= '' then  -- the eligible labels, one byte each (only when restricted)
-    entry[#entry + 1] = 'e'
-    entry[#entry + 1] = ARGV[12]
-  end
-  if deferred then
-    entry[#entry + 1] = 'df'
-    entry[#entry + 1] = '1'
-  end
-  if ARGV[13] then  -- logging or apprentice mode: the learner's own distribution and the baseline
-    entry[#entry + 1] = 'q'
-    entry[#entry + 1] = ARGV[13]
-    entry[#entry + 1] = 'b'
-    entry[#entry + 1] = ARGV[14]
-  end
+# entry (the record holds the entry's id), else in the record. Without the shared helpers: Redis
+# sleeps between a pair's commands here, and every line a script runs from a cold cache costs.
+_PUT_DECISION = """
+local meta, lg = KEYS[1], '-'
+if ARGV[7] then
   -- Entry ids follow creation times (Redis numbers the entries of one ms); a replica whose clock is
   -- behind the last entry's follows it (the stream refuses an id below its last). The entry also says
   -- whether the model exists: its decision log is made with it (NOMKSTREAM), except the log of a
   -- model made before issue 40 that never logged a decision.
-  local eid = redis.pcall('XADD', KEYS[4], 'NOMKSTREAM', ARGV[9] .. '-*', unpack(entry))
-  if not eid then
+  lg = redis.pcall('XADD', KEYS[4], 'NOMKSTREAM', ARGV[7] .. '-*', unpack(ARGV, 8))
+  if not lg then
     if redis.call('HEXISTS', meta, 'model') == 0 then return 'unknown_model' end
-    eid = redis.pcall('XADD', KEYS[4], ARGV[9] .. '-*', unpack(entry))
+    lg = redis.pcall('XADD', KEYS[4], ARGV[7] .. '-*', unpack(ARGV, 8))
   end
-  if type(eid) == 'table' then
+  if type(lg) == 'table' then
     local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1][1]
-    eid = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(entry))
+    lg = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(ARGV, 8))
   end
-  r.lg, r.x = eid, nil
 elseif redis.call('HEXISTS', meta, 'model') == 0 then
   return 'unknown_model'
 end
 -- Insert if absent, in the step that writes the record; a taken id undoes the steps before (the
 -- script is atomic: nobody saw them). A record or claim of the layout before issue 40 is not looked
 -- for: only a client reusing its own id within a claim's TTL of the upgrade could meet one.
-if not redis.call('SET', KEYS[2], record_text(r), 'NX', 'PX', ARGV[2]) then
-  if r.lg then redis.call('XDEL', KEYS[4], r.lg) end
+if not redis.call('SET', KEYS[2], ARGV[3] .. lg .. ARGV[4], 'NX', 'PX', ARGV[2]) then
+  if lg ~= '-' then redis.call('XDEL', KEYS[4], lg) end
   return 'not_new'
 end
-if deferred then redis.call('HINCRBY', meta, 'deferred', 1) end
-redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
+if ARGV[6] == '1' then redis.call('HINCRBY', meta, 'deferred', 1) end
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 return 'ok'
 """
-)
 
 # KEYS: meta, decision log, outcomes, event log. ARGV: age limit ('' for none: entries whose id is
 # below this many ms are too old), entries kept ('' for none), batch, prefix, the time a claim made
@@ -1042,25 +1019,26 @@ class RedisStore(Store):
             self._decision_key(i),
             *self._keys(record.model, "due", "dlog"),
         ]
-        args: list[Any] = [
-            i,
-            ttl_ms,
-            encode_x(record.x),
-            encode_decision(record.decision),
-            record.model_version,
-            _f(record.created_at),
-            _f(record.expires_at),
-            "1" if record.deferred else "0",
-        ]
+        x, decision = encode_x(record.x), encode_decision(record.decision)
+        created, expires = _f(record.created_at), _f(record.expires_at)
+        # The record's text (``load`` in the scripts) but its decision-log entry id, which the script
+        # puts between the two parts: '-' for an unlogged decision, whose record holds the features.
+        head = f"R {record.model} {record.model_version} {created} {expires} "
+        tail = f" {'1' if record.deferred else '-'} - - - - {len(decision)}\n".encode() + decision
+        args: list[Any] = [i, ttl_ms, head, tail if record.logged else tail + x, expires]
+        args.append("1" if record.deferred else "0")
         if record.logged:
             probs = np.asarray(record.decision["probs"], dtype="<f8").tobytes()
-            args += [_ms(record.created_at), probs, int(record.decision["label"])]
+            args += [_ms(record.created_at), "id", i, "v", record.model_version, "t", created, "x", x]
+            args += ["p", probs, "l", int(record.decision["label"])]
             mask = eligible_of(record.decision)
+            if mask is not None and mask.size:  # the eligible labels, one byte each (only when restricted)
+                args += ["e", mask.astype(np.uint8).tobytes()]
+            if record.deferred:
+                args += ["df", "1"]
             policy, baseline = rollout_of(record.decision)
-            if mask is not None or policy is not None:
-                args.append(b"" if mask is None else mask.astype(np.uint8).tobytes())
-            if policy is not None:
-                args += [policy.astype("<f8").tobytes(), baseline]
+            if policy is not None:  # logging or apprentice mode: the learner's own distribution, the baseline
+                args += ["q", policy.astype("<f8").tobytes(), "b", baseline]
         status = await self._put_decision(keys=keys, args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from lab.bench import benches
-from lab.bench.redis_cost import Figures, capacity
+from lab.bench.redis_cost import Figures, _paced_note, capacity
 
 
 def test_capacity_follows_the_cost_model() -> None:
@@ -29,6 +29,16 @@ def test_capacity_follows_the_cost_model() -> None:
     assert rows["10,000 pairs/s over 10 models, every replica holding every model"] == "impossible"
 
 
+def test_the_round_trip_floor_is_compared_with_both_targets_of_issue_40() -> None:
+    before = Figures("before", redis_us=400.0, redis_hashed_us=300.0)
+    after = Figures("after", paced_us=120.0, get_us=15.0)
+    note = _paced_note([before, after])
+    # 120 / (0.5 x 400) and 120 / (0.5 x 300); 120 / 15 back-to-back GETs
+    assert "0.60 of issue 40's target of 200 µs and 0.80 of the hashed workload's 150 µs" in note
+    assert "(8.0 back-to-back GETs)" in note
+    assert _paced_note([after]) == ""  # --quick: no before to compare with
+
+
 def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_of_models(
     bench_dir: Path,
 ) -> None:
@@ -45,6 +55,9 @@ def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_o
     bare = re.search(r"\| Redis CPU µs of a bare pair[^|]*\| ([\d,]+) \|", markdown)
     assert bare is not None and float(bare[1].replace(",", "")) > 0, markdown
     assert "The bare pair costs" in markdown
+    # ... and the floor of two round trips per pair at the pairs' own pace (Redis asleep in between)
+    paced = re.search(r"\| Redis CPU µs of two plain GET round trips per pair[^|]*\| ([\d,]+) \|", markdown)
+    assert paced is not None and float(paced[1].replace(",", "")) > 0, markdown
     # the follower saturated (stopped while events are logged, then catching up): measured, positive
     sat = re.search(r"\| … applying saturated \(B stopped[^|]*\| ([\d,]+) \|", markdown)
     assert sat is not None and float(sat[1].replace(",", "")) > 0, markdown
