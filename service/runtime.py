@@ -80,7 +80,7 @@ log = logging.getLogger("clickboost.runtime")
 # is read again every MODEL_RESYNC_SECONDS in case a notice was missed.
 TAIL_BLOCK_SECONDS = 1.0
 # After a round of the tail that brought a few events, the next read waits the setting
-# follow_pause_seconds (0.05 by default), so that under load one read brings many events (issue 40): a
+# follow_pause_seconds (0.02 by default), so that under load one read brings many events (issue 40): a
 # round's fixed cost (two round trips: the log's new events, then the contexts they name; redis-py and
 # the event loop; `bench redis-cost` measures what a follower spends per event under load) is
 # shared by every event it brings. A replica that was idle still applies the first event of a burst at

@@ -28,6 +28,7 @@ import numpy as np
 from lab.bench import benches
 from lab.bench.redis_cost import LONG_PAUSE
 from lab.cluster import RedisServer, parse_applied, start_replicas
+from service.config import Settings
 
 D, K = 20, 5
 SPEC = {"learner": "banditron", "n_features": D, "n_labels": K, "reward_window_seconds": 600}
@@ -137,7 +138,7 @@ async def _run(urls: list[str], rates: list[float], probes: int) -> list[dict[st
 
 
 #: The follow pauses measured (seconds): the default, then the long one of ``bench redis-cost``.
-PAUSES = (0.05, LONG_PAUSE)
+PAUSES = (Settings.model_fields["follow_pause_seconds"].default, LONG_PAUSE)
 
 
 @benches.register("staleness")
