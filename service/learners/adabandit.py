@@ -11,13 +11,7 @@ from pydantic import Field
 
 from service.learners.base import Decision, as_mask, learners, masked_decision
 from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, masked_rows_argmax
-from service.learners.booster_kernels import (
-    adabandit_decide,
-    adabandit_learn_args,
-    adabandit_logistic_parts,
-    adabandit_step,
-    hedge_draw,
-)
+from service.learners.booster_kernels import adabandit_decide, adabandit_learn, hedge_draw
 
 
 class AdaBanditParams(BanditTreeBoosterParams):
@@ -100,16 +94,17 @@ class AdaBandit(TreeBooster):
 
     @classmethod
     def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
-        """Each learn builds the N (K, K) logistic cost matrices and multiplies them (numpy):
-        about 40 N K^2 steps (55-85 ms at N = 20, K = 300 on the loaded test machine)."""
+        """Each learn computes the N cost vectors (10), one tanh per pair of labels and learner, in
+        one compiled call: about 5 N K^2 steps (6 ms at N = 20, K = 300 on the loaded test machine;
+        55-85 ms as numpy's (N, K, K) matrices before issue 41)."""
         n = cls.Params.parse(cls.name, params).n_learners
-        return 40 * n * n_labels**2 + n * (n_features + n_labels)
+        return 5 * n * n_labels**2 + n * (n_features + n_labels)
 
     @classmethod
     def event_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
-        """Two (N, K, K) float64 arrays per learn (the cost matrices and their off-diagonal part)."""
+        """The (N, K) cost vectors per learn (no (N, K, K) matrix since issue 41)."""
         n = cls.Params.parse(cls.name, params).n_learners
-        return 16 * n * n_labels**2 + super().event_nbytes(n_features, n_labels, params)
+        return 8 * n * n_labels + super().event_nbytes(n_features, n_labels, params)
 
     def _init(self) -> None:
         super()._init()
@@ -158,20 +153,13 @@ class AdaBandit(TreeBooster):
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         m = decision.memo
-        weak = np.asarray(m["weak"], dtype=np.int64)
         k = self.n_labels
-        # loss_estimate, iota_hat, then logistic_cost_matrices and logistic_alpha_grad at s^{i-1},
-        # compiled around one numpy tanh and numpy's two products, so the bits are theirs
-        # (booster_kernels says why)
-        ell, iota, z = adabandit_learn_args(
-            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(m["greedy"]), bool(reward),
-            np.asarray(m["votes"], dtype=np.float64), weak, np.asarray(m["alpha"], dtype=np.float64),
-        )  # fmt: skip
-        G, off, onsum = adabandit_logistic_parts(np.tanh(z), weak, k)
-        self._train_trees(x, G @ iota, decision.label if reward else None, m)
         # the operations of lr_scale * rho / (k**2 * np.sqrt(t)) on Python floats (no numpy scalars)
         eta = self.params.lr_scale * self.params.rho / (k * k * math.sqrt(self.t_))
-        adabandit_step(
-            self.alpha_, self.log_v_, off @ iota, onsum, iota, weak, float(eta), ell,
-            np.asarray(m["experts"], dtype=np.int64),
+        # one compiled call: the costs, the trees' update, the alpha step and Hedge (booster_kernels)
+        self._learn_forest(
+            adabandit_learn, x, m, np.asarray(decision.probs, dtype=np.float64), int(decision.label),
+            int(m["greedy"]), bool(reward), np.asarray(m["votes"], dtype=np.float64),
+            np.asarray(m["weak"], dtype=np.int64), np.asarray(m["alpha"], dtype=np.float64),
+            np.asarray(m["experts"], dtype=np.int64), self.alpha_, self.log_v_, float(eta),
         )  # fmt: skip

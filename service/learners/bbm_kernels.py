@@ -43,12 +43,22 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from service._jit_cache import kernel
+from service.learners.booster_kernels import LEARN, LEARNED, learn_forest, loss_iota
 
-__all__ = ["MEMO_BYTES", "TABLE_BYTES", "CostMemo", "bbm_cost_vectors", "bbm_gamma_matrix"]
+__all__ = [
+    "MEMO_BYTES",
+    "TABLE_BYTES",
+    "CostMemo",
+    "bbm_cost_vectors",
+    "bbm_gamma_matrix",
+    "bbm_learn",
+    "cost_operands",
+]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -59,6 +69,8 @@ _V = "float64[::1]"
 _M = "float64[:, ::1]"
 _T = "float64[:, :, ::1]"
 _I = "int64[::1]"
+#: :func:`cost_operands`: gamma, the tie rule, the tables (:func:`_tables`) and a memo's arrays
+_COSTS = f"Tuple((float64, boolean, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, int64[:, ::1], {_M}, {_T}))"
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,15 +582,15 @@ def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndar
 
 
 @kernel(
-    f"float64[:, ::1](int64[::1], int64, float64, boolean, {_V}, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
+    f"float64[:, ::1](int64[::1], int64, {_V}, float64, boolean, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
     f"int64[:, ::1], {_M}, {_T})",
 )
 def _cost_vectors(
     weak: np.ndarray,
     k: int,
+    truth: np.ndarray,
     gamma: float,
     pessimistic: bool,
-    truth: np.ndarray,
     tab: np.ndarray,
     tab2: np.ndarray,
     expo: np.ndarray,
@@ -810,14 +822,38 @@ def bbm_cost_vectors(
     """
     weak = np.ascontiguousarray(weak, dtype=np.int64)
     truth = np.ascontiguousarray(truth, dtype=np.float64)
-    top = max(weak.size, 1)
-    _memo = _NO_MEMO
+    return _cost_vectors(weak, int(k), truth, *cost_operands(k, weak.size, gamma, pessimistic, memo))
+
+
+def cost_operands(
+    k: int, n_learners: int, gamma: float, pessimistic: bool, memo: CostMemo | None
+) -> tuple[Any, ...]:
+    """The arguments of the compiled cost vectors after ``truth`` (:func:`_cost_vectors`; the
+    ``costs`` of :func:`bbm_learn`): ``gamma``, the tie rule, the tables of (k, N) and the memo's
+    arrays (empty without one; a memo must be of this ``k``, N, ``gamma`` and tie rule)."""
+    top = max(int(n_learners), 1)
+    arrays = _NO_MEMO
     if memo is not None:
         if memo.config != (int(k), top, float(gamma), bool(pessimistic)):
             raise ValueError(f"memo of {memo.config} used for {(k, top, gamma, pessimistic)}")
-        _memo = (memo.keys, memo.diag, memo.off)
-    tables = _tables(int(k), top)
-    return _cost_vectors(weak, int(k), float(gamma), bool(pessimistic), truth, *tables, *_memo)
+        arrays = (memo.keys, memo.diag, memo.off)
+    return (float(gamma), bool(pessimistic), *_tables(int(k), top), *arrays)
+
+
+@kernel(f"{LEARNED}({LEARN}, float64[:], int64, int64, boolean, int64[::1], {_COSTS})")
+def bbm_learn(
+    frame: tuple, probs: np.ndarray, label: int, greedy: int, reward: bool, weak: np.ndarray, costs: tuple
+) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+    """BanditBBM's learn in one call (seed 001, Algorithm 2) with the unclicked rounds' labels of the
+    reduction: ``iota = 1 - ell`` from the loss estimate (4) (``booster_kernels.loss_iota``), the
+    cost vectors (9) (:func:`_cost_vectors` with ``costs``, :func:`cost_operands`), and the trees'
+    update with the clicked label preferred (``booster_kernels.learn_forest`` on ``frame``,
+    ``booster_kernels.LEARN``): the arithmetic of the calls it replaced, bit for bit. Returns
+    ``booster_kernels.LEARNED``.
+    """
+    _, iota = loss_iota(probs, label, greedy, reward)
+    C = _cost_vectors(weak, probs.size, iota, *costs)
+    return learn_forest(frame, C, label if reward else -1, np.empty(0, np.int64))
 
 
 def bbm_gamma_matrix(

@@ -1,16 +1,22 @@
-"""Compiled glue of the tree boosters' decisions (issue 20): the votes of AdaBandit and BanditBBM.
+"""Compiled glue of the tree boosters (issues 20, 41): AdaBandit's and BanditBBM's decisions and
+learn events, each one call.
 
 A booster's round is a handful of tiny array steps (a random argmax per tree, cumulative votes,
-a random argmax per expert); as numpy calls they cost a few microseconds each, more than the
-arithmetic. These loops do them in one call each, with the arithmetic numpy did: comparisons, the
-sequential sums of ``np.cumsum`` and the orders of numpy's reductions, so every round is bit for bit
-what it was (the stored
-reproduction runs stay valid, ``tests/lab/test_results_pinned.py``). Same conventions as
-:mod:`service.kernels`: explicit signatures (compiled at import, from the on-disk cache), no
+a random argmax per expert, the cost vectors, the reduction, the trees' update); as numpy calls
+they cost a few microseconds each, more than the arithmetic. These loops do a decision, or a learn
+event, in one call each. The decisions keep the arithmetic numpy did (comparisons, the sequential
+sums of ``np.cumsum`` and the orders of numpy's reductions), so every decision is bit for bit what
+it was, and so is BanditBBM's learning (``bbm_kernels.bbm_learn``): the stored reproduction runs
+stay valid (``tests/lab/test_results_pinned.py``). AdaBandit's learning arithmetic (issue 41) sums
+in index order with the C library's tanh instead of numpy's and the BLAS products: its last bits
+moved, and its results version with them (``lab.repro.seed001.RESULTS_VERSION``). Same conventions
+as :mod:`service.kernels`: explicit signatures (compiled at first use, from the on-disk cache), no
 ``fastmath``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
@@ -21,10 +27,7 @@ from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution,
 
 __all__ = [
     "adabandit_decide",
-    "adabandit_learn_args",
-    "adabandit_logistic_args",
-    "adabandit_logistic_parts",
-    "adabandit_step",
+    "adabandit_learn",
     "adabandit_votes",
     "bbm_decide",
     "bbm_majority",
@@ -117,15 +120,16 @@ def _pairwise_block(a: np.ndarray, lo: int, n: int) -> float:
         for c in range(lo, lo + n):
             res += a[c]
         return res
-    r = np.empty(8)
-    for j in range(8):
-        r[j] = a[lo + j]
+    # eight scalars, not an array: no allocation per call (a learn event sums N rows)
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
     c = 8
     while c < n - n % 8:
-        for j in range(8):
-            r[j] += a[lo + c + j]
+        b = lo + c
+        r0, r1, r2, r3 = r0 + a[b], r1 + a[b + 1], r2 + a[b + 2], r3 + a[b + 3]
+        r4, r5, r6, r7 = r4 + a[b + 4], r5 + a[b + 5], r6 + a[b + 6], r7 + a[b + 7]
         c += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while c < n:
         res += a[lo + c]
         c += 1
@@ -167,6 +171,11 @@ def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
 @kernel("float64(float64[:, :], int64, float64)")
 def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
     """``(A[i] - shift).sum()`` in numpy's order (:func:`_pairwise_sum`)."""
+    if A.shape[1] < 8:  # sequential: no copy of the row
+        res = 0.0
+        for c in range(A.shape[1]):
+            res += A[i, c] - shift
+        return res
     row = np.empty(A.shape[1])
     for c in range(row.size):
         row[c] = A[i, c] - shift
@@ -219,38 +228,11 @@ def cost_examples(
     return labels, weights
 
 
-# -- AdaBandit's learning step (seed 001, eqs. (10), (11); booster_costs.logistic_*) ----------------
-# numpy's SIMD tanh and the BLAS products ``@`` stay numpy calls between these kernels: a compiled
-# tanh (libm) or dot product (another summation order, no FMA) would move the last bits of every
-# round, and with them the stored runs. One tanh call and two products replace ~40 small numpy calls.
-
-
-@kernel("float64[::1](float64[:, :], int64[:], float64[:])")
-def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """The arguments ``z / 2`` of the sigmoids of AdaBandit's round, for one ``np.tanh`` call.
-
-    With ``S[i] = s^{i-1}`` (``S[0] = 0``, ``S[i] = votes[i-1]``) and ``sj[i] = S[i, weak[i]] +
-    alpha[i]``, per learner ``i``: ``(S[i, a] - S[i, b]) / 2`` for ``a < b`` (the cost matrices
-    (10)), then ``(sj[i] - S[i, a]) / 2`` for every ``a`` (the derivative (11)), each as ``0.5 * (a -
-    b)``, numpy's order. The other half of the arguments are these negated, exactly, and tanh is
-    odd (bit for bit: ``tests/service/learners/test_booster_kernels.py``), so they are not computed.
-    """
-    n, k = votes.shape
-    per = k * (k - 1) // 2 + k
-    z = np.empty(n * per)
-    for i in range(n):
-        j = i * per
-        for a in range(k):
-            sa = votes[i - 1, a] if i > 0 else 0.0
-            for b in range(a + 1, k):
-                sb = votes[i - 1, b] if i > 0 else 0.0
-                z[j] = 0.5 * (sa - sb)
-                j += 1
-        sj = (votes[i - 1, weak[i]] if i > 0 else 0.0) + alpha[i]
-        for a in range(k):
-            z[j] = 0.5 * (sj - (votes[i - 1, a] if i > 0 else 0.0))
-            j += 1
-    return z
+# -- AdaBandit's learning step (seed 001, eqs. (4), (10), (11); booster_costs.logistic_*) -----------
+# Issue 41: one compiled call per learn event. Until then the sigmoids were one numpy ``tanh`` call and
+# the products two BLAS calls between four kernels, to keep numpy's bits; here every sum runs in index
+# order and tanh is the C library's, so the last bits moved (lab.repro.seed001.RESULTS_VERSION) and
+# no longer depend on the SIMD kernels numpy or OpenBLAS pick for the CPU.
 
 
 @kernel("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)")
@@ -273,91 +255,135 @@ def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple
     return ell, iota
 
 
-@kernel(
-    "Tuple((float64[::1], float64[::1], float64[::1]))"
-    "(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:])",
+@njit(**_OPTS)
+def _logistic_costs(votes: np.ndarray, iota: np.ndarray) -> np.ndarray:
+    """The cost vectors ``Gamma^i iota`` of every learner, eq. (10) at ``s^{i-1}``: row ``i`` of
+    ``logistic_cost_matrices(S) @ iota`` with ``S[0] = 0``, ``S[i] = votes[i - 1]``.
+
+    ``Gamma[l, r] = sigmoid(s[l] - s[r])`` off the diagonal and ``Gamma[r, r] = -sum_{j != r}
+    Gamma[j, r]``; one ``tanh`` per pair ``a < b``, since ``sigmoid(-z) = 1 - sigmoid(z)``
+    (sigmoid as ``0.5 (1 + tanh(z / 2))``, without overflow).
+    """
+    n, k = votes.shape
+    C = np.zeros((n, k))
+    diag = np.empty(k)  # minus the diagonal of Gamma
+    for i in range(n):
+        diag[:] = 0.0
+        for a in range(k):
+            sa = votes[i - 1, a] if i > 0 else 0.0
+            for b in range(a + 1, k):
+                t = math.tanh(0.5 * (sa - (votes[i - 1, b] if i > 0 else 0.0)))
+                g_ab, g_ba = 0.5 * (1.0 + t), 0.5 * (1.0 - t)  # Gamma[a, b], Gamma[b, a]
+                C[i, a] += g_ab * iota[b]
+                C[i, b] += g_ba * iota[a]
+                diag[b] += g_ab
+                diag[a] += g_ba
+        for a in range(k):
+            C[i, a] -= diag[a] * iota[a]
+    return C
+
+
+@njit(**_OPTS)
+def _alpha_step(
+    votes: np.ndarray,
+    weak: np.ndarray,
+    alpha_memo: np.ndarray,
+    iota: np.ndarray,
+    eta: float,
+    alpha: np.ndarray,
+    log_v: np.ndarray,
+    ell: np.ndarray,
+    experts: np.ndarray,
+) -> None:
+    """In place: the projected SGD step (11) on ``alpha`` with the derivative of
+    ``logistic_alpha_grad`` taken at the decision's ``alpha_memo`` and ``s^{i-1}``, clipped to [-2, 2];
+    then Hedge with rate 1 on ``ell[experts]`` (``hedge_update``: ``log_v - loss``, shifted so its
+    maximum is 0).
+
+    With ``j = weak[i]`` and ``s_j = s^{i-1}[j] + alpha_memo[i]``, the derivative is ``sum_{r != j}
+    sigmoid(s_j - s[r]) iota[r] - iota[j] sum_{l != j} sigmoid(s[l] - s_j)``: one tanh per ``r != j``.
+    """
+    n, k = votes.shape
+    for i in range(n):
+        j = weak[i]
+        sj = (votes[i - 1, j] if i > 0 else 0.0) + alpha_memo[i]
+        off, on = 0.0, 0.0
+        for r in range(k):
+            if r != j:
+                t = math.tanh(0.5 * (sj - (votes[i - 1, r] if i > 0 else 0.0)))
+                off += 0.5 * (1.0 + t) * iota[r]
+                on += 0.5 * (1.0 - t)
+        alpha[i] = min(max(alpha[i] - eta * (off - on * iota[j]), -2.0), 2.0)
+    top = -np.inf
+    for i in range(log_v.size):
+        log_v[i] = log_v[i] - ell[experts[i]]
+        top = max(top, log_v[i])
+    for i in range(log_v.size):
+        log_v[i] -= top
+
+
+#: The first argument of every fused learn kernel, one tuple (``TreeBooster._learn_forest`` makes it;
+#: a tuple costs numba's dispatch no more than its items would): the forest's arrays
+#: (:meth:`HoeffdingForest.arrays`), ``x``'s operands, the trees, the decision's leaves and node
+#: counts, the split schedule and subspace, the cost clip, the reduction's N k draws and whether its
+#: weights are divided by k - 1.
+LEARN = (
+    f"Tuple((Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64, "
+    "float64[:], boolean))"
 )
-def adabandit_learn_args(
+#: What they return: forest_update's (start, lack), the reduction's labels and weights, and whether
+#: the decision's leaves were used (``TreeBooster._learn_forest`` resumes an update stopped for room).
+LEARNED = "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
+
+
+@njit(inline="always", **_OPTS)
+def learn_forest(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple:
+    """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction
+    (:func:`cost_examples`, ``prefer = -1``: none; ``given``, when not empty, replaces its labels,
+    the weights stay), then :func:`~service.learners.weak.forest_kernels.forest_update` on ``frame``
+    (:data:`LEARN`). The decision's leaves are used when the trees' node counts are still those at
+    decision time (no tree has split since), else ``x`` is routed again. Returns :data:`LEARNED`."""
+    forest, xs, trees, leaves, known, schedule, subspace, clip, U, divide = frame
+    labels, weights = cost_examples(C, clip, U, prefer, divide)
+    if given.size:
+        labels = given
+    n_nodes = forest[4]
+    same = known.size == n_nodes.size
+    for i in range(known.size if same else 0):
+        same = same and known[i] == n_nodes[i]
+    nodes = leaves if same else leaves[:0]
+    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
+    return start, lack, labels, weights, same
+
+
+@kernel(
+    f"{LEARNED}({LEARN}, float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:], int64[:], "
+    "float64[::1], float64[::1], float64)",
+)
+def adabandit_learn(
+    frame: tuple,
     probs: np.ndarray,
     label: int,
     greedy: int,
     reward: bool,
     votes: np.ndarray,
     weak: np.ndarray,
-    alpha: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """AdaBandit's learn up to its one ``np.tanh``: :func:`loss_iota` and
-    :func:`adabandit_logistic_args` in one call. Returns (ell, iota, z)."""
-    ell, iota = loss_iota(probs, label, greedy, reward)
-    return ell, iota, adabandit_logistic_args(votes, weak, alpha)
-
-
-@kernel("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)")
-def adabandit_logistic_parts(
-    t: np.ndarray, weak: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From ``t = tanh(`` :func:`adabandit_logistic_args` ``)``: the cost matrices ``G`` (N, K, K) of
-    ``logistic_cost_matrices``, and the two parts of ``logistic_alpha_grad`` before its product:
-    ``off`` (N, K) and ``on.sum(axis=1)`` (N), each sigmoid as ``0.5 * (1 + tanh(z / 2))``, with
-    ``tanh(-z / 2) = -tanh(z / 2)``.
-
-    ``G``'s diagonal is minus its column sums taken in row order (numpy's reduction over a
-    non-contiguous axis); ``on``'s row sums in numpy's pairwise order (:func:`_pairwise_row_sum`).
-    """
-    n = weak.size
-    per = k * (k - 1) // 2 + k
-    G = np.empty((n, k, k))
-    off = np.empty((n, k))
-    on = np.empty((n, k))
-    onsum = np.empty(n)
-    for i in range(n):
-        j = i * per
-        for a in range(k):
-            G[i, a, a] = 0.0
-            for b in range(a + 1, k):
-                G[i, a, b] = 0.5 * (1.0 + t[j])
-                G[i, b, a] = 0.5 * (1.0 + -t[j])
-                j += 1
-        for a in range(k):
-            off[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + t[j])
-            on[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + -t[j])
-            j += 1
-        for b in range(k):
-            s = G[i, 0, b]
-            for a in range(1, k):
-                s += G[i, a, b]
-            G[i, b, b] = -s
-        onsum[i] = _pairwise_row_sum(on, i, 0.0)
-    return G, off, onsum
-
-
-@kernel(
-    "void(float64[::1], float64[::1], float64[::1], float64[::1], float64[:], int64[:], float64, "
-    "float64[:], int64[:])",
-)
-def adabandit_step(
+    alpha_memo: np.ndarray,
+    experts: np.ndarray,
     alpha: np.ndarray,
     log_v: np.ndarray,
-    off_iota: np.ndarray,
-    onsum: np.ndarray,
-    iota: np.ndarray,
-    weak: np.ndarray,
     eta: float,
-    ell: np.ndarray,
-    experts: np.ndarray,
-) -> None:
-    """In place: the projected SGD step (11) on ``alpha`` with the gradient ``off @ iota - onsum *
-    iota[weak]`` (``logistic_alpha_grad``), clipped to [-2, 2] as ``np.clip``; then Hedge with rate 1
-    on ``ell[experts]`` (``hedge_update``: ``log_v - loss``, shifted so its maximum is 0)."""
-    for i in range(alpha.size):
-        grad = off_iota[i] - onsum[i] * iota[weak[i]]
-        alpha[i] = min(max(alpha[i] - eta * grad, -2.0), 2.0)
-    top = -np.inf
-    for i in range(log_v.size):
-        log_v[i] = log_v[i] - 1.0 * ell[experts[i]]
-        top = max(top, log_v[i])
-    for i in range(log_v.size):
-        log_v[i] -= top
+) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+    """AdaBandit's learn in one call (seed 001, Algorithm 3): the loss estimate (4) and ``iota``
+    (:func:`loss_iota`), the trees' cost vectors (:func:`_logistic_costs`) into the trees with the
+    clicked label preferred (:func:`learn_forest` on ``frame``, :data:`LEARN`), then the step on
+    ``alpha`` and Hedge on ``log_v``, in place (:func:`_alpha_step`). Returns :data:`LEARNED`.
+    """
+    ell, iota = loss_iota(probs, label, greedy, reward)
+    C = _logistic_costs(votes, iota)
+    out = learn_forest(frame, C, label if reward else -1, np.empty(0, np.int64))
+    _alpha_step(votes, weak, alpha_memo, iota, eta, alpha, log_v, ell, experts)
+    return out
 
 
 # -- decide in one call: the forest's routing, the votes and the sampled label (issue 20) -----------
@@ -419,46 +445,10 @@ def bbm_decide(
     return label, p, greedy, weak, counts, nodes
 
 
-@kernel(
-    "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
-    f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64[:, :], "
-    "float64, float64[:], int64, boolean, int64[::1])",
-)
+@kernel(f"{LEARNED}({LEARN}, float64[:, :], int64, int64[::1])")
 def forest_learn_costs(
-    forest: tuple,
-    xs: tuple,
-    trees: np.ndarray,
-    leaves: np.ndarray,
-    known: np.ndarray,
-    schedule: int,
-    subspace: float,
-    C: np.ndarray,
-    clip: float,
-    U: np.ndarray,
-    prefer: int,
-    divide: bool,
-    given: np.ndarray,
+    frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray
 ) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
-    """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction:
-    :func:`cost_examples` then :func:`~service.learners.weak.forest_kernels.forest_update` (on the
-    forest's arrays ``forest``, :meth:`HoeffdingForest.arrays`, and ``xs``, the operands of ``x``), in
-    one call (``TreeBooster._train_trees``).
-
-    ``leaves`` are the decision's leaves of ``x``, used when the trees' node counts are still
-    ``known`` (those at decision time: no tree has split since), else ``x`` is routed again.
-    ``given``, when not empty, replaces the reduction's labels (the weights stay; BanditBBM's
-    ``unclicked_label="random"``). ``schedule`` and ``subspace`` are the forest's (its split schedule
-    and leaf subspaces, :func:`~service.learners.weak.forest_kernels.forest_update`). Returns
-    forest_update's ``(start, lack)``, the labels and weights, and whether ``leaves`` were used: when
-    the update stopped for room, the caller grows the forest and resumes it with those.
-    """
-    labels, weights = cost_examples(C, clip, U, prefer, divide)
-    if given.size:
-        labels = given
-    n_nodes = forest[4]
-    same = known.size == n_nodes.size
-    for i in range(known.size if same else 0):
-        same = same and known[i] == n_nodes[i]
-    nodes = leaves if same else leaves[:0]
-    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
-    return start, lack, labels, weights, same
+    """:func:`learn_forest` (``TreeBooster._train_trees``, the learners that compute their cost
+    vectors ``C`` outside): every tree learns a row of ``C``. Returns :data:`LEARNED`."""
+    return learn_forest(frame, C, prefer, given)

@@ -207,7 +207,7 @@ def compact(
     pool[GARBAGE] = 0
 
 
-@kernel(f"void(int64, int64, float64, float64, int32[:], {_F2})")
+@njit(inline="always", **_OPTS)  # inlined: called per non-zero value of every tree's update
 def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np.ndarray) -> None:
     """Fold the non-zero value ``v`` with weight ``w`` into entry ``e`` (a new one if ``first``)."""
     wv = w * v
@@ -225,7 +225,7 @@ def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np
         moments[e, HIGH] = max(moments[e, HIGH], v)
 
 
-@kernel(f"void({_I1}, int32[:], {_F2}, int64, int64)")
+@njit(inline="always", **_OPTS)
 def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst: int) -> None:
     key[dst] = key[src]
     count[dst] = count[src]
@@ -233,13 +233,14 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
         moments[dst, j] = moments[src, j]
 
 
-@kernel(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})")
+@kernel(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, int64, {_ENTRIES}, {_I1})")
 def _merge(
     r: int,
     c: int,
     w: float,
     idx: np.ndarray,
     val: np.ndarray,
+    nnz: int,
     d: int,
     segment: np.ndarray,
     key: np.ndarray,
@@ -247,7 +248,9 @@ def _merge(
     moments: np.ndarray,
     pool: np.ndarray,
 ) -> int:
-    """Fold the example's non-zero values into leaf ``r``'s entries of class ``c`` (``d`` features).
+    """Fold the example's non-zero values (the first ``nnz`` of ``idx, val``: a count, not a slice,
+    which would cost a reference count per tree) into leaf ``r``'s entries of class ``c`` (``d``
+    features).
 
     Returns 0, or the number of entries the pool lacks (then nothing changed but a compaction).
     """
@@ -257,7 +260,7 @@ def _merge(
     run = _lower(key, start, end, base)  # class c's run: the scans start there, not at the segment
     new = 0  # keys of x missing from the segment (both sorted: one merge pass)
     p = run
-    for j in range(idx.size):
+    for j in range(nnz):
         if val[j] == 0.0:
             continue
         kk = base + idx[j]
@@ -269,7 +272,7 @@ def _merge(
             new += 1
     if new == 0:
         p = run
-        for j in range(idx.size):
+        for j in range(nnz):
             if val[j] == 0.0:
                 continue
             kk = base + idx[j]
@@ -279,7 +282,7 @@ def _merge(
         return 0
     need = used + new
     if need <= segment[r, CAP]:  # in place, merging from the back
-        q, p, j = start + need - 1, end - 1, idx.size - 1
+        q, p, j = start + need - 1, end - 1, nnz - 1
         while j >= 0:
             if val[j] == 0.0:
                 j -= 1
@@ -314,7 +317,7 @@ def _merge(
     segment[r, USED] = need
     segment[r, CAP] = cap
     p = start
-    for j in range(idx.size):
+    for j in range(nnz):
         if val[j] == 0.0:
             continue
         kk = base + idx[j]
@@ -806,9 +809,10 @@ def forest_update(
                     sub_idx[m] = nz_idx[j]
                     sub_val[m] = nz_val[j]
                     m += 1
-            lack = _merge(r, c, w, sub_idx[:m], sub_val[:m], binary.size, segment, key, count, moments, pool)
+            lack = _merge(r, c, w, sub_idx, sub_val, m, binary.size, segment, key, count, moments, pool)
         else:
-            lack = _merge(r, c, w, nz_idx, nz_val, binary.size, segment, key, count, moments, pool)
+            m = nz_idx.size
+            lack = _merge(r, c, w, nz_idx, nz_val, m, binary.size, segment, key, count, moments, pool)
         if lack:
             return t, lack
         stat_w[r, c] += w
