@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from service._jit_cache import kernel
 from service.learners.booster_kernels import LEARN, LEARNED, learn_forest, loss_iota
@@ -329,7 +330,7 @@ def _tables(k: int, top: int) -> tuple[np.ndarray, ...]:
 # --------------------------------------------------------------------------------------------
 
 
-@kernel("int64(int64[::1], int64[::1], int64[::1], int64[::1])")
+@njit(inline="always", **_OPTS)  # inlined, as _memo_slot: called per learner of every event
 def _groups(s: np.ndarray, grp: np.ndarray, vals: np.ndarray, mult: np.ndarray) -> int:
     """Labels grouped by equal counts: ``vals`` (increasing) and ``mult`` of each group, ``grp[l]``
     the group of label ``l``; returns the number of groups (insertion: k is small)."""
@@ -542,7 +543,7 @@ def _workspace(k: int, top: int, tabulated: bool) -> tuple[np.ndarray, np.ndarra
     return ws, pwbuf, iw, fw
 
 
-@kernel("int64(int64, int64[::1], int64[::1], int64, int64[:, ::1])")
+@njit(inline="always", **_OPTS)
 def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndarray) -> int:
     """The row of the memo (:class:`CostMemo`) that holds the state ``(n, groups)``: found, or newly
     claimed (the table is emptied first when it is half full); -1 without a memo.

@@ -8,7 +8,7 @@ event, in one call each. The decisions keep the arithmetic numpy did (comparison
 sums of ``np.cumsum`` and the orders of numpy's reductions), so every decision is bit for bit what
 it was, and so is BanditBBM's learning (``bbm_kernels.bbm_learn``): the stored reproduction runs
 stay valid (``tests/lab/test_results_pinned.py``). AdaBandit's learning arithmetic (issue 41) sums
-in index order with the C library's tanh instead of numpy's and the BLAS products: its last bits
+in index order with the C library's exp instead of numpy's tanh and the BLAS products: its last bits
 moved, and its results version with them (``lab.repro.seed001.RESULTS_VERSION``). Same conventions
 as :mod:`service.kernels`: explicit signatures (compiled at first use, from the on-disk cache), no
 ``fastmath``.
@@ -42,7 +42,7 @@ __all__ = [
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
 
-@kernel("int64(float64[:, :], int64, float64[:], int64)")
+@njit(inline="always", **_OPTS)  # inlined: a call per tree cost the reference counts of its arrays
 def _row_argmax(V: np.ndarray, i: int, U: np.ndarray, offset: int) -> int:
     """Index of a maximum of row ``i`` of ``V``, the one with the largest ``U[offset + c]`` among ties
     (the first on equal draws), as ``argmax(where(row == max, u, -1))``."""
@@ -231,8 +231,9 @@ def cost_examples(
 # -- AdaBandit's learning step (seed 001, eqs. (4), (10), (11); booster_costs.logistic_*) -----------
 # Issue 41: one compiled call per learn event. Until then the sigmoids were one numpy ``tanh`` call and
 # the products two BLAS calls between four kernels, to keep numpy's bits; here every sum runs in index
-# order and tanh is the C library's, so the last bits moved (lab.repro.seed001.RESULTS_VERSION) and
-# no longer depend on the SIMD kernels numpy or OpenBLAS pick for the CPU.
+# order and each sigmoid is one exponential of the C library, so the last bits moved
+# (lab.repro.seed001.RESULTS_VERSION) and no longer depend on the SIMD kernels numpy or OpenBLAS pick
+# for the CPU.
 
 
 @kernel("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)")
@@ -255,31 +256,42 @@ def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple
     return ell, iota
 
 
+@njit(inline="always", **_OPTS)
+def _sigmoids(z: float) -> tuple[float, float]:
+    """``(sigmoid(z), sigmoid(-z))`` from one ``exp(-|z|)``, without overflow."""
+    e = math.exp(-abs(z))
+    big = 1.0 / (1.0 + e)
+    small = e * big
+    return (big, small) if z >= 0.0 else (small, big)
+
+
 @njit(**_OPTS)
 def _logistic_costs(votes: np.ndarray, iota: np.ndarray) -> np.ndarray:
     """The cost vectors ``Gamma^i iota`` of every learner, eq. (10) at ``s^{i-1}``: row ``i`` of
     ``logistic_cost_matrices(S) @ iota`` with ``S[0] = 0``, ``S[i] = votes[i - 1]``.
 
     ``Gamma[l, r] = sigmoid(s[l] - s[r])`` off the diagonal and ``Gamma[r, r] = -sum_{j != r}
-    Gamma[j, r]``; one ``tanh`` per pair ``a < b``, since ``sigmoid(-z) = 1 - sigmoid(z)``
-    (sigmoid as ``0.5 (1 + tanh(z / 2))``, without overflow).
+    Gamma[j, r]``. ``S[i]`` differs from ``S[i - 1]`` in the one label learner ``i - 1`` voted for
+    (none when its alpha is 0), so only that label's row and column of sigmoids are computed again
+    (from ``S[i]`` itself, so nothing accumulates): K - 1 exponentials per learner, not K (K - 1) / 2.
     """
     n, k = votes.shape
-    C = np.zeros((n, k))
-    diag = np.empty(k)  # minus the diagonal of Gamma
+    C = np.empty((n, k))
+    G = np.full((k, k), 0.5)  # sigmoid(s[a] - s[b]) at s = S[i]: all 0.5 at S[0] = 0
     for i in range(n):
-        diag[:] = 0.0
+        for a in range(k if i > 0 else 0):
+            sa = votes[i - 1, a]
+            if sa != (votes[i - 2, a] if i > 1 else 0.0):
+                for b in range(k):
+                    if b != a:
+                        G[a, b], G[b, a] = _sigmoids(sa - votes[i - 1, b])
         for a in range(k):
-            sa = votes[i - 1, a] if i > 0 else 0.0
-            for b in range(a + 1, k):
-                t = math.tanh(0.5 * (sa - (votes[i - 1, b] if i > 0 else 0.0)))
-                g_ab, g_ba = 0.5 * (1.0 + t), 0.5 * (1.0 - t)  # Gamma[a, b], Gamma[b, a]
-                C[i, a] += g_ab * iota[b]
-                C[i, b] += g_ba * iota[a]
-                diag[b] += g_ab
-                diag[a] += g_ba
-        for a in range(k):
-            C[i, a] -= diag[a] * iota[a]
+            off, col = 0.0, 0.0
+            for b in range(k):
+                if b != a:
+                    off += G[a, b] * iota[b]
+                    col += G[b, a]
+            C[i, a] = off - col * iota[a]
     return C
 
 
@@ -301,7 +313,8 @@ def _alpha_step(
     maximum is 0).
 
     With ``j = weak[i]`` and ``s_j = s^{i-1}[j] + alpha_memo[i]``, the derivative is ``sum_{r != j}
-    sigmoid(s_j - s[r]) iota[r] - iota[j] sum_{l != j} sigmoid(s[l] - s_j)``: one tanh per ``r != j``.
+    sigmoid(s_j - s[r]) iota[r] - iota[j] sum_{l != j} sigmoid(s[l] - s_j)``: one exponential per
+    ``r != j``.
     """
     n, k = votes.shape
     for i in range(n):
@@ -310,9 +323,9 @@ def _alpha_step(
         off, on = 0.0, 0.0
         for r in range(k):
             if r != j:
-                t = math.tanh(0.5 * (sj - (votes[i - 1, r] if i > 0 else 0.0)))
-                off += 0.5 * (1.0 + t) * iota[r]
-                on += 0.5 * (1.0 - t)
+                up, down = _sigmoids(sj - (votes[i - 1, r] if i > 0 else 0.0))
+                off += up * iota[r]
+                on += down
         alpha[i] = min(max(alpha[i] - eta * (off - on * iota[j]), -2.0), 2.0)
     top = -np.inf
     for i in range(log_v.size):

@@ -233,7 +233,7 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
         moments[dst, j] = moments[src, j]
 
 
-@kernel(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, int64, {_ENTRIES}, {_I1})")
+@njit(inline="always", **_OPTS)  # inlined: a call per tree cost reference counts of its six arrays
 def _merge(
     r: int,
     c: int,
@@ -787,7 +787,8 @@ def forest_update(
     ks = np.empty((ENTRY + 1, k), np.int64)
     some = subspace < 1.0
     cut = np.uint64(subspace * 18446744073709551616.0) if some else np.uint64(0)  # subspace * 2^64
-    sub_idx, sub_val = np.empty(nz_idx.size if some else 0, np.int64), np.empty(nz_idx.size if some else 0)
+    # the non-zeros a leaf keeps (all of them without subspaces): one pair of arrays for _merge
+    sub_idx, sub_val = nz_idx.copy(), nz_val.copy()
     for t in range(start, trees.size):
         i, c, w = trees[t], labels[t], weights[t]
         if c < 0 or c >= k or i < 0 or i >= grace.size:
@@ -801,18 +802,17 @@ def forest_update(
         if not active[r]:  # statistics dropped under the memory bound: the leaf only counts classes
             class_w[r, c] += w
             continue
+        m = 0
         if some:  # the leaf's own features among the example's non-zeros
             salt = _mix(_mix(np.uint64(i)) ^ np.uint64(node))
-            m = 0
             for j in range(nz_idx.size):
                 if _mix(salt ^ np.uint64(nz_idx[j])) < cut:
                     sub_idx[m] = nz_idx[j]
                     sub_val[m] = nz_val[j]
                     m += 1
-            lack = _merge(r, c, w, sub_idx, sub_val, m, binary.size, segment, key, count, moments, pool)
         else:
             m = nz_idx.size
-            lack = _merge(r, c, w, nz_idx, nz_val, m, binary.size, segment, key, count, moments, pool)
+        lack = _merge(r, c, w, sub_idx, sub_val, m, binary.size, segment, key, count, moments, pool)
         if lack:
             return t, lack
         stat_w[r, c] += w
