@@ -118,9 +118,13 @@ class AdaBandit(TreeBooster):
             return self._decide_masked(x, rng, mask)
         # the draws of the round in one go, in their order: a random argmax per tree, then per expert
         # (two rand_rows_argmax calls), the expert (sample(v / v.sum(), rng)), then the label
-        U = rng.random(2 * self.params.n_learners * self.n_labels + 2)
-        label, p, greedy, expert, weak, votes, experts, leaves = adabandit_decide(
-            self.trees_.routing(x), self.alpha_, np.exp(self.log_v_), U, self.params.rho
+        n, k = self.params.n_learners, self.n_labels
+        U = rng.random(2 * n * k + 2)
+        p, weak, leaves = np.empty(k), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        votes, experts = np.empty((n, k)), np.empty(n, dtype=np.int64)
+        v = np.exp(self.log_v_)
+        label, greedy, expert = adabandit_decide(
+            self.trees_.routing(x), self.alpha_, v, U, self.params.rho, p, weak, leaves, votes, experts
         )
         memo = {
             "greedy": greedy,

@@ -171,11 +171,17 @@ class BanditBBM(TreeBooster):
             memo = self._cost_memo = CostMemo(*key)
         return memo
 
+    def _decide_arrays(self) -> tuple[np.ndarray, ...]:
+        """What :func:`bbm_decide` fills: p, weak, leaves, counts."""
+        n, k = self.params.n_learners, self.n_labels
+        return np.empty(k), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(k, np.int64)
+
     def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:  # the compiled call for the trees' votes only, then the eligible majority
             U = rng.random(self.params.n_learners * self.n_labels)
-            _, _, _, weak, counts, leaves = bbm_decide(self.trees_.routing(x), U, self.params.rho, -1.0)
+            p, weak, leaves, counts = self._decide_arrays()
+            bbm_decide(self.trees_.routing(x), U, self.params.rho, -1.0, p, weak, leaves, counts)
             greedy = masked_argmax(counts.astype(np.float64), mask, rng)
             memo = {
                 "greedy": greedy,
@@ -188,8 +194,9 @@ class BanditBBM(TreeBooster):
         # tie it goes back, since randargmax of the counts draws first
         U = rng.random(self.params.n_learners * self.n_labels)
         u = own_random(rng)
-        label, p, greedy, weak, counts, leaves = bbm_decide(
-            self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u
+        p, weak, leaves, counts = self._decide_arrays()
+        label, greedy = bbm_decide(
+            self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u, p, weak, leaves, counts
         )
         if label < 0:
             if u is not None:

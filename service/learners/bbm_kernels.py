@@ -844,7 +844,7 @@ def cost_operands(
 @kernel(f"{LEARNED}({LEARN}, float64[:], int64, int64, boolean, int64[::1], {_COSTS})")
 def bbm_learn(
     frame: tuple, probs: np.ndarray, label: int, greedy: int, reward: bool, weak: np.ndarray, costs: tuple
-) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+) -> tuple[int, int, int]:
     """BanditBBM's learn in one call (seed 001, Algorithm 2) with the unclicked rounds' labels of the
     reduction: ``iota = 1 - ell`` from the loss estimate (4) (``booster_kernels.loss_iota``), the
     cost vectors (9) (:func:`_cost_vectors` with ``costs``, :func:`cost_operands`), and the trees'

@@ -467,6 +467,8 @@ class TreeBooster(Learner):
             self.n_features, self.n_labels, *draws, adaptive=p.adaptive_grace,
             by_examples=p.grace_unit == "examples", subspace=subspace_share(p.subspace, self.n_features),
         )  # fmt: skip
+        # what each learn event hands the trees (:meth:`_learn_forest`): scratch, not state
+        self._reduced = np.zeros(p.n_learners, dtype=np.int64), np.zeros(p.n_learners)
 
     @property
     def accepts_sparse(self) -> bool:
@@ -508,16 +510,18 @@ class TreeBooster(Learner):
         then ``args``) computes the trees' cost vectors, reduces them to (label, weight) pairs (§2.8,
         with N k draws of the learner's generator) and updates the trees; an update stopped for room
         is resumed here after the arrays grow. Returns the (labels, weights) the trees learned (for
-        audits: ``lab.repro.seed001_variants.weight_audit``)."""
+        audits: ``lab.repro.seed001_variants.weight_audit``), arrays the next event overwrites."""
         p = self.params
         f = self.trees_
         xs = operands(x)
         leaves = np.asarray(memo["leaves"], dtype=np.int64)
+        labels, weights = self._reduced
         frame = (
             f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64), f.schedule,
-            f.subspace, float(p.cost_clip), self.rng_.random(f.n * self.n_labels), p.weight_divide,
+            f.subspace, float(p.cost_clip), self.rng_.random(f.n * self.n_labels), p.weight_divide, labels,
+            weights,
         )  # fmt: skip
-        start, lack, labels, weights, used = learn(frame, *args)
+        start, lack, used = learn(frame, *args)
         if start >= 0:  # stopped for room: grow and go on
             f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
         return labels, weights

@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+_M = "float64[:, ::1]"
 
 
 @njit(inline="always", **_OPTS)  # inlined: a call per tree cost the reference counts of its arrays
@@ -338,35 +339,38 @@ def _alpha_step(
 #: The first argument of every fused learn kernel, one tuple (``TreeBooster._learn_forest`` makes it;
 #: a tuple costs numba's dispatch no more than its items would): the forest's arrays
 #: (:meth:`HoeffdingForest.arrays`), ``x``'s operands, the trees, the decision's leaves and node
-#: counts, the split schedule and subspace, the cost clip, the reduction's N k draws and whether its
-#: weights are divided by k - 1.
+#: counts, the split schedule and subspace, the cost clip, the reduction's N k draws, whether its
+#: weights are divided by k - 1, and the N labels and weights it writes (arrays of the learner's,
+#: reused: an array returned to Python costs more than the whole reduction).
 LEARN = (
     f"Tuple((Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64, "
-    "float64[:], boolean))"
+    "float64[:], boolean, int64[::1], float64[::1]))"
 )
-#: What they return: forest_update's (start, lack), the reduction's labels and weights, and whether
-#: the decision's leaves were used (``TreeBooster._learn_forest`` resumes an update stopped for room).
-LEARNED = "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
+#: What they return: forest_update's (start, lack) and whether the decision's leaves were used
+#: (``TreeBooster._learn_forest`` resumes an update stopped for room).
+LEARNED = "UniTuple(int64, 3)"
 
 
 @njit(inline="always", **_OPTS)
-def learn_forest(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple:
+def learn_forest(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple[int, int, int]:
     """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction
     (:func:`cost_examples`, ``prefer = -1``: none; ``given``, when not empty, replaces its labels,
-    the weights stay), then :func:`~service.learners.weak.forest_kernels.forest_update` on ``frame``
-    (:data:`LEARN`). The decision's leaves are used when the trees' node counts are still those at
-    decision time (no tree has split since), else ``x`` is routed again. Returns :data:`LEARNED`."""
-    forest, xs, trees, leaves, known, schedule, subspace, clip, U, divide = frame
-    labels, weights = cost_examples(C, clip, U, prefer, divide)
-    if given.size:
-        labels = given
+    the weights stay), written to the frame's labels and weights, then
+    :func:`~service.learners.weak.forest_kernels.forest_update` on ``frame`` (:data:`LEARN`). The
+    decision's leaves are used when the trees' node counts are still those at decision time (no
+    tree has split since), else ``x`` is routed again. Returns :data:`LEARNED`."""
+    forest, xs, trees, leaves, known, schedule, subspace, clip, U, divide, labels, weights = frame
+    got, w = cost_examples(C, clip, U, prefer, divide)
+    for i in range(labels.size):
+        labels[i] = given[i] if given.size else got[i]
+        weights[i] = w[i]
     n_nodes = forest[4]
     same = known.size == n_nodes.size
     for i in range(known.size if same else 0):
         same = same and known[i] == n_nodes[i]
     nodes = leaves if same else leaves[:0]
     start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
-    return start, lack, labels, weights, same
+    return start, lack, int(same)
 
 
 @kernel(
@@ -386,7 +390,7 @@ def adabandit_learn(
     alpha: np.ndarray,
     log_v: np.ndarray,
     eta: float,
-) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+) -> tuple[int, int, int]:
     """AdaBandit's learn in one call (seed 001, Algorithm 3): the loss estimate (4) and ``iota``
     (:func:`loss_iota`), the trees' cost vectors (:func:`_logistic_costs`) into the trees with the
     clicked label preferred (:func:`learn_forest` on ``frame``, :data:`LEARN`), then the step on
@@ -409,13 +413,25 @@ _ROUTING = (
 )
 
 
-@kernel(
-    "Tuple((int64, float64[::1], int64, int64, int64[::1], float64[:, ::1], int64[::1], int64[::1]))"
-    f"({_ROUTING}, float64[:], float64[::1], float64[:], float64)",
-)
+#: The arrays a decide kernel fills (the decision's, for its memo): an array returned to Python cost
+#: more than the arithmetic of the whole decision (its type is unpickled at each return)
+_I = "int64[::1]"
+_OUT = f"float64[::1], {_I}, {_I}"  # p, weak, leaves
+
+
+@kernel(f"UniTuple(int64, 3)({_ROUTING}, float64[:], float64[::1], float64[:], float64, {_OUT}, {_M}, {_I})")
 def adabandit_decide(
-    routing: tuple, alpha: np.ndarray, v: np.ndarray, U: np.ndarray, rho: float
-) -> tuple[int, np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    routing: tuple,
+    alpha: np.ndarray,
+    v: np.ndarray,
+    U: np.ndarray,
+    rho: float,
+    p: np.ndarray,
+    weak: np.ndarray,
+    leaves: np.ndarray,
+    votes: np.ndarray,
+    experts: np.ndarray,
+) -> tuple[int, int, int]:
     """AdaBandit's decide (seed 001, Algorithms 1 and 3) with its ``2 N k + 2`` uniform draws ``U``:
     the trees' class weights for ``x`` (``routing``: :meth:`HoeffdingForest.routing`, as
     :func:`~service.learners.weak.forest_kernels.forest_distribution` takes it), :func:`adabandit_votes`
@@ -423,45 +439,58 @@ def adabandit_decide(
     ``U[2 N k]``) and the label sampled around its prediction (:func:`~service.kernels.rho_mix_sample`,
     ``U[2 N k + 1]``).
 
-    Returns (label, p, greedy, expert, weak, votes, experts, leaves).
+    Fills ``p`` (k), ``weak``, ``leaves`` (the trees' leaves of ``x``), ``votes`` (N, k) and
+    ``experts``; returns (label, greedy, expert).
     """
     dist, nodes = distribution(routing)
     n, k = dist.shape
     m = 2 * n * k
-    weak, votes, experts = adabandit_votes(dist, alpha, U[:m])
+    w, s, e = adabandit_votes(dist, alpha, U[:m])
     expert = hedge_draw(v, U[m])
-    greedy = experts[expert]
-    label, p = rho_mix_sample(greedy, k, rho, U[m + 1])
-    return label, p, greedy, expert, weak, votes, experts, nodes
+    greedy = e[expert]
+    label, probs = rho_mix_sample(greedy, k, rho, U[m + 1])
+    p[:] = probs
+    weak[:] = w
+    leaves[:] = nodes
+    votes[:] = s
+    experts[:] = e
+    return label, greedy, expert
 
 
-@kernel(
-    "Tuple((int64, float64[::1], int64, int64[::1], int64[::1], int64[::1]))"
-    f"({_ROUTING}, float64[:], float64, float64)",
-)
+@kernel(f"UniTuple(int64, 2)({_ROUTING}, float64[:], float64, float64, {_OUT}, {_I})")
 def bbm_decide(
-    routing: tuple, U: np.ndarray, rho: float, u: float
-) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    routing: tuple,
+    U: np.ndarray,
+    rho: float,
+    u: float,
+    p: np.ndarray,
+    weak: np.ndarray,
+    leaves: np.ndarray,
+    counts: np.ndarray,
+) -> tuple[int, int]:
     """BanditBBM's decide (seed 001, Algorithm 2): the trees' class weights for ``x`` (``routing`` as
     in :func:`adabandit_decide`), :func:`bbm_majority` with the draws ``U`` (N k) and, when the
     majority is unique and the sampling draw ``u`` was taken (``u >= 0``), the label sampled around
     it (:func:`~service.kernels.rho_mix_sample`).
 
-    Returns (label, p, greedy, weak, counts, leaves); label -1 (and an empty p) when the majority
-    ties (greedy -1: the caller draws among the ties first, then samples) or ``u < 0``.
+    Fills ``weak``, ``leaves``, the vote ``counts`` (k) and ``p`` (k, only when it returns a label);
+    returns (label, greedy): label -1 when the majority ties (greedy -1: the caller draws among the
+    ties first, then samples) or ``u < 0``.
     """
     dist, nodes = distribution(routing)
-    weak, counts, greedy = bbm_majority(dist, U)
+    w, c, greedy = bbm_majority(dist, U)
+    weak[:] = w
+    leaves[:] = nodes
+    counts[:] = c
     if greedy < 0 or u < 0.0:
-        return -1, np.empty(0), greedy, weak, counts, nodes
-    label, p = rho_mix_sample(greedy, counts.size, rho, u)
-    return label, p, greedy, weak, counts, nodes
+        return -1, greedy
+    label, probs = rho_mix_sample(greedy, c.size, rho, u)
+    p[:] = probs
+    return label, greedy
 
 
 @kernel(f"{LEARNED}({LEARN}, float64[:, :], int64, int64[::1])")
-def forest_learn_costs(
-    frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray
-) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+def forest_learn_costs(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple[int, int, int]:
     """:func:`learn_forest` (``TreeBooster._train_trees``, the learners that compute their cost
     vectors ``C`` outside): every tree learns a row of ``C``. Returns :data:`LEARNED`."""
     return learn_forest(frame, C, prefer, given)

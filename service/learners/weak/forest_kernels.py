@@ -131,11 +131,22 @@ def distribution(routing: tuple) -> tuple[np.ndarray, np.ndarray]:
     feature, threshold, child, slot, class_w, x, idx, val = routing
     n, k = feature.shape[0], class_w.shape[1]
     dist = np.empty((n, k))
-    nodes = np.empty(n, np.int64)
+    nodes = np.zeros(n, np.int64)
+    # every tree one level per pass, not one tree to its leaf after the other: the trees' reads of
+    # their node tables are independent, so their cache misses overlap (a deep tree's walk is a chain
+    # of dependent misses; the same comparisons either way)
+    moving = n
+    while moving:
+        moving = 0
+        for i in range(n):
+            node = nodes[i]
+            f = feature[i, node]
+            if f >= 0:
+                v = x[f] if x.size else _value(x, idx, val, f)
+                nodes[i] = child[i, node, 1 if v > threshold[i, node] else 0]
+                moving += 1
     for i in range(n):
-        node = _leaf(feature, threshold, child, i, x, idx, val)
-        nodes[i] = node
-        r = slot[i, node]
+        r = slot[i, nodes[i]]
         for c in range(k):
             dist[i, c] = class_w[r, c] + 1.0
     return dist, nodes
@@ -721,6 +732,35 @@ def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[
     return out_idx, out_val
 
 
+@njit(inline="always", **_OPTS)
+def _touch(
+    slot: np.ndarray,
+    segment: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    class_w: np.ndarray,
+    stat_w: np.ndarray,
+    seen: np.ndarray,
+    trees: np.ndarray,
+    nodes: np.ndarray,
+    start: int,
+) -> float:
+    """A sum over what the update of trees ``trees[start:]`` at their leaves ``nodes`` reads first: each
+    leaf's row and the start of its entries. Read in a loop of its own, the trees' cache misses
+    overlap; in the update, each tree's wait for them comes after a chain of dependent reads and
+    branches the processor cannot look past (on car, this update cost as much as the rest of the
+    event). The caller stores the sum where nothing reads it, so the reads are not optimised away."""
+    out = 0.0
+    for t in range(start, trees.size):
+        r = slot[trees[t], nodes[t]]
+        e = segment[r, 0]
+        out += class_w[r, 0] + stat_w[r, 0] + seen[r]
+        if e < key.size:
+            out += key[e] + count[e] + moments[e, 0]
+    return out
+
+
 #: The types of the forest's arrays that :func:`forest_update` takes, in its order
 #: (:meth:`~service.learners.weak.hoeffding_tree.HoeffdingForest.arrays`), and of ``x`` as the
 #: kernels take it (dense row, idx, val): for compiled callers that update the forest in their call.
@@ -789,6 +829,8 @@ def forest_update(
     cut = np.uint64(subspace * 18446744073709551616.0) if some else np.uint64(0)  # subspace * 2^64
     # the non-zeros a leaf keeps (all of them without subspaces): one pair of arrays for _merge
     sub_idx, sub_val = nz_idx.copy(), nz_val.copy()
+    if nodes.size:  # the leaves' rows and entries, read for every tree first (see _touch)
+        fs[0, 0] = _touch(slot, segment, key, count, moments, class_w, stat_w, seen, trees, nodes, start)
     for t in range(start, trees.size):
         i, c, w = trees[t], labels[t], weights[t]
         if c < 0 or c >= k or i < 0 or i >= grace.size:
