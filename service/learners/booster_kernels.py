@@ -275,6 +275,10 @@ def _logistic_costs(votes: np.ndarray, iota: np.ndarray) -> np.ndarray:
     Gamma[j, r]``. ``S[i]`` differs from ``S[i - 1]`` in the one label learner ``i - 1`` voted for
     (none when its alpha is 0), so only that label's row and column of sigmoids are computed again
     (from ``S[i]`` itself, so nothing accumulates): K - 1 exponentials per learner, not K (K - 1) / 2.
+
+    Ties stay ties: labels with the same vote and the same ``iota`` have the same cost in exact
+    arithmetic, and get the first one's cost here (a sum in another order could differ in its last
+    bit, and the reduction breaks exact ties: :func:`adabandit_learn`).
     """
     n, k = votes.shape
     C = np.empty((n, k))
@@ -287,6 +291,15 @@ def _logistic_costs(votes: np.ndarray, iota: np.ndarray) -> np.ndarray:
                     if b != a:
                         G[a, b], G[b, a] = _sigmoids(sa - votes[i - 1, b])
         for a in range(k):
+            sa = votes[i - 1, a] if i > 0 else 0.0
+            tied = -1  # a label before a with the same vote and weight: the same cost exactly
+            for b in range(a):
+                if iota[b] == iota[a] and (votes[i - 1, b] if i > 0 else 0.0) == sa:
+                    tied = b
+                    break
+            if tied >= 0:
+                C[i, a] = C[i, tied]
+                continue
             off, col = 0.0, 0.0
             for b in range(k):
                 if b != a:
@@ -395,9 +408,16 @@ def adabandit_learn(
     (:func:`loss_iota`), the trees' cost vectors (:func:`_logistic_costs`) into the trees with the
     clicked label preferred (:func:`learn_forest` on ``frame``, :data:`LEARN`), then the step on
     ``alpha`` and Hedge on ``log_v``, in place (:func:`_alpha_step`). Returns :data:`LEARNED`.
+
+    A masked decision's (ours): among a tree's minimisers of equal cost, an eligible label first.
     """
     ell, iota = loss_iota(probs, label, greedy, reward)
     C = _logistic_costs(votes, iota)
+    # the reduction's tie-break draws (its own array): a tree's tied minimisers that are eligible
+    # (probability > 0) score above the ineligible ones, in the same order among themselves
+    U = frame[8]
+    for j in range(U.size):
+        U[j] = 0.5 * U[j] + (0.5 if probs[j % probs.size] > 0.0 else 0.0)
     out = learn_forest(frame, C, label if reward else -1, np.empty(0, np.int64))
     _alpha_step(votes, weak, alpha_memo, iota, eta, alpha, log_v, ell, experts)
     return out
