@@ -92,8 +92,7 @@ VERSION: dict[str, str] = {
     # issue 41: the bandit boosters' served split schedule is ours (grace in examples, leaf subspaces,
     # the wide ranges, adaptive grace); a sweep setting names only its grid's parameters, so every
     # stored run of theirs ran the old schedule. Seed 001 pins the papers' schedule and keeps its runs.
-    # .2: its learn event in one compiled call, the last bits moved (RESULTS_VERSION)
-    "adabandit": "wide-2026-11-28.2",
+    "adabandit": "wide-2026-11-28.1",
     # .2: BanditBBM's default split confidence is the papers' range again (its weights are ~20x smaller
     # than AdaBandit's, service/learners/banditbbm.py)
     "banditbbm": "wide-2026-11-28.2",

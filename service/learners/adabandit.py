@@ -11,7 +11,13 @@ from pydantic import Field
 
 from service.learners.base import Decision, as_mask, learners, masked_decision
 from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, masked_rows_argmax
-from service.learners.booster_kernels import adabandit_decide, adabandit_learn, hedge_draw
+from service.learners.booster_kernels import (
+    adabandit_decide,
+    adabandit_learn,
+    adabandit_learn_args,
+    adabandit_logistic_parts,
+    hedge_draw,
+)
 
 
 class AdaBanditParams(BanditTreeBoosterParams):
@@ -61,12 +67,6 @@ class AdaBandit(TreeBooster):
     ``yhat`` and the experts Hedge scores are eligible, and eq. (2) spreads ``rho`` over the m
     eligible labels (``rho`` capped at ``(m-1)/m``). Estimator (4) divides by those probabilities
     and is unbiased for every true label in the set; the costs (10) are taken at the masked votes.
-    Where a tree's cost vector has several minimisers of exactly equal cost (the labels no round
-    has told apart), the reduction's random tie-break takes an eligible one first: only those can
-    be this round's truth (the weights are the reduction's). Until issue 41 the last bits of numpy's
-    products broke such ties arbitrarily; broken at random among all of them, the online error on
-    ``tests/service/learners/test_eligible.py``'s masked streams was 0.165 against 0.149 without
-    masks, with eligible labels first 0.156.
 
     All quantities of the round (weak predictions, ``alpha``, votes, expert predictions and index)
     come from the decision memo, so the update is exact even when the model moved since the decision.
@@ -100,18 +100,16 @@ class AdaBandit(TreeBooster):
 
     @classmethod
     def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
-        """Each learn computes the N cost vectors (10) in one compiled call: K^2 products per learner
-        and K - 1 exponentials for the label its predecessor voted for, about 2 N K^2 steps (2 ms at
-        N = 20, K = 300 on the loaded test machine; 55-85 ms as numpy's (N, K, K) matrices before
-        issue 41)."""
+        """Each learn builds the N (K, K) logistic cost matrices and multiplies them (numpy):
+        about 40 N K^2 steps (55-85 ms at N = 20, K = 300 on the loaded test machine)."""
         n = cls.Params.parse(cls.name, params).n_learners
-        return 2 * n * n_labels**2 + n * (n_features + n_labels)
+        return 40 * n * n_labels**2 + n * (n_features + n_labels)
 
     @classmethod
     def event_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
-        """The (N, K) cost vectors per learn (no (N, K, K) matrix since issue 41)."""
+        """Two (N, K, K) float64 arrays per learn (the cost matrices and their off-diagonal part)."""
         n = cls.Params.parse(cls.name, params).n_learners
-        return 8 * n * n_labels + super().event_nbytes(n_features, n_labels, params)
+        return 16 * n * n_labels**2 + super().event_nbytes(n_features, n_labels, params)
 
     def _init(self) -> None:
         super()._init()
@@ -164,13 +162,21 @@ class AdaBandit(TreeBooster):
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         m = decision.memo
+        weak = np.asarray(m["weak"], dtype=np.int64)
         k = self.n_labels
+        # loss_estimate, iota_hat, then logistic_cost_matrices and logistic_alpha_grad at s^{i-1},
+        # compiled around one numpy tanh and numpy's two products, so the bits are theirs
+        # (booster_kernels says why)
+        ell, iota, z = adabandit_learn_args(
+            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(m["greedy"]), bool(reward),
+            np.asarray(m["votes"], dtype=np.float64), weak, np.asarray(m["alpha"], dtype=np.float64),
+        )  # fmt: skip
+        G, off, onsum = adabandit_logistic_parts(np.tanh(z), weak, k)
         # the operations of lr_scale * rho / (k**2 * np.sqrt(t)) on Python floats (no numpy scalars)
         eta = self.params.lr_scale * self.params.rho / (k * k * math.sqrt(self.t_))
-        # one compiled call: the costs, the trees' update, the alpha step and Hedge (booster_kernels)
+        # the trees' update and the alpha step with Hedge in one compiled call (booster_kernels)
+        prefer = int(decision.label) if reward else -1
         self._learn_forest(
-            adabandit_learn, x, m, np.asarray(decision.probs, dtype=np.float64), int(decision.label),
-            int(m["greedy"]), bool(reward), np.asarray(m["votes"], dtype=np.float64),
-            np.asarray(m["weak"], dtype=np.int64), np.asarray(m["alpha"], dtype=np.float64),
-            np.asarray(m["experts"], dtype=np.int64), self.alpha_, self.log_v_, float(eta),
+            adabandit_learn, x, m, G @ iota, prefer, off @ iota, onsum, iota, weak, float(eta), ell,
+            np.asarray(m["experts"], dtype=np.int64), self.alpha_, self.log_v_,
         )  # fmt: skip

@@ -1,22 +1,16 @@
 """Compiled glue of the tree boosters (issues 20, 41): AdaBandit's and BanditBBM's decisions and
-learn events, each one call.
+learn events.
 
 A booster's round is a handful of tiny array steps (a random argmax per tree, cumulative votes,
 a random argmax per expert, the cost vectors, the reduction, the trees' update); as numpy calls
-they cost a few microseconds each, more than the arithmetic. These loops do a decision, or a learn
-event, in one call each. The decisions keep the arithmetic numpy did (comparisons, the sequential
-sums of ``np.cumsum`` and the orders of numpy's reductions), so every decision is bit for bit what
-it was, and so is BanditBBM's learning (``bbm_kernels.bbm_learn``): the stored reproduction runs
-stay valid (``tests/lab/test_results_pinned.py``). AdaBandit's learning arithmetic (issue 41) sums
-in index order with the C library's exp instead of numpy's tanh and the BLAS products: its last bits
-moved, and its results version with them (``lab.repro.seed001.RESULTS_VERSION``). Same conventions
-as :mod:`service.kernels`: explicit signatures (compiled at first use, from the on-disk cache), no
-``fastmath``.
+they cost a few microseconds each, more than the arithmetic. These loops do them in few calls, with
+the arithmetic numpy did: comparisons, the sequential sums of ``np.cumsum`` and the orders of
+numpy's reductions, so every round is bit for bit what it was (the stored reproduction runs stay
+valid, ``tests/lab/test_results_pinned.py``). Same conventions as :mod:`service.kernels`: explicit
+signatures (compiled at first use, from the on-disk cache), no ``fastmath``.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from numba import njit
@@ -28,6 +22,10 @@ from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution,
 __all__ = [
     "adabandit_decide",
     "adabandit_learn",
+    "adabandit_learn_args",
+    "adabandit_logistic_args",
+    "adabandit_logistic_parts",
+    "adabandit_step",
     "adabandit_votes",
     "bbm_decide",
     "bbm_majority",
@@ -229,12 +227,38 @@ def cost_examples(
     return labels, weights
 
 
-# -- AdaBandit's learning step (seed 001, eqs. (4), (10), (11); booster_costs.logistic_*) -----------
-# Issue 41: one compiled call per learn event. Until then the sigmoids were one numpy ``tanh`` call and
-# the products two BLAS calls between four kernels, to keep numpy's bits; here every sum runs in index
-# order and each sigmoid is one exponential of the C library, so the last bits moved
-# (lab.repro.seed001.RESULTS_VERSION) and no longer depend on the SIMD kernels numpy or OpenBLAS pick
-# for the CPU.
+# -- AdaBandit's learning step (seed 001, eqs. (10), (11); booster_costs.logistic_*) ----------------
+# numpy's SIMD tanh and the BLAS products ``@`` stay numpy calls between these kernels: a compiled
+# tanh (libm) or dot product (another summation order, no FMA) would move the last bits of every
+# round, and with them the stored runs. One tanh call and two products replace ~40 small numpy calls.
+
+
+@kernel("float64[::1](float64[:, :], int64[:], float64[:])")
+def adabandit_logistic_args(votes: np.ndarray, weak: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The arguments ``z / 2`` of the sigmoids of AdaBandit's round, for one ``np.tanh`` call.
+
+    With ``S[i] = s^{i-1}`` (``S[0] = 0``, ``S[i] = votes[i-1]``) and ``sj[i] = S[i, weak[i]] +
+    alpha[i]``, per learner ``i``: ``(S[i, a] - S[i, b]) / 2`` for ``a < b`` (the cost matrices
+    (10)), then ``(sj[i] - S[i, a]) / 2`` for every ``a`` (the derivative (11)), each as ``0.5 * (a -
+    b)``, numpy's order. The other half of the arguments are these negated, exactly, and tanh is
+    odd (bit for bit: ``tests/service/learners/test_booster_kernels.py``), so they are not computed.
+    """
+    n, k = votes.shape
+    per = k * (k - 1) // 2 + k
+    z = np.empty(n * per)
+    for i in range(n):
+        j = i * per
+        for a in range(k):
+            sa = votes[i - 1, a] if i > 0 else 0.0
+            for b in range(a + 1, k):
+                sb = votes[i - 1, b] if i > 0 else 0.0
+                z[j] = 0.5 * (sa - sb)
+                j += 1
+        sj = (votes[i - 1, weak[i]] if i > 0 else 0.0) + alpha[i]
+        for a in range(k):
+            z[j] = 0.5 * (sj - (votes[i - 1, a] if i > 0 else 0.0))
+            j += 1
+    return z
 
 
 @kernel("Tuple((float64[::1], float64[::1]))(float64[:], int64, int64, boolean)")
@@ -257,93 +281,88 @@ def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple
     return ell, iota
 
 
-@njit(inline="always", **_OPTS)
-def _sigmoids(z: float) -> tuple[float, float]:
-    """``(sigmoid(z), sigmoid(-z))`` from one ``exp(-|z|)``, without overflow."""
-    e = math.exp(-abs(z))
-    big = 1.0 / (1.0 + e)
-    small = e * big
-    return (big, small) if z >= 0.0 else (small, big)
-
-
-@njit(**_OPTS)
-def _logistic_costs(votes: np.ndarray, iota: np.ndarray) -> np.ndarray:
-    """The cost vectors ``Gamma^i iota`` of every learner, eq. (10) at ``s^{i-1}``: row ``i`` of
-    ``logistic_cost_matrices(S) @ iota`` with ``S[0] = 0``, ``S[i] = votes[i - 1]``.
-
-    ``Gamma[l, r] = sigmoid(s[l] - s[r])`` off the diagonal and ``Gamma[r, r] = -sum_{j != r}
-    Gamma[j, r]``. ``S[i]`` differs from ``S[i - 1]`` in the one label learner ``i - 1`` voted for
-    (none when its alpha is 0), so only that label's row and column of sigmoids are computed again
-    (from ``S[i]`` itself, so nothing accumulates): K - 1 exponentials per learner, not K (K - 1) / 2.
-
-    Ties stay ties: labels with the same vote and the same ``iota`` have the same cost in exact
-    arithmetic, and get the first one's cost here (a sum in another order could differ in its last
-    bit, and the reduction breaks exact ties: :func:`adabandit_learn`).
-    """
-    n, k = votes.shape
-    C = np.empty((n, k))
-    G = np.full((k, k), 0.5)  # sigmoid(s[a] - s[b]) at s = S[i]: all 0.5 at S[0] = 0
-    for i in range(n):
-        for a in range(k if i > 0 else 0):
-            sa = votes[i - 1, a]
-            if sa != (votes[i - 2, a] if i > 1 else 0.0):
-                for b in range(k):
-                    if b != a:
-                        G[a, b], G[b, a] = _sigmoids(sa - votes[i - 1, b])
-        for a in range(k):
-            sa = votes[i - 1, a] if i > 0 else 0.0
-            tied = -1  # a label before a with the same vote and weight: the same cost exactly
-            for b in range(a):
-                if iota[b] == iota[a] and (votes[i - 1, b] if i > 0 else 0.0) == sa:
-                    tied = b
-                    break
-            if tied >= 0:
-                C[i, a] = C[i, tied]
-                continue
-            off, col = 0.0, 0.0
-            for b in range(k):
-                if b != a:
-                    off += G[a, b] * iota[b]
-                    col += G[b, a]
-            C[i, a] = off - col * iota[a]
-    return C
-
-
-@njit(**_OPTS)
-def _alpha_step(
+@kernel(
+    "Tuple((float64[::1], float64[::1], float64[::1]))"
+    "(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:])",
+)
+def adabandit_learn_args(
+    probs: np.ndarray,
+    label: int,
+    greedy: int,
+    reward: bool,
     votes: np.ndarray,
     weak: np.ndarray,
-    alpha_memo: np.ndarray,
-    iota: np.ndarray,
-    eta: float,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AdaBandit's learn up to its one ``np.tanh``: :func:`loss_iota` and
+    :func:`adabandit_logistic_args` in one call. Returns (ell, iota, z)."""
+    ell, iota = loss_iota(probs, label, greedy, reward)
+    return ell, iota, adabandit_logistic_args(votes, weak, alpha)
+
+
+@kernel("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)")
+def adabandit_logistic_parts(
+    t: np.ndarray, weak: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From ``t = tanh(`` :func:`adabandit_logistic_args` ``)``: the cost matrices ``G`` (N, K, K) of
+    ``logistic_cost_matrices``, and the two parts of ``logistic_alpha_grad`` before its product:
+    ``off`` (N, K) and ``on.sum(axis=1)`` (N), each sigmoid as ``0.5 * (1 + tanh(z / 2))``, with
+    ``tanh(-z / 2) = -tanh(z / 2)``.
+
+    ``G``'s diagonal is minus its column sums taken in row order (numpy's reduction over a
+    non-contiguous axis); ``on``'s row sums in numpy's pairwise order (:func:`_pairwise_row_sum`).
+    """
+    n = weak.size
+    per = k * (k - 1) // 2 + k
+    G = np.empty((n, k, k))
+    off = np.empty((n, k))
+    on = np.empty((n, k))
+    onsum = np.empty(n)
+    for i in range(n):
+        j = i * per
+        for a in range(k):
+            G[i, a, a] = 0.0
+            for b in range(a + 1, k):
+                G[i, a, b] = 0.5 * (1.0 + t[j])
+                G[i, b, a] = 0.5 * (1.0 + -t[j])
+                j += 1
+        for a in range(k):
+            off[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + t[j])
+            on[i, a] = 0.0 if a == weak[i] else 0.5 * (1.0 + -t[j])
+            j += 1
+        for b in range(k):
+            s = G[i, 0, b]
+            for a in range(1, k):
+                s += G[i, a, b]
+            G[i, b, b] = -s
+        onsum[i] = _pairwise_row_sum(on, i, 0.0)
+    return G, off, onsum
+
+
+@kernel(
+    "void(float64[::1], float64[::1], float64[::1], float64[::1], float64[:], int64[:], float64, "
+    "float64[:], int64[:])",
+)
+def adabandit_step(
     alpha: np.ndarray,
     log_v: np.ndarray,
+    off_iota: np.ndarray,
+    onsum: np.ndarray,
+    iota: np.ndarray,
+    weak: np.ndarray,
+    eta: float,
     ell: np.ndarray,
     experts: np.ndarray,
 ) -> None:
-    """In place: the projected SGD step (11) on ``alpha`` with the derivative of
-    ``logistic_alpha_grad`` taken at the decision's ``alpha_memo`` and ``s^{i-1}``, clipped to [-2, 2];
-    then Hedge with rate 1 on ``ell[experts]`` (``hedge_update``: ``log_v - loss``, shifted so its
-    maximum is 0).
-
-    With ``j = weak[i]`` and ``s_j = s^{i-1}[j] + alpha_memo[i]``, the derivative is ``sum_{r != j}
-    sigmoid(s_j - s[r]) iota[r] - iota[j] sum_{l != j} sigmoid(s[l] - s_j)``: one exponential per
-    ``r != j``.
-    """
-    n, k = votes.shape
-    for i in range(n):
-        j = weak[i]
-        sj = (votes[i - 1, j] if i > 0 else 0.0) + alpha_memo[i]
-        off, on = 0.0, 0.0
-        for r in range(k):
-            if r != j:
-                up, down = _sigmoids(sj - (votes[i - 1, r] if i > 0 else 0.0))
-                off += up * iota[r]
-                on += down
-        alpha[i] = min(max(alpha[i] - eta * (off - on * iota[j]), -2.0), 2.0)
+    """In place: the projected SGD step (11) on ``alpha`` with the gradient ``off @ iota - onsum *
+    iota[weak]`` (``logistic_alpha_grad``), clipped to [-2, 2] as ``np.clip``; then Hedge with rate 1
+    on ``ell[experts]`` (``hedge_update``: ``log_v - loss``, shifted so its maximum is 0)."""
+    for i in range(alpha.size):
+        grad = off_iota[i] - onsum[i] * iota[weak[i]]
+        alpha[i] = min(max(alpha[i] - eta * grad, -2.0), 2.0)
     top = -np.inf
     for i in range(log_v.size):
-        log_v[i] = log_v[i] - ell[experts[i]]
+        log_v[i] = log_v[i] - 1.0 * ell[experts[i]]
         top = max(top, log_v[i])
     for i in range(log_v.size):
         log_v[i] -= top
@@ -387,39 +406,28 @@ def learn_forest(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) ->
 
 
 @kernel(
-    f"{LEARNED}({LEARN}, float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:], int64[:], "
-    "float64[::1], float64[::1], float64)",
+    f"{LEARNED}({LEARN}, float64[:, :], int64, float64[::1], float64[::1], float64[:], int64[:], float64, "
+    "float64[:], int64[:], float64[::1], float64[::1])",
 )
 def adabandit_learn(
     frame: tuple,
-    probs: np.ndarray,
-    label: int,
-    greedy: int,
-    reward: bool,
-    votes: np.ndarray,
+    C: np.ndarray,
+    prefer: int,
+    off_iota: np.ndarray,
+    onsum: np.ndarray,
+    iota: np.ndarray,
     weak: np.ndarray,
-    alpha_memo: np.ndarray,
+    eta: float,
+    ell: np.ndarray,
     experts: np.ndarray,
     alpha: np.ndarray,
     log_v: np.ndarray,
-    eta: float,
 ) -> tuple[int, int, int]:
-    """AdaBandit's learn in one call (seed 001, Algorithm 3): the loss estimate (4) and ``iota``
-    (:func:`loss_iota`), the trees' cost vectors (:func:`_logistic_costs`) into the trees with the
-    clicked label preferred (:func:`learn_forest` on ``frame``, :data:`LEARN`), then the step on
-    ``alpha`` and Hedge on ``log_v``, in place (:func:`_alpha_step`). Returns :data:`LEARNED`.
-
-    A masked decision's (ours): among a tree's minimisers of equal cost, an eligible label first.
-    """
-    ell, iota = loss_iota(probs, label, greedy, reward)
-    C = _logistic_costs(votes, iota)
-    # the reduction's tie-break draws (its own array): a tree's tied minimisers that are eligible
-    # (probability > 0) score above the ineligible ones, in the same order among themselves
-    U = frame[8]
-    for j in range(U.size):
-        U[j] = 0.5 * U[j] + (0.5 if probs[j % probs.size] > 0.0 else 0.0)
-    out = learn_forest(frame, C, label if reward else -1, np.empty(0, np.int64))
-    _alpha_step(votes, weak, alpha_memo, iota, eta, alpha, log_v, ell, experts)
+    """AdaBandit's learn after its ``np.tanh`` and products (issue 41): the trees learn their cost
+    vectors ``C`` (:func:`learn_forest` on ``frame``, :data:`LEARN`), then :func:`adabandit_step`, in
+    one call. Returns :data:`LEARNED`."""
+    out = learn_forest(frame, C, prefer, np.empty(0, np.int64))
+    adabandit_step(alpha, log_v, off_iota, onsum, iota, weak, eta, ell, experts)
     return out
 
 

@@ -69,12 +69,12 @@ def fingerprint(learner: str, dataset: str, params: dict[str, Any]) -> tuple[str
 #: feature``): same correctness vectors, and the old code's final states, upgraded, equal the new
 #: code's array for array (tests/service/learners/test_forest_layout.py checks the upgrade).
 EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
-    ("adabandit", "car"): ("7f52d79851e68453", "80b31b6ad9499e5e"),  # issue 41: fused learn
+    ("adabandit", "car"): ("a21ea9b0aa6aa5ac", "c771f625ebcb1bd9"),
     ("banditbbm", "car"): ("1148fcdbf7b2e3f4", "4a8d9899c489a8ed"),
     ("adaboost-olm", "car"): ("9473e8549306e431", "4c747629466073fe"),
     ("online-mbbm", "car"): ("0156041914e4acb1", "44b9f673ee0606bd"),
     ("binbandit", "car"): ("d41fb17544a07ffb", "d16e14290317646e"),
-    ("adabandit", "balance"): ("98219bddd742a7a5", "cd7b2c39ddc847ef"),
+    ("adabandit", "balance"): ("829811a54b90e490", "96223e014bbb298f"),
     ("banditbbm", "balance"): ("b22711193a26f6c0", "81bb52108f2b9252"),
     ("online-mbbm", "balance"): ("ab322aeeb66e86f1", "1b67512b4fa7a313"),
     ("banditboost", "car"): ("aae38f7517398c68", "cac0672acb7fd2fc"),
