@@ -400,15 +400,48 @@ rng_defer(PyObject *self, const char *name, PyObject *const *args, size_t nargsf
     return res;
 }
 
+static PyObject *np_int64 = NULL; /* numpy.int64, imported on first use */
+static PyObject *np_empty = NULL; /* numpy.empty, imported on first use */
+
+/* numpy's attribute `name`, imported into *slot on first use; 0, or -1 with an exception set. */
+static int
+numpy_attr(PyObject **slot, const char *name)
+{
+    if (*slot != NULL)
+        return 0;
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np)
+        return -1;
+    *slot = PyObject_GetAttrString(np, name);
+    Py_DECREF(np);
+    return *slot ? 0 : -1;
+}
+
+static PyObject *rng_fill(RngObject *self, PyObject *arg);
+
 static PyObject *
 rng_random(RngObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (self->gen == NULL && nargs == 0 && kwnames == NULL)
         return PyFloat_FromDouble(pcg_double(self));
+    /* random(n): numpy.empty(n) filled here (the tree boosters draw one per tree and label per
+     * decision; through the Python method it cost a few microseconds more) */
+    if (self->gen == NULL && nargs == 1 && kwnames == NULL && PyLong_CheckExact(args[0])) {
+        if (numpy_attr(&np_empty, "empty") < 0)
+            return NULL;
+        PyObject *out = PyObject_CallOneArg(np_empty, args[0]);
+        if (!out)
+            return NULL;
+        PyObject *done = rng_fill(self, out);
+        if (!done) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(done);
+        return out;
+    }
     return rng_defer((PyObject *)self, "_random", args, (size_t)nargs, kwnames);
 }
-
-static PyObject *np_int64 = NULL; /* numpy.int64, imported on first use */
 
 static PyObject *
 rng_integers(RngObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -433,15 +466,8 @@ rng_integers(RngObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
                 }
                 out = m >> 32;
             }
-            if (np_int64 == NULL) {
-                PyObject *np = PyImport_ImportModule("numpy");
-                if (!np)
-                    return NULL;
-                np_int64 = PyObject_GetAttrString(np, "int64");
-                Py_DECREF(np);
-                if (!np_int64)
-                    return NULL;
-            }
+            if (numpy_attr(&np_int64, "int64") < 0)
+                return NULL;
             PyObject *v = PyLong_FromUnsignedLongLong(out);
             if (!v)
                 return NULL;

@@ -204,7 +204,7 @@ def weight_audit(
     def watch(model: Learner, y: np.ndarray) -> Callable[[], dict[str, Any]]:
         table = {kind: [0, 0.0, 0.0] for kind in ROUNDS}
         seen: list[tuple[np.ndarray, np.ndarray]] = []
-        learn, train = model.learn, model._train_trees  # type: ignore[attr-defined]
+        learn, train = model.learn, model._learn_forest  # type: ignore[attr-defined]
         truths = iter(y)
 
         def spy_train(*args: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +223,7 @@ def weight_audit(
                 row[1] += float(weights.sum())
                 row[2] += float(weights[labels == truth].sum())
 
-        model._train_trees = spy_train  # type: ignore[attr-defined]
+        model._learn_forest = spy_train  # type: ignore[attr-defined]
         model.learn = spy_learn  # type: ignore[method-assign]
         return lambda: {"rounds": table}
 

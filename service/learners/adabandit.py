@@ -13,9 +13,9 @@ from service.learners.base import Decision, as_mask, learners, masked_decision
 from service.learners.booster_costs import BanditTreeBoosterParams, TreeBooster, masked_rows_argmax
 from service.learners.booster_kernels import (
     adabandit_decide,
+    adabandit_learn,
     adabandit_learn_args,
     adabandit_logistic_parts,
-    adabandit_step,
     hedge_draw,
 )
 
@@ -122,9 +122,13 @@ class AdaBandit(TreeBooster):
             return self._decide_masked(x, rng, mask)
         # the draws of the round in one go, in their order: a random argmax per tree, then per expert
         # (two rand_rows_argmax calls), the expert (sample(v / v.sum(), rng)), then the label
-        U = rng.random(2 * self.params.n_learners * self.n_labels + 2)
-        label, p, greedy, expert, weak, votes, experts, leaves = adabandit_decide(
-            self.trees_.routing(x), self.alpha_, np.exp(self.log_v_), U, self.params.rho
+        n, k = self.params.n_learners, self.n_labels
+        U = rng.random(2 * n * k + 2)
+        p, weak, leaves = np.empty(k), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        votes, experts = np.empty((n, k)), np.empty(n, dtype=np.int64)
+        v = np.exp(self.log_v_)
+        label, greedy, expert = adabandit_decide(
+            self.trees_.routing(x), self.alpha_, v, U, self.params.rho, p, weak, leaves, votes, experts
         )
         memo = {
             "greedy": greedy,
@@ -168,10 +172,11 @@ class AdaBandit(TreeBooster):
             np.asarray(m["votes"], dtype=np.float64), weak, np.asarray(m["alpha"], dtype=np.float64),
         )  # fmt: skip
         G, off, onsum = adabandit_logistic_parts(np.tanh(z), weak, k)
-        self._train_trees(x, G @ iota, decision.label if reward else None, m)
         # the operations of lr_scale * rho / (k**2 * np.sqrt(t)) on Python floats (no numpy scalars)
         eta = self.params.lr_scale * self.params.rho / (k * k * math.sqrt(self.t_))
-        adabandit_step(
-            self.alpha_, self.log_v_, off @ iota, onsum, iota, weak, float(eta), ell,
-            np.asarray(m["experts"], dtype=np.int64),
+        # the trees' update and the alpha step with Hedge in one compiled call (booster_kernels)
+        prefer = int(decision.label) if reward else -1
+        self._learn_forest(
+            adabandit_learn, x, m, G @ iota, prefer, off @ iota, onsum, iota, weak, float(eta), ell,
+            np.asarray(m["experts"], dtype=np.int64), self.alpha_, self.log_v_,
         )  # fmt: skip

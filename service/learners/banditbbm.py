@@ -10,7 +10,7 @@ from pydantic import Field
 
 from service.kernels import rho_mix_sample
 from service.learners.base import Decision, as_mask, learners, masked_argmax, masked_decision, randargmax
-from service.learners.bbm_kernels import CostMemo, bbm_cost_vectors
+from service.learners.bbm_kernels import CostMemo, bbm_cost_vectors, bbm_learn, cost_operands
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
     Ties,
@@ -171,11 +171,17 @@ class BanditBBM(TreeBooster):
             memo = self._cost_memo = CostMemo(*key)
         return memo
 
+    def _decide_arrays(self) -> tuple[np.ndarray, ...]:
+        """What :func:`bbm_decide` fills: p, weak, leaves, counts."""
+        n, k = self.params.n_learners, self.n_labels
+        return np.empty(k), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(k, np.int64)
+
     def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:  # the compiled call for the trees' votes only, then the eligible majority
             U = rng.random(self.params.n_learners * self.n_labels)
-            _, _, _, weak, counts, leaves = bbm_decide(self.trees_.routing(x), U, self.params.rho, -1.0)
+            p, weak, leaves, counts = self._decide_arrays()
+            bbm_decide(self.trees_.routing(x), U, self.params.rho, -1.0, p, weak, leaves, counts)
             greedy = masked_argmax(counts.astype(np.float64), mask, rng)
             memo = {
                 "greedy": greedy,
@@ -188,8 +194,9 @@ class BanditBBM(TreeBooster):
         # tie it goes back, since randargmax of the counts draws first
         U = rng.random(self.params.n_learners * self.n_labels)
         u = own_random(rng)
-        label, p, greedy, weak, counts, leaves = bbm_decide(
-            self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u
+        p, weak, leaves, counts = self._decide_arrays()
+        label, greedy = bbm_decide(
+            self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u, p, weak, leaves, counts
         )
         if label < 0:
             if u is not None:
@@ -205,16 +212,22 @@ class BanditBBM(TreeBooster):
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         p = self.params
-        _, iota = loss_iota(  # loss_estimate, compiled, and 1 - ell
-            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(decision.memo["greedy"]),
-            bool(reward),
-        )  # fmt: skip
+        m = decision.memo
+        weak = np.ascontiguousarray(m["weak"], dtype=np.int64)
+        probs = np.asarray(decision.probs, dtype=np.float64)
+        label, greedy = int(decision.label), int(m["greedy"])
+        if p.potential == "exact" and (reward or p.unclicked_label == "argmin"):
+            # one compiled call: iota, the cost vectors, the reduction and the trees' update (bbm_kernels)
+            pessimistic = p.ties == "pessimistic"
+            costs = cost_operands(self.n_labels, weak.size, p.gamma, pessimistic, self._memo(weak.size))
+            self._learn_forest(bbm_learn, x, m, probs, label, greedy, bool(reward), weak, costs)
+            return
+        _, iota = loss_iota(probs, label, greedy, bool(reward))  # loss_estimate, compiled, and 1 - ell
         mc = self.rng_ if p.potential == "mc" else None
-        weak = np.asarray(decision.memo["weak"])
         memo = None if mc is not None else self._memo(weak.size)
         C = bbm_costs(weak, self.n_labels, p.gamma, p.ties, iota, mc, memo)
         if reward or p.unclicked_label == "argmin":
-            self._train_trees(x, C, decision.label if reward else None, decision.memo)
+            self._train_trees(x, C, label if reward else None, m)
             return
-        others = np.delete(np.arange(self.n_labels), int(decision.memo["greedy"]))
-        self._train_trees(x, C, None, decision.memo, labels=self.rng_.choice(others, size=C.shape[0]))
+        others = np.delete(np.arange(self.n_labels), greedy)
+        self._train_trees(x, C, None, m, labels=self.rng_.choice(others, size=C.shape[0]))

@@ -43,12 +43,23 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+from numba import njit
 
 from service._jit_cache import kernel
+from service.learners.booster_kernels import LEARN, LEARNED, learn_forest, loss_iota
 
-__all__ = ["MEMO_BYTES", "TABLE_BYTES", "CostMemo", "bbm_cost_vectors", "bbm_gamma_matrix"]
+__all__ = [
+    "MEMO_BYTES",
+    "TABLE_BYTES",
+    "CostMemo",
+    "bbm_cost_vectors",
+    "bbm_gamma_matrix",
+    "bbm_learn",
+    "cost_operands",
+]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -59,6 +70,8 @@ _V = "float64[::1]"
 _M = "float64[:, ::1]"
 _T = "float64[:, :, ::1]"
 _I = "int64[::1]"
+#: :func:`cost_operands`: gamma, the tie rule, the tables (:func:`_tables`) and a memo's arrays
+_COSTS = f"Tuple((float64, boolean, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, int64[:, ::1], {_M}, {_T}))"
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,7 +330,7 @@ def _tables(k: int, top: int) -> tuple[np.ndarray, ...]:
 # --------------------------------------------------------------------------------------------
 
 
-@kernel("int64(int64[::1], int64[::1], int64[::1], int64[::1])")
+@njit(inline="always", **_OPTS)  # inlined, as _memo_slot: called per learner of every event
 def _groups(s: np.ndarray, grp: np.ndarray, vals: np.ndarray, mult: np.ndarray) -> int:
     """Labels grouped by equal counts: ``vals`` (increasing) and ``mult`` of each group, ``grp[l]``
     the group of label ``l``; returns the number of groups (insertion: k is small)."""
@@ -530,7 +543,7 @@ def _workspace(k: int, top: int, tabulated: bool) -> tuple[np.ndarray, np.ndarra
     return ws, pwbuf, iw, fw
 
 
-@kernel("int64(int64, int64[::1], int64[::1], int64, int64[:, ::1])")
+@njit(inline="always", **_OPTS)
 def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndarray) -> int:
     """The row of the memo (:class:`CostMemo`) that holds the state ``(n, groups)``: found, or newly
     claimed (the table is emptied first when it is half full); -1 without a memo.
@@ -570,15 +583,15 @@ def _memo_slot(n: int, vals: np.ndarray, mult: np.ndarray, D: int, keys: np.ndar
 
 
 @kernel(
-    f"float64[:, ::1](int64[::1], int64, float64, boolean, {_V}, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
+    f"float64[:, ::1](int64[::1], int64, {_V}, float64, boolean, {_T}, {_T}, {_M}, {_V}, {_V}, {_M}, {_M}, "
     f"int64[:, ::1], {_M}, {_T})",
 )
 def _cost_vectors(
     weak: np.ndarray,
     k: int,
+    truth: np.ndarray,
     gamma: float,
     pessimistic: bool,
-    truth: np.ndarray,
     tab: np.ndarray,
     tab2: np.ndarray,
     expo: np.ndarray,
@@ -810,14 +823,38 @@ def bbm_cost_vectors(
     """
     weak = np.ascontiguousarray(weak, dtype=np.int64)
     truth = np.ascontiguousarray(truth, dtype=np.float64)
-    top = max(weak.size, 1)
-    _memo = _NO_MEMO
+    return _cost_vectors(weak, int(k), truth, *cost_operands(k, weak.size, gamma, pessimistic, memo))
+
+
+def cost_operands(
+    k: int, n_learners: int, gamma: float, pessimistic: bool, memo: CostMemo | None
+) -> tuple[Any, ...]:
+    """The arguments of the compiled cost vectors after ``truth`` (:func:`_cost_vectors`; the
+    ``costs`` of :func:`bbm_learn`): ``gamma``, the tie rule, the tables of (k, N) and the memo's
+    arrays (empty without one; a memo must be of this ``k``, N, ``gamma`` and tie rule)."""
+    top = max(int(n_learners), 1)
+    arrays = _NO_MEMO
     if memo is not None:
         if memo.config != (int(k), top, float(gamma), bool(pessimistic)):
             raise ValueError(f"memo of {memo.config} used for {(k, top, gamma, pessimistic)}")
-        _memo = (memo.keys, memo.diag, memo.off)
-    tables = _tables(int(k), top)
-    return _cost_vectors(weak, int(k), float(gamma), bool(pessimistic), truth, *tables, *_memo)
+        arrays = (memo.keys, memo.diag, memo.off)
+    return (float(gamma), bool(pessimistic), *_tables(int(k), top), *arrays)
+
+
+@kernel(f"{LEARNED}({LEARN}, float64[:], int64, int64, boolean, int64[::1], {_COSTS})")
+def bbm_learn(
+    frame: tuple, probs: np.ndarray, label: int, greedy: int, reward: bool, weak: np.ndarray, costs: tuple
+) -> tuple[int, int, int]:
+    """BanditBBM's learn in one call (seed 001, Algorithm 2) with the unclicked rounds' labels of the
+    reduction: ``iota = 1 - ell`` from the loss estimate (4) (``booster_kernels.loss_iota``), the
+    cost vectors (9) (:func:`_cost_vectors` with ``costs``, :func:`cost_operands`), and the trees'
+    update with the clicked label preferred (``booster_kernels.learn_forest`` on ``frame``,
+    ``booster_kernels.LEARN``): the arithmetic of the calls it replaced, bit for bit. Returns
+    ``booster_kernels.LEARNED``.
+    """
+    _, iota = loss_iota(probs, label, greedy, reward)
+    C = _cost_vectors(weak, probs.size, iota, *costs)
+    return learn_forest(frame, C, label if reward else -1, np.empty(0, np.int64))
 
 
 def bbm_gamma_matrix(

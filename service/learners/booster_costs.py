@@ -467,6 +467,8 @@ class TreeBooster(Learner):
             self.n_features, self.n_labels, *draws, adaptive=p.adaptive_grace,
             by_examples=p.grace_unit == "examples", subspace=subspace_share(p.subspace, self.n_features),
         )  # fmt: skip
+        # what each learn event hands the trees (:meth:`_learn_forest`): scratch, not state
+        self._reduced = np.zeros(p.n_learners, dtype=np.int64), np.zeros(p.n_learners)
 
     @property
     def accepts_sparse(self) -> bool:
@@ -495,18 +497,31 @@ class TreeBooster(Learner):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Feed every tree its cost vector through the (label, weight) reduction (§2.8); ``labels``,
         when given, replace the reduction's labels (the weights stay). Returns the (labels, weights)
-        the trees learned (for audits: ``lab.repro.seed001_variants.weight_audit``)."""
+        the trees learned (:meth:`_learn_forest`)."""
+        given = _NO_LABELS if labels is None else np.asarray(labels, dtype=np.int64)
+        C = np.asarray(C, dtype=np.float64)
+        prefer = -1 if prefer is None else int(prefer)
+        return self._learn_forest(forest_learn_costs, x, memo, C, prefer, given)
+
+    def _learn_forest(
+        self, learn: Any, x: np.ndarray | SparseVector, memo: dict, *args: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One compiled learn event: ``learn`` (a kernel taking ``booster_kernels.LEARN``'s frame,
+        then ``args``) computes the trees' cost vectors, reduces them to (label, weight) pairs (§2.8,
+        with N k draws of the learner's generator) and updates the trees; an update stopped for room
+        is resumed here after the arrays grow. Returns the (labels, weights) the trees learned (for
+        audits: ``lab.repro.seed001_variants.weight_audit``), arrays the next event overwrites."""
         p = self.params
         f = self.trees_
         xs = operands(x)
         leaves = np.asarray(memo["leaves"], dtype=np.int64)
-        given = _NO_LABELS if labels is None else np.asarray(labels, dtype=np.int64)
-        # the reduction and the trees' update in one compiled call
-        start, lack, labels, weights, used = forest_learn_costs(
-            f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64),
-            f.schedule, f.subspace, np.asarray(C, dtype=np.float64), float(p.cost_clip),
-            self.rng_.random(C.size), -1 if prefer is None else int(prefer), p.weight_divide, given,
+        labels, weights = self._reduced
+        frame = (
+            f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64), f.schedule,
+            f.subspace, float(p.cost_clip), self.rng_.random(f.n * self.n_labels), p.weight_divide, labels,
+            weights,
         )  # fmt: skip
+        start, lack, used = learn(frame, *args)
         if start >= 0:  # stopped for room: grow and go on
             f.resume(xs, f.trees, labels, weights, leaves if used else leaves[:0], start, lack)
         return labels, weights

@@ -1,13 +1,13 @@
-"""Compiled glue of the tree boosters' decisions (issue 20): the votes of AdaBandit and BanditBBM.
+"""Compiled glue of the tree boosters (issues 20, 41): AdaBandit's and BanditBBM's decisions and
+learn events.
 
 A booster's round is a handful of tiny array steps (a random argmax per tree, cumulative votes,
-a random argmax per expert); as numpy calls they cost a few microseconds each, more than the
-arithmetic. These loops do them in one call each, with the arithmetic numpy did: comparisons, the
-sequential sums of ``np.cumsum`` and the orders of numpy's reductions, so every round is bit for bit
-what it was (the stored
-reproduction runs stay valid, ``tests/lab/test_results_pinned.py``). Same conventions as
-:mod:`service.kernels`: explicit signatures (compiled at import, from the on-disk cache), no
-``fastmath``.
+a random argmax per expert, the cost vectors, the reduction, the trees' update); as numpy calls
+they cost a few microseconds each, more than the arithmetic. These loops do them in few calls, with
+the arithmetic numpy did: comparisons, the sequential sums of ``np.cumsum`` and the orders of
+numpy's reductions, so every round is bit for bit what it was (the stored reproduction runs stay
+valid, ``tests/lab/test_results_pinned.py``). Same conventions as :mod:`service.kernels`: explicit
+signatures (compiled at first use, from the on-disk cache), no ``fastmath``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from service.learners.weak.forest_kernels import FOREST, OPERANDS, distribution,
 
 __all__ = [
     "adabandit_decide",
+    "adabandit_learn",
     "adabandit_learn_args",
     "adabandit_logistic_args",
     "adabandit_logistic_parts",
@@ -37,9 +38,10 @@ __all__ = [
 ]
 
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+_M = "float64[:, ::1]"
 
 
-@kernel("int64(float64[:, :], int64, float64[:], int64)")
+@njit(inline="always", **_OPTS)  # inlined: a call per tree cost the reference counts of its arrays
 def _row_argmax(V: np.ndarray, i: int, U: np.ndarray, offset: int) -> int:
     """Index of a maximum of row ``i`` of ``V``, the one with the largest ``U[offset + c]`` among ties
     (the first on equal draws), as ``argmax(where(row == max, u, -1))``."""
@@ -117,15 +119,16 @@ def _pairwise_block(a: np.ndarray, lo: int, n: int) -> float:
         for c in range(lo, lo + n):
             res += a[c]
         return res
-    r = np.empty(8)
-    for j in range(8):
-        r[j] = a[lo + j]
+    # eight scalars, not an array: no allocation per call (a learn event sums N rows)
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
     c = 8
     while c < n - n % 8:
-        for j in range(8):
-            r[j] += a[lo + c + j]
+        b = lo + c
+        r0, r1, r2, r3 = r0 + a[b], r1 + a[b + 1], r2 + a[b + 2], r3 + a[b + 3]
+        r4, r5, r6, r7 = r4 + a[b + 4], r5 + a[b + 5], r6 + a[b + 6], r7 + a[b + 7]
         c += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while c < n:
         res += a[lo + c]
         c += 1
@@ -167,6 +170,11 @@ def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
 @kernel("float64(float64[:, :], int64, float64)")
 def _pairwise_row_sum(A: np.ndarray, i: int, shift: float) -> float:
     """``(A[i] - shift).sum()`` in numpy's order (:func:`_pairwise_sum`)."""
+    if A.shape[1] < 8:  # sequential: no copy of the row
+        res = 0.0
+        for c in range(A.shape[1]):
+            res += A[i, c] - shift
+        return res
     row = np.empty(A.shape[1])
     for c in range(row.size):
         row[c] = A[i, c] - shift
@@ -360,6 +368,69 @@ def adabandit_step(
         log_v[i] -= top
 
 
+#: The first argument of every fused learn kernel, one tuple (``TreeBooster._learn_forest`` makes it;
+#: a tuple costs numba's dispatch no more than its items would): the forest's arrays
+#: (:meth:`HoeffdingForest.arrays`), ``x``'s operands, the trees, the decision's leaves and node
+#: counts, the split schedule and subspace, the cost clip, the reduction's N k draws, whether its
+#: weights are divided by k - 1, and the N labels and weights it writes (arrays of the learner's,
+#: reused: an array returned to Python costs more than the whole reduction).
+LEARN = (
+    f"Tuple((Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64, "
+    "float64[:], boolean, int64[::1], float64[::1]))"
+)
+#: What they return: forest_update's (start, lack) and whether the decision's leaves were used
+#: (``TreeBooster._learn_forest`` resumes an update stopped for room).
+LEARNED = "UniTuple(int64, 3)"
+
+
+@njit(inline="always", **_OPTS)
+def learn_forest(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple[int, int, int]:
+    """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction
+    (:func:`cost_examples`, ``prefer = -1``: none; ``given``, when not empty, replaces its labels,
+    the weights stay), written to the frame's labels and weights, then
+    :func:`~service.learners.weak.forest_kernels.forest_update` on ``frame`` (:data:`LEARN`). The
+    decision's leaves are used when the trees' node counts are still those at decision time (no
+    tree has split since), else ``x`` is routed again. Returns :data:`LEARNED`."""
+    forest, xs, trees, leaves, known, schedule, subspace, clip, U, divide, labels, weights = frame
+    got, w = cost_examples(C, clip, U, prefer, divide)
+    for i in range(labels.size):
+        labels[i] = given[i] if given.size else got[i]
+        weights[i] = w[i]
+    n_nodes = forest[4]
+    same = known.size == n_nodes.size
+    for i in range(known.size if same else 0):
+        same = same and known[i] == n_nodes[i]
+    nodes = leaves if same else leaves[:0]
+    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
+    return start, lack, int(same)
+
+
+@kernel(
+    f"{LEARNED}({LEARN}, float64[:, :], int64, float64[::1], float64[::1], float64[:], int64[:], float64, "
+    "float64[:], int64[:], float64[::1], float64[::1])",
+)
+def adabandit_learn(
+    frame: tuple,
+    C: np.ndarray,
+    prefer: int,
+    off_iota: np.ndarray,
+    onsum: np.ndarray,
+    iota: np.ndarray,
+    weak: np.ndarray,
+    eta: float,
+    ell: np.ndarray,
+    experts: np.ndarray,
+    alpha: np.ndarray,
+    log_v: np.ndarray,
+) -> tuple[int, int, int]:
+    """AdaBandit's learn after its ``np.tanh`` and products (issue 41): the trees learn their cost
+    vectors ``C`` (:func:`learn_forest` on ``frame``, :data:`LEARN`), then :func:`adabandit_step`, in
+    one call. Returns :data:`LEARNED`."""
+    out = learn_forest(frame, C, prefer, np.empty(0, np.int64))
+    adabandit_step(alpha, log_v, off_iota, onsum, iota, weak, eta, ell, experts)
+    return out
+
+
 # -- decide in one call: the forest's routing, the votes and the sampled label (issue 20) -----------
 # A round of the tree boosters on car is a few microseconds of arithmetic per call and about as much
 # again per call from Python; these run decide's calls, with the same arithmetic, in one.
@@ -370,13 +441,25 @@ _ROUTING = (
 )
 
 
-@kernel(
-    "Tuple((int64, float64[::1], int64, int64, int64[::1], float64[:, ::1], int64[::1], int64[::1]))"
-    f"({_ROUTING}, float64[:], float64[::1], float64[:], float64)",
-)
+#: The arrays a decide kernel fills (the decision's, for its memo): an array returned to Python cost
+#: more than the arithmetic of the whole decision (its type is unpickled at each return)
+_I = "int64[::1]"
+_OUT = f"float64[::1], {_I}, {_I}"  # p, weak, leaves
+
+
+@kernel(f"UniTuple(int64, 3)({_ROUTING}, float64[:], float64[::1], float64[:], float64, {_OUT}, {_M}, {_I})")
 def adabandit_decide(
-    routing: tuple, alpha: np.ndarray, v: np.ndarray, U: np.ndarray, rho: float
-) -> tuple[int, np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    routing: tuple,
+    alpha: np.ndarray,
+    v: np.ndarray,
+    U: np.ndarray,
+    rho: float,
+    p: np.ndarray,
+    weak: np.ndarray,
+    leaves: np.ndarray,
+    votes: np.ndarray,
+    experts: np.ndarray,
+) -> tuple[int, int, int]:
     """AdaBandit's decide (seed 001, Algorithms 1 and 3) with its ``2 N k + 2`` uniform draws ``U``:
     the trees' class weights for ``x`` (``routing``: :meth:`HoeffdingForest.routing`, as
     :func:`~service.learners.weak.forest_kernels.forest_distribution` takes it), :func:`adabandit_votes`
@@ -384,81 +467,58 @@ def adabandit_decide(
     ``U[2 N k]``) and the label sampled around its prediction (:func:`~service.kernels.rho_mix_sample`,
     ``U[2 N k + 1]``).
 
-    Returns (label, p, greedy, expert, weak, votes, experts, leaves).
+    Fills ``p`` (k), ``weak``, ``leaves`` (the trees' leaves of ``x``), ``votes`` (N, k) and
+    ``experts``; returns (label, greedy, expert).
     """
     dist, nodes = distribution(routing)
     n, k = dist.shape
     m = 2 * n * k
-    weak, votes, experts = adabandit_votes(dist, alpha, U[:m])
+    w, s, e = adabandit_votes(dist, alpha, U[:m])
     expert = hedge_draw(v, U[m])
-    greedy = experts[expert]
-    label, p = rho_mix_sample(greedy, k, rho, U[m + 1])
-    return label, p, greedy, expert, weak, votes, experts, nodes
+    greedy = e[expert]
+    label, probs = rho_mix_sample(greedy, k, rho, U[m + 1])
+    p[:] = probs
+    weak[:] = w
+    leaves[:] = nodes
+    votes[:] = s
+    experts[:] = e
+    return label, greedy, expert
 
 
-@kernel(
-    "Tuple((int64, float64[::1], int64, int64[::1], int64[::1], int64[::1]))"
-    f"({_ROUTING}, float64[:], float64, float64)",
-)
+@kernel(f"UniTuple(int64, 2)({_ROUTING}, float64[:], float64, float64, {_OUT}, {_I})")
 def bbm_decide(
-    routing: tuple, U: np.ndarray, rho: float, u: float
-) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    routing: tuple,
+    U: np.ndarray,
+    rho: float,
+    u: float,
+    p: np.ndarray,
+    weak: np.ndarray,
+    leaves: np.ndarray,
+    counts: np.ndarray,
+) -> tuple[int, int]:
     """BanditBBM's decide (seed 001, Algorithm 2): the trees' class weights for ``x`` (``routing`` as
     in :func:`adabandit_decide`), :func:`bbm_majority` with the draws ``U`` (N k) and, when the
     majority is unique and the sampling draw ``u`` was taken (``u >= 0``), the label sampled around
     it (:func:`~service.kernels.rho_mix_sample`).
 
-    Returns (label, p, greedy, weak, counts, leaves); label -1 (and an empty p) when the majority
-    ties (greedy -1: the caller draws among the ties first, then samples) or ``u < 0``.
+    Fills ``weak``, ``leaves``, the vote ``counts`` (k) and ``p`` (k, only when it returns a label);
+    returns (label, greedy): label -1 when the majority ties (greedy -1: the caller draws among the
+    ties first, then samples) or ``u < 0``.
     """
     dist, nodes = distribution(routing)
-    weak, counts, greedy = bbm_majority(dist, U)
+    w, c, greedy = bbm_majority(dist, U)
+    weak[:] = w
+    leaves[:] = nodes
+    counts[:] = c
     if greedy < 0 or u < 0.0:
-        return -1, np.empty(0), greedy, weak, counts, nodes
-    label, p = rho_mix_sample(greedy, counts.size, rho, u)
-    return label, p, greedy, weak, counts, nodes
+        return -1, greedy
+    label, probs = rho_mix_sample(greedy, c.size, rho, u)
+    p[:] = probs
+    return label, greedy
 
 
-@kernel(
-    "Tuple((int64, int64, int64[::1], float64[::1], boolean))"
-    f"(Tuple(({FOREST})), Tuple(({OPERANDS})), int64[:], int64[:], int64[:], int64, float64, float64[:, :], "
-    "float64, float64[:], int64, boolean, int64[::1])",
-)
-def forest_learn_costs(
-    forest: tuple,
-    xs: tuple,
-    trees: np.ndarray,
-    leaves: np.ndarray,
-    known: np.ndarray,
-    schedule: int,
-    subspace: float,
-    C: np.ndarray,
-    clip: float,
-    U: np.ndarray,
-    prefer: int,
-    divide: bool,
-    given: np.ndarray,
-) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
-    """Every tree learns its cost vector (a row of ``C``) through the (label, weight) reduction:
-    :func:`cost_examples` then :func:`~service.learners.weak.forest_kernels.forest_update` (on the
-    forest's arrays ``forest``, :meth:`HoeffdingForest.arrays`, and ``xs``, the operands of ``x``), in
-    one call (``TreeBooster._train_trees``).
-
-    ``leaves`` are the decision's leaves of ``x``, used when the trees' node counts are still
-    ``known`` (those at decision time: no tree has split since), else ``x`` is routed again.
-    ``given``, when not empty, replaces the reduction's labels (the weights stay; BanditBBM's
-    ``unclicked_label="random"``). ``schedule`` and ``subspace`` are the forest's (its split schedule
-    and leaf subspaces, :func:`~service.learners.weak.forest_kernels.forest_update`). Returns
-    forest_update's ``(start, lack)``, the labels and weights, and whether ``leaves`` were used: when
-    the update stopped for room, the caller grows the forest and resumes it with those.
-    """
-    labels, weights = cost_examples(C, clip, U, prefer, divide)
-    if given.size:
-        labels = given
-    n_nodes = forest[4]
-    same = known.size == n_nodes.size
-    for i in range(known.size if same else 0):
-        same = same and known[i] == n_nodes[i]
-    nodes = leaves if same else leaves[:0]
-    start, lack = forest_update(*forest, *xs, trees, labels, weights, nodes, 0, schedule, subspace)
-    return start, lack, labels, weights, same
+@kernel(f"{LEARNED}({LEARN}, float64[:, :], int64, int64[::1])")
+def forest_learn_costs(frame: tuple, C: np.ndarray, prefer: int, given: np.ndarray) -> tuple[int, int, int]:
+    """:func:`learn_forest` (``TreeBooster._train_trees``, the learners that compute their cost
+    vectors ``C`` outside): every tree learns a row of ``C``. Returns :data:`LEARNED`."""
+    return learn_forest(frame, C, prefer, given)

@@ -131,11 +131,22 @@ def distribution(routing: tuple) -> tuple[np.ndarray, np.ndarray]:
     feature, threshold, child, slot, class_w, x, idx, val = routing
     n, k = feature.shape[0], class_w.shape[1]
     dist = np.empty((n, k))
-    nodes = np.empty(n, np.int64)
+    nodes = np.zeros(n, np.int64)
+    # every tree one level per pass, not one tree to its leaf after the other: the trees' reads of
+    # their node tables are independent, so their cache misses overlap (a deep tree's walk is a chain
+    # of dependent misses; the same comparisons either way)
+    moving = n
+    while moving:
+        moving = 0
+        for i in range(n):
+            node = nodes[i]
+            f = feature[i, node]
+            if f >= 0:
+                v = x[f] if x.size else _value(x, idx, val, f)
+                nodes[i] = child[i, node, 1 if v > threshold[i, node] else 0]
+                moving += 1
     for i in range(n):
-        node = _leaf(feature, threshold, child, i, x, idx, val)
-        nodes[i] = node
-        r = slot[i, node]
+        r = slot[i, nodes[i]]
         for c in range(k):
             dist[i, c] = class_w[r, c] + 1.0
     return dist, nodes
@@ -207,7 +218,7 @@ def compact(
     pool[GARBAGE] = 0
 
 
-@kernel(f"void(int64, int64, float64, float64, int32[:], {_F2})")
+@njit(inline="always", **_OPTS)  # inlined: called per non-zero value of every tree's update
 def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np.ndarray) -> None:
     """Fold the non-zero value ``v`` with weight ``w`` into entry ``e`` (a new one if ``first``)."""
     wv = w * v
@@ -225,7 +236,7 @@ def _add(e: int, first: bool, w: float, v: float, count: np.ndarray, moments: np
         moments[e, HIGH] = max(moments[e, HIGH], v)
 
 
-@kernel(f"void({_I1}, int32[:], {_F2}, int64, int64)")
+@njit(inline="always", **_OPTS)
 def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst: int) -> None:
     key[dst] = key[src]
     count[dst] = count[src]
@@ -233,13 +244,14 @@ def _move(key: np.ndarray, count: np.ndarray, moments: np.ndarray, src: int, dst
         moments[dst, j] = moments[src, j]
 
 
-@kernel(f"int64(int64, int64, float64, {_I1}, {_F1}, int64, {_ENTRIES}, {_I1})")
+@njit(inline="always", **_OPTS)  # inlined: a call per tree cost reference counts of its six arrays
 def _merge(
     r: int,
     c: int,
     w: float,
     idx: np.ndarray,
     val: np.ndarray,
+    nnz: int,
     d: int,
     segment: np.ndarray,
     key: np.ndarray,
@@ -247,7 +259,9 @@ def _merge(
     moments: np.ndarray,
     pool: np.ndarray,
 ) -> int:
-    """Fold the example's non-zero values into leaf ``r``'s entries of class ``c`` (``d`` features).
+    """Fold the example's non-zero values (the first ``nnz`` of ``idx, val``: a count, not a slice,
+    which would cost a reference count per tree) into leaf ``r``'s entries of class ``c`` (``d``
+    features).
 
     Returns 0, or the number of entries the pool lacks (then nothing changed but a compaction).
     """
@@ -257,7 +271,7 @@ def _merge(
     run = _lower(key, start, end, base)  # class c's run: the scans start there, not at the segment
     new = 0  # keys of x missing from the segment (both sorted: one merge pass)
     p = run
-    for j in range(idx.size):
+    for j in range(nnz):
         if val[j] == 0.0:
             continue
         kk = base + idx[j]
@@ -269,7 +283,7 @@ def _merge(
             new += 1
     if new == 0:
         p = run
-        for j in range(idx.size):
+        for j in range(nnz):
             if val[j] == 0.0:
                 continue
             kk = base + idx[j]
@@ -279,7 +293,7 @@ def _merge(
         return 0
     need = used + new
     if need <= segment[r, CAP]:  # in place, merging from the back
-        q, p, j = start + need - 1, end - 1, idx.size - 1
+        q, p, j = start + need - 1, end - 1, nnz - 1
         while j >= 0:
             if val[j] == 0.0:
                 j -= 1
@@ -314,7 +328,7 @@ def _merge(
     segment[r, USED] = need
     segment[r, CAP] = cap
     p = start
-    for j in range(idx.size):
+    for j in range(nnz):
         if val[j] == 0.0:
             continue
         kk = base + idx[j]
@@ -718,6 +732,35 @@ def _nonzeros(x: np.ndarray, idx: np.ndarray, val: np.ndarray, d: int) -> tuple[
     return out_idx, out_val
 
 
+@njit(inline="always", **_OPTS)
+def _touch(
+    slot: np.ndarray,
+    segment: np.ndarray,
+    key: np.ndarray,
+    count: np.ndarray,
+    moments: np.ndarray,
+    class_w: np.ndarray,
+    stat_w: np.ndarray,
+    seen: np.ndarray,
+    trees: np.ndarray,
+    nodes: np.ndarray,
+    start: int,
+) -> float:
+    """A sum over what the update of trees ``trees[start:]`` at their leaves ``nodes`` reads first: each
+    leaf's row and the start of its entries. Read in a loop of its own, the trees' cache misses
+    overlap; in the update, each tree's wait for them comes after a chain of dependent reads and
+    branches the processor cannot look past (on car, this update cost as much as the rest of the
+    event). The caller stores the sum where nothing reads it, so the reads are not optimised away."""
+    out = 0.0
+    for t in range(start, trees.size):
+        r = slot[trees[t], nodes[t]]
+        e = segment[r, 0]
+        out += class_w[r, 0] + stat_w[r, 0] + seen[r]
+        if e < key.size:
+            out += key[e] + count[e] + moments[e, 0]
+    return out
+
+
 #: The types of the forest's arrays that :func:`forest_update` takes, in its order
 #: (:meth:`~service.learners.weak.hoeffding_tree.HoeffdingForest.arrays`), and of ``x`` as the
 #: kernels take it (dense row, idx, val): for compiled callers that update the forest in their call.
@@ -784,7 +827,10 @@ def forest_update(
     ks = np.empty((ENTRY + 1, k), np.int64)
     some = subspace < 1.0
     cut = np.uint64(subspace * 18446744073709551616.0) if some else np.uint64(0)  # subspace * 2^64
-    sub_idx, sub_val = np.empty(nz_idx.size if some else 0, np.int64), np.empty(nz_idx.size if some else 0)
+    # the non-zeros a leaf keeps (all of them without subspaces): one pair of arrays for _merge
+    sub_idx, sub_val = nz_idx.copy(), nz_val.copy()
+    if nodes.size:  # the leaves' rows and entries, read for every tree first (see _touch)
+        fs[0, 0] = _touch(slot, segment, key, count, moments, class_w, stat_w, seen, trees, nodes, start)
     for t in range(start, trees.size):
         i, c, w = trees[t], labels[t], weights[t]
         if c < 0 or c >= k or i < 0 or i >= grace.size:
@@ -798,17 +844,17 @@ def forest_update(
         if not active[r]:  # statistics dropped under the memory bound: the leaf only counts classes
             class_w[r, c] += w
             continue
+        m = 0
         if some:  # the leaf's own features among the example's non-zeros
             salt = _mix(_mix(np.uint64(i)) ^ np.uint64(node))
-            m = 0
             for j in range(nz_idx.size):
                 if _mix(salt ^ np.uint64(nz_idx[j])) < cut:
                     sub_idx[m] = nz_idx[j]
                     sub_val[m] = nz_val[j]
                     m += 1
-            lack = _merge(r, c, w, sub_idx[:m], sub_val[:m], binary.size, segment, key, count, moments, pool)
         else:
-            lack = _merge(r, c, w, nz_idx, nz_val, binary.size, segment, key, count, moments, pool)
+            m = nz_idx.size
+        lack = _merge(r, c, w, sub_idx, sub_val, m, binary.size, segment, key, count, moments, pool)
         if lack:
             return t, lack
         stat_w[r, c] += w

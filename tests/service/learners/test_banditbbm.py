@@ -100,14 +100,14 @@ def test_unclicked_label_rule(rule: str, car) -> None:
     m = make_learner("banditbbm", ds.d, ds.n_labels, params, seed=3)
     run_stream(m, X[:200], y[:200], DecisionIds.for_seed(1))
     seen: list[tuple[np.ndarray, np.ndarray]] = []
-    train = m._train_trees
+    train = m._learn_forest
 
     def spy(*args: object, **kw: object) -> tuple[np.ndarray, np.ndarray]:
         labels, weights = train(*args, **kw)  # type: ignore[arg-type]
         seen.append((labels.copy(), weights.copy()))
         return labels, weights
 
-    m._train_trees = spy  # type: ignore[method-assign]
+    m._learn_forest = spy  # type: ignore[method-assign]
     rounds = 0
     for x in X[200:260]:
         d = m.decide(x, np.random.default_rng(rounds))

@@ -13,6 +13,7 @@ import pytest
 
 from service import _jit_cache
 from service.learners import bbm_kernels as bk
+from service.learners import make_learner
 from service.learners.banditbbm import bbm_costs
 from service.learners.booster_costs import bbm_cost_matrix
 
@@ -167,11 +168,16 @@ def test_finite_and_bounded_for_many_learners_and_labels(ties: str) -> None:
 
 def test_kernels_compile_their_declared_signature_only() -> None:
     _jit_cache.warm([bk.__name__])  # what the server does before a model of these serves
-    kernels = [bk._cost_vectors, bk._gamma_matrix, bk._state_gamma, bk._build_tables]
+    kernels = [bk._cost_vectors, bk._gamma_matrix, bk._state_gamma, bk._build_tables, bk.bbm_learn]
     assert all(len(f.signatures) == 1 for f in kernels)
     bk.bbm_cost_vectors(np.array([1, 0, 1], dtype=np.int32), 3, 0.1, True, [0.0, 1.0, 2.0])
     bk.bbm_cost_vectors(np.array([0, 9, 2, 9, 1, 9])[::2], 3, 0.1, False, np.ones(6)[::2])  # strided
     bk.bbm_gamma_matrix(2, np.array([1, 0, 0]), 0.1, False, 4)
+    m = make_learner("banditbbm", 4, 3, {"n_learners": 3, "rho": 0.3}, seed=0)
+    x = np.array([0.0, 1.0, 2.0, 0.5])
+    for t in range(20):  # bbm_learn, clicked and not
+        d = m.decide(x, np.random.default_rng(t))
+        m.learn(x, d, bool(t % 2))
     assert all(len(f.signatures) == 1 for f in kernels)
 
 

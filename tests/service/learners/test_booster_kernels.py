@@ -180,6 +180,11 @@ def test_kernels_compile_their_declared_signatures_only(name: str) -> None:
     assert compiled, f"{name} has no compiled signature"
     V, U = np.ones((3, 4)), np.full(24, 0.5)
     forest = make_learner("adabandit", 4, 4, {"n_learners": 3}, seed=0).trees_  # type: ignore[attr-defined]
+    # booster_kernels.LEARN: the frame every fused learn kernel takes first
+    frame = (
+        forest.arrays(), operands(np.ones(4)), forest.trees, np.zeros(3, np.int64), forest.n_nodes_.copy(),
+        forest.schedule, forest.subspace, 100.0, np.full(12, 0.5), False, np.zeros(3, np.int64), np.zeros(3),
+    )  # fmt: skip
     args = {
         "rows_argmax": (V, U),
         "adabandit_votes": (V, np.ones(3), U),
@@ -200,22 +205,42 @@ def test_kernels_compile_their_declared_signatures_only(name: str) -> None:
         "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
         # 3 trees, 4 features and 4 labels
-        "adabandit_decide": (forest.routing(np.ones(4)), np.zeros(3), np.ones(3), np.full(26, 0.5), 0.1),
-        "bbm_decide": (forest.routing(np.ones(4)), np.full(12, 0.5), 0.1, 0.5),
-        "forest_learn_costs": (
-            forest.arrays(),
-            operands(np.ones(4)),
-            forest.trees,
+        "adabandit_decide": (
+            forest.routing(np.ones(4)),
+            np.zeros(3),
+            np.ones(3),
+            np.full(26, 0.5),
+            0.1,
+            np.zeros(4),
             np.zeros(3, np.int64),
-            forest.n_nodes_.copy(),
-            forest.schedule,
-            forest.subspace,
-            V,
-            100.0,
+            np.zeros(3, np.int64),
+            np.zeros((3, 4)),
+            np.zeros(3, np.int64),
+        ),
+        "bbm_decide": (
+            forest.routing(np.ones(4)),
             np.full(12, 0.5),
+            0.1,
+            0.5,
+            np.zeros(4),
+            np.zeros(3, np.int64),
+            np.zeros(3, np.int64),
+            np.zeros(4, np.int64),
+        ),
+        "forest_learn_costs": (frame, V, -1, np.zeros(0, np.int64)),
+        "adabandit_learn": (
+            frame,
+            V,
             -1,
-            False,
-            np.zeros(0, np.int64),
+            np.zeros(3),
+            np.zeros(3),
+            np.ones(4),
+            np.zeros(3, np.int64),
+            0.1,
+            np.ones(4),
+            np.zeros(3, np.int64),
+            np.zeros(3),
+            np.zeros(3),
         ),
     }[name]
     kernel(*args)
