@@ -185,11 +185,11 @@ class SdkLoad:
         self.acked: dict[str, bool] = {}
         self.servers: list[str] = []
 
-    async def run(self, n: int, workers: int) -> None:
-        todo = iter(range(n))
+    async def run(self, workers: int, until: Callable[[], bool]) -> None:
+        """Pairs from `workers` concurrent workers until `until()` holds."""
 
         async def worker() -> None:
-            for _ in todo:
+            while not until():
                 x, y = self.data.draw()
                 p = await self.client.predict(x, self.model)
                 self.servers.append(p.server)
@@ -211,7 +211,12 @@ async def test_a_model_moved_under_load_loses_no_acknowledged_feedback(
     async with sdk([r.url for r in d.replicas]) as client:
         await client.create_model(name, "banditron", n_features=5, n_labels=3, seed=3)
         load = SdkLoad(client, name, seed=23)
-        running = asyncio.create_task(load.run(400, 6))
+        # The load runs on until 100 pairs were served after the move, however long the move
+        # takes on a loaded machine (a fixed count could end inside a slow move).
+        after_move: list[int] = []
+        running = asyncio.create_task(
+            load.run(6, lambda: bool(after_move) and len(load.servers) >= after_move[0] + 100)
+        )
         deadline = time.monotonic() + 30
         while len(load.acked) < 60:
             assert not running.done() and time.monotonic() < deadline, "the load ended or stalled"
@@ -221,6 +226,7 @@ async def test_a_model_moved_under_load_loses_no_acknowledged_feedback(
         where = await client.move_model(name, [target])
         move_seconds = time.monotonic() - moved_at
         during = len(load.acked) - before
+        after_move.append(len(load.servers))
         assert where["groups"] == {target: [r.url for r in d.groups[target]]}, where
         await running
         # Quiet. Every acknowledged feedback was learned exactly once: each id answers 409 with its
