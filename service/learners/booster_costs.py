@@ -469,6 +469,7 @@ class TreeBooster(Learner):
         )  # fmt: skip
         # what each learn event hands the trees (:meth:`_learn_forest`): scratch, not state
         self._reduced = np.zeros(p.n_learners, dtype=np.int64), np.zeros(p.n_learners)
+        self._draws = np.zeros(p.n_learners * self.n_labels)  # the reduction's draws (same stream)
 
     @property
     def accepts_sparse(self) -> bool:
@@ -518,7 +519,7 @@ class TreeBooster(Learner):
         labels, weights = self._reduced
         frame = (
             f.arrays(), xs, f.trees, leaves, np.asarray(memo["tree_nodes"], dtype=np.int64), f.schedule,
-            f.subspace, float(p.cost_clip), self.rng_.random(f.n * self.n_labels), p.weight_divide, labels,
+            f.subspace, float(p.cost_clip), self.rng_.random(out=self._draws), p.weight_divide, labels,
             weights,
         )  # fmt: skip
         start, lack, used = learn(frame, *args)

@@ -282,8 +282,8 @@ def loss_iota(probs: np.ndarray, label: int, greedy: int, reward: bool) -> tuple
 
 
 @kernel(
-    "Tuple((float64[::1], float64[::1], float64[::1]))"
-    "(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:])",
+    "void(float64[:], int64, int64, boolean, float64[:, :], int64[:], float64[:], float64[::1], "
+    "float64[::1], float64[::1])",
 )
 def adabandit_learn_args(
     probs: np.ndarray,
@@ -293,31 +293,43 @@ def adabandit_learn_args(
     votes: np.ndarray,
     weak: np.ndarray,
     alpha: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ell: np.ndarray,
+    iota: np.ndarray,
+    z: np.ndarray,
+) -> None:
     """AdaBandit's learn up to its one ``np.tanh``: :func:`loss_iota` and
-    :func:`adabandit_logistic_args` in one call. Returns (ell, iota, z)."""
-    ell, iota = loss_iota(probs, label, greedy, reward)
-    return ell, iota, adabandit_logistic_args(votes, weak, alpha)
+    :func:`adabandit_logistic_args` in one call, written to ``ell`` (k), ``iota`` (k) and ``z``
+    (N (k(k-1)/2 + k)), the learner's scratch (an array returned to Python costs about a
+    microsecond, issue 41)."""
+    e, i = loss_iota(probs, label, greedy, reward)
+    ell[:] = e
+    iota[:] = i
+    z[:] = adabandit_logistic_args(votes, weak, alpha)
 
 
-@kernel("Tuple((float64[:, :, ::1], float64[:, ::1], float64[::1]))(float64[::1], int64[:], int64)")
+@kernel(
+    "void(float64[::1], int64[:], int64, float64[:, :, ::1], float64[:, ::1], float64[:, ::1], float64[::1])"
+)
 def adabandit_logistic_parts(
-    t: np.ndarray, weak: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t: np.ndarray,
+    weak: np.ndarray,
+    k: int,
+    G: np.ndarray,
+    off: np.ndarray,
+    on: np.ndarray,
+    onsum: np.ndarray,
+) -> None:
     """From ``t = tanh(`` :func:`adabandit_logistic_args` ``)``: the cost matrices ``G`` (N, K, K) of
     ``logistic_cost_matrices``, and the two parts of ``logistic_alpha_grad`` before its product:
     ``off`` (N, K) and ``on.sum(axis=1)`` (N), each sigmoid as ``0.5 * (1 + tanh(z / 2))``, with
-    ``tanh(-z / 2) = -tanh(z / 2)``.
+    ``tanh(-z / 2) = -tanh(z / 2)``. Written to ``G``, ``off`` and ``onsum``; ``on`` (N, K) is
+    scratch.
 
     ``G``'s diagonal is minus its column sums taken in row order (numpy's reduction over a
     non-contiguous axis); ``on``'s row sums in numpy's pairwise order (:func:`_pairwise_row_sum`).
     """
     n = weak.size
     per = k * (k - 1) // 2 + k
-    G = np.empty((n, k, k))
-    off = np.empty((n, k))
-    on = np.empty((n, k))
-    onsum = np.empty(n)
     for i in range(n):
         j = i * per
         for a in range(k):
@@ -336,7 +348,6 @@ def adabandit_logistic_parts(
                 s += G[i, a, b]
             G[i, b, b] = -s
         onsum[i] = _pairwise_row_sum(on, i, 0.0)
-    return G, off, onsum
 
 
 @kernel(

@@ -15,7 +15,7 @@ from service.learners.booster_costs import (
     logistic_cost_matrices,
     loss_estimate,
 )
-from service.sampling import DecisionIds
+from service.sampling import DecisionIds, decision_rng
 from service.serial import decode, encode
 
 
@@ -197,3 +197,27 @@ def test_lr_scale_multiplies_the_alpha_step_exactly() -> None:
     step1, step3 = m1.alpha_ - before, m3.alpha_ - before
     assert np.abs(step1).max() > 0.0
     np.testing.assert_allclose(step3, 3.0 * step1, rtol=1e-12, atol=0.0)
+
+
+def test_learn_scratch_kept_or_fresh_gives_the_same_bits() -> None:
+    """A small model keeps its learn event's scratch arrays between events, a wide one makes them
+    afresh (issue 41); every element is written each event, so both learn the same bits, and the
+    scratch is not state (save/load sees neither)."""
+    data = load_dataset("car")
+    X, y = data.stream(0, limit=600)
+    kept = make_learner("adabandit", X.shape[1], data.n_labels, {"n_learners": 6}, seed=4)
+    fresh = make_learner("adabandit", X.shape[1], data.n_labels, {"n_learners": 6}, seed=4)
+    fresh.SCRATCH_KEPT = 0  # type: ignore[attr-defined]
+    ids = DecisionIds.for_seed(4)
+    for t in range(X.shape[0]):
+        i = ids.new()
+        a, b = kept.decide(X[t], decision_rng(i)), fresh.decide(X[t], decision_rng(i))
+        assert a.label == b.label
+        kept.learn(X[t], a, a.label == y[t])
+        fresh.learn(X[t], b, b.label == y[t])
+    assert kept._scratch is not None and fresh._scratch is None  # type: ignore[attr-defined]
+    assert encode(kept.get_state()) == encode(fresh.get_state())
+    wide = make_learner("adabandit", 4, 300, {}, seed=0)
+    d = wide.decide(np.ones(4), np.random.default_rng(0))
+    wide.learn(np.ones(4), d, True)
+    assert wide._scratch is None  # type: ignore[attr-defined]

@@ -109,7 +109,9 @@ def test_adabandit_learning_kernels_equal_the_numpy_steps(k: int) -> None:
             votes, weak, alpha_memo, iota, eta, alpha, log_v, ell, experts
         )
         t = np.tanh(bk.adabandit_logistic_args(votes, weak, alpha_memo))
-        G, off, onsum = bk.adabandit_logistic_parts(t, weak, k)
+        # the outputs start as garbage: every element must be written
+        G, off, on, onsum = (np.full(shape, np.nan) for shape in [(n, k, k), (n, k), (n, k), n])
+        bk.adabandit_logistic_parts(t, weak, k, G, off, on, onsum)
         prev = np.vstack([np.zeros((1, k)), votes[:-1]])
         assert G.tobytes() == logistic_cost_matrices(prev).tobytes()
         assert (G @ iota).tobytes() == costs.tobytes()
@@ -132,7 +134,10 @@ def test_loss_iota_is_loss_estimate(k: int) -> None:
                     want = loss_estimate(probs, label, greedy, reward)
                     assert ell.tobytes() == want.tobytes() and iota.tobytes() == (1.0 - want).tobytes()
     votes, weak, alpha = rng.standard_normal((5, k)), rng.integers(0, k, 5), rng.standard_normal(5)
-    ell, iota, z = bk.adabandit_learn_args(probs, 0, 1, True, votes, weak, alpha)
+    ell, iota, z = np.full(k, np.nan), np.full(k, np.nan), np.full(5 * (k * (k - 1) // 2 + k), np.nan)
+    bk.adabandit_learn_args(probs, 0, 1, True, votes, weak, alpha, ell, iota, z)
+    want = loss_estimate(probs, 0, 1, True)
+    assert ell.tobytes() == want.tobytes() and iota.tobytes() == (1.0 - want).tobytes()
     assert z.tobytes() == bk.adabandit_logistic_args(votes, weak, alpha).tobytes()
 
 
@@ -190,7 +195,14 @@ def test_kernels_compile_their_declared_signatures_only(name: str) -> None:
         "adabandit_votes": (V, np.ones(3), U),
         "cost_examples": (V, 1.0, U, 2, True),
         "adabandit_logistic_args": (V, np.zeros(3, np.int64), np.ones(3)),
-        "adabandit_logistic_parts": (np.zeros(42), np.zeros(3, np.int64), 4),
+        "adabandit_logistic_parts": (
+            np.zeros(42),
+            np.zeros(3, np.int64),
+            4,
+            np.zeros((3, 4, 4)),
+            *[np.zeros((3, 4))] * 2,
+            np.zeros(3),
+        ),
         "adabandit_step": (
             *[np.zeros(3)] * 4,
             np.ones(4),
@@ -201,7 +213,10 @@ def test_kernels_compile_their_declared_signatures_only(name: str) -> None:
         ),
         "hedge_draw": (np.ones(3), 0.5),
         "loss_iota": (np.full(4, 0.25), 1, 2, True),
-        "adabandit_learn_args": (np.full(4, 0.25), 1, 2, True, V, np.zeros(3, np.int64), np.ones(3)),
+        "adabandit_learn_args": (
+            *(np.full(4, 0.25), 1, 2, True, V, np.zeros(3, np.int64), np.ones(3)),
+            *(np.zeros(4), np.zeros(4), np.zeros(30)),
+        ),
         "bbm_majority": (V, U),
         "pairwise_sum": (np.ones(9),),
         # 3 trees, 4 features and 4 labels
