@@ -67,7 +67,9 @@ def bench(quick: bool) -> str:
                 try:
                     replicas = start_replicas(redis.url, Path(tmp), n)
                     urls = [r.url for r in replicas]
-                    httpx.put(f"{urls[0]}/models/digits", json=SPEC).raise_for_status()
+                    # the first model of a fresh replica loads its learner's kernels (about 1 s here,
+                    # more on a loaded machine: httpx's default 5 s timed out once)
+                    httpx.put(f"{urls[0]}/models/digits", json=SPEC, timeout=60).raise_for_status()
                     _wait_model(urls)
                     rows.append(("predict", n, asyncio.run(_spread(urls, predict, seconds))))
                     rows.append(("predict+feedback", n, asyncio.run(_spread(urls, pair, seconds))))
