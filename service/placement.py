@@ -16,6 +16,7 @@ groups it was moved to, and while a move is under way the groups that load it ah
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,14 @@ class Placement:
     group: str
     groups: Mapping[str, Sequence[str]]
     copies: int
+
+    def fingerprint(self) -> str:
+        """What every replica of a deployment must agree on, hashed: every group's name and
+        addresses, and ``copies`` (not this replica's own group). Replicas report it in their
+        heartbeats; two that differ place models differently (``GET /replicas`` says so)."""
+        doc = {"groups": {g: list(self.groups[g]) for g in sorted(self.groups)}, "copies": self.copies}
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
     def default(self, model: str) -> list[str]:
         """The groups of ``model`` without an override: its rendezvous choice."""

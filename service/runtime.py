@@ -651,6 +651,7 @@ class Runtime:
         loops; then the service is ready."""
         await self.sync_models()
         await self.store.heartbeat(await self.heartbeat(), HEARTBEAT_TTL_SECONDS)  # listed once ready
+        await self._check_placement_agrees()
         self._tasks = [
             asyncio.create_task(self._tail_loop()),
             asyncio.create_task(self._sweep_loop()),
@@ -1224,8 +1225,31 @@ class Runtime:
             except UnknownModelError:  # deleted meanwhile
                 continue
             models[name] = (m.position, max(behind, 0))
-        group = None if self.placement is None else self.placement.group
-        return Heartbeat(self.replica_id, self.host, self.pid, self.started_at, models, group=group)
+        p = self.placement
+        return Heartbeat(
+            self.replica_id, self.host, self.pid, self.started_at, models,
+            group=None if p is None else p.group, placement=None if p is None else p.fingerprint(),
+        )  # fmt: skip
+
+    async def _check_placement_agrees(self) -> None:
+        """Log an error for every live replica whose placement settings (its heartbeat's
+        fingerprint of every group's addresses and the copies) differ from this one's: the two place
+        models differently, so some models are held by no replica or answered by two groups. Only
+        logged, at start (``GET /replicas`` says it at any time): a rolling change of the groups
+        passes through such states, and refusing to serve would turn it into an outage."""
+        try:
+            beats = await self.store.replicas()
+        except StoreUnavailableError:
+            return
+        mine = await self.heartbeat()
+        for b in beats:
+            if b.replica != self.replica_id and b.placement != mine.placement:
+                log.error(
+                    "replica %s (%s pid %s, group %s) has other replica-group settings than this "
+                    "replica (placement fingerprint %s here, %s there): set CLICKBOOST_REPLICA_GROUPS "
+                    "and CLICKBOOST_PLACEMENT_COPIES alike on every replica",
+                    b.replica, b.host, b.pid, b.group, mine.placement, b.placement,
+                )  # fmt: skip
 
     async def _report_loop(self) -> None:
         last_beat = time.monotonic()

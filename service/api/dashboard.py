@@ -292,6 +292,12 @@ class Replica(BaseModel):
     models: dict[str, ReplicaModel] = Field(
         description="The models it serves (a model it cannot load is missing)."
     )
+    group: str | None = Field(None, description="Its replica group (model placement), null without.")
+    placement: str | None = Field(
+        None,
+        description="Fingerprint of its placement settings (every group's addresses and the copies), "
+        "null without placement: every replica of a deployment must report the same.",
+    )
 
 
 class ReplicaList(BaseModel):
@@ -299,6 +305,11 @@ class ReplicaList(BaseModel):
 
     answered_by: str = Field(description="The id of the replica that answered.")
     heartbeat_seconds: float = Field(description="How often each replica reports.")
+    placement_agrees: bool = Field(
+        description="Every listed replica reports the same placement settings. False: some replicas "
+        "were given other CLICKBOOST_REPLICA_GROUPS or CLICKBOOST_PLACEMENT_COPIES (or run without "
+        "them), so they place models differently; each replica's `placement` says which."
+    )
     replicas: list[Replica]
 
 
@@ -315,6 +326,7 @@ async def list_replicas(runtime: RuntimeDep) -> ReplicaList:
     return ReplicaList(
         answered_by=runtime.replica_id,
         heartbeat_seconds=HEARTBEAT_SECONDS,
+        placement_agrees=len({b.placement for b in beats}) <= 1,
         replicas=[
             Replica(
                 id=b.replica,
@@ -326,6 +338,8 @@ async def list_replicas(runtime: RuntimeDep) -> ReplicaList:
                 models={
                     name: ReplicaModel(version=v, lag=lag) for name, (v, lag) in sorted(b.models.items())
                 },
+                group=b.group,
+                placement=b.placement,
             )
             for b in beats
         ],

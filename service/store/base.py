@@ -457,6 +457,8 @@ class Heartbeat:
         Seconds since the report was recorded, by the store's clock (set when listed; 0 when sent).
     group : str or None
         Its replica group (``CLICKBOOST_REPLICA_GROUP``; :mod:`service.placement`), None without.
+    placement : str or None
+        :meth:`service.placement.Placement.fingerprint` of its placement settings, None without.
     """
 
     replica: str
@@ -466,6 +468,7 @@ class Heartbeat:
     models: dict[str, tuple[int, int]]
     age: float = 0.0
     group: str | None = None
+    placement: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data (``age`` left out: the store knows it)."""
@@ -476,6 +479,7 @@ class Heartbeat:
             "started_at": self.started_at,
             "models": {name: list(v) for name, v in self.models.items()},
             "group": self.group,
+            "placement": self.placement,
         }
 
     @classmethod
@@ -483,6 +487,7 @@ class Heartbeat:
         """The report :meth:`to_json` gave, recorded ``age`` seconds ago."""
         models = {str(name): (int(v[0]), int(v[1])) for name, v in doc["models"].items()}
         group = doc.get("group")  # absent from the reports of earlier releases
+        placement = doc.get("placement")  # likewise
         return cls(
             str(doc["replica"]),
             str(doc["host"]),
@@ -491,6 +496,7 @@ class Heartbeat:
             models,
             age,
             None if group is None else str(group),
+            None if placement is None else str(placement),
         )
 
 

@@ -82,3 +82,15 @@ def test_settings_build_the_placement_and_refuse_a_bad_one(monkeypatch: pytest.M
     monkeypatch.delenv("CLICKBOOST_REPLICA_GROUPS")
     with pytest.raises(ConfigError, match="need CLICKBOOST_REPLICA_GROUPS"):
         load_settings()
+
+
+def test_the_fingerprint_is_what_every_replica_must_share() -> None:
+    """Each replica's own group and the order the groups are given in do not change it; another
+    address, another group or another number of copies does (GET /replicas compares them)."""
+    groups = {"a": ["http://a1", "http://a2"], "b": ["http://b1"]}
+    base = Placement("a", groups, 1).fingerprint()
+    assert Placement("b", dict(reversed(list(groups.items()))), 1).fingerprint() == base
+    assert Placement("a", groups, 2).fingerprint() != base
+    assert Placement("a", {**groups, "b": ["http://b2"]}, 1).fingerprint() != base
+    assert Placement("a", {**groups, "c": ["http://c1"]}, 1).fingerprint() != base
+    assert len(base) == 12 and int(base, 16) >= 0

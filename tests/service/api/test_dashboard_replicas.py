@@ -9,6 +9,7 @@ the list at once when it stops cleanly.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -121,7 +122,8 @@ def test_replicas_report_their_version_and_lag_and_a_stuck_one_shows(cluster: li
 @needs_chromium
 def test_with_placement_the_page_names_the_models_other_groups_hold(tmp_path: Path) -> None:
     """Two groups of one replica, one copy of each model: each replica's page shows its own model's
-    card and names the other group's model with a link to that group's replica."""
+    card and names the other group's model with a link to that group's replica. A third replica
+    given other replica groups logs an error naming the others at start, and every page warns."""
     server = RedisServer(tmp_path, binary=redis_server_binary())
     server.start()
     groups: dict[str, list[Replica]] = {}
@@ -141,6 +143,28 @@ def test_with_placement_the_page_names_the_models_other_groups_hold(tmp_path: Pa
             wait_text(page, "#models", on_a)
             wait_text(page, "#elsewhere", f"{on_b} — group b: {b.url}")
             assert page.locator(f'#elsewhere a[href="{b.url}/dashboard"]').count() == 1
+            agreed = listing(a.url)
+            assert agreed["placement_agrees"] is True
+            fingerprints = {r["placement"] for r in agreed["replicas"]}
+            assert len(fingerprints) == 1 and None not in fingerprints, agreed
+            assert {r["group"] for r in agreed["replicas"]} == {"a", "b"}
+            mark = fingerprints.pop()
+            row = f'tr[data-replica="{agreed["answered_by"]}"]'
+            wait_text(page, f'{row} td[data-field="group"]', f"a ({mark})")
+            assert page.locator("#placement-warning").is_hidden()
+            # a replica whose settings name a third group: it would place models otherwise
+            settings = {k: v for k, v in a.env.items() if k.startswith("CLICKBOOST_")}
+            settings["CLICKBOOST_REPLICA_GROUPS"] = json.dumps({"a": [a.url], "b": [b.url], "c": [a.url]})
+            odd = Replica(server.url, tmp_path, settings)
+            groups["odd"] = [odd]
+            odd.start()
+            odd.wait_ready()
+            logged = odd.log.read_text()
+            others = [line for line in logged.splitlines() if "has other replica-group settings" in line]
+            assert all(any(r["id"] in line for line in others) for r in agreed["replicas"]), logged
+            disagreed = until(lambda: (got := listing(b.url))["placement_agrees"] is False and got, "b warns")
+            assert len({r["placement"] for r in disagreed["replicas"]}) == 2
+            page.locator("#placement-warning").wait_for(state="visible", timeout=TIMEOUT * 1000)
             assert outside == [], f"requests leaving the machine: {outside}"
             assert errors == [], errors
     finally:

@@ -271,6 +271,7 @@
       el("td", { class: "num" }, r.pid),
       el("td", {}, secs(Math.max(Date.now() / 1000 - r.started_at, 0))),
       el("td", { "data-field": "seen" }, `${secs(r.seen_seconds_ago)} ago`, r.stale ? el("span", { class: "tag bad" }, " stale") : null),
+      el("td", { "data-field": "group" }, r.group === null ? "–" : `${r.group} (${r.placement})`),
       el("td", {}, ...models.flatMap((m) => [m, " "])),
     );
   }
@@ -297,6 +298,7 @@
 
   function render(replicas, stats, others) {
     $("replica-rows").replaceChildren(...replicas.replicas.map((r) => replicaRow(r, replicas.answered_by)));
+    $("placement-warning").hidden = replicas.placement_agrees;
     const cards = stats.filter((s) => s !== null).map(model);
     const none = el("p", { class: "muted" }, "No model yet (PUT /models/{name}).");
     $("models").replaceChildren(...(cards.length ? cards : others && others.length ? [] : [none]), ...[elsewhere(others)].filter(Boolean));
