@@ -188,6 +188,9 @@ class _Call(Generic[T]):
     model: str | None = None
     # Seconds for this call's request, instead of the client's (a model move waits for replicas).
     timeout: float | None = None
+    # Calls whose answer names something that lives in the answering process (an evaluation job):
+    # its key, remembered with that replica as a decision's is (later calls name it in decision_id).
+    remember: Callable[[Any], str | None] | None = None
 
     def finish(self, resp: httpx.Response, retried: bool) -> T:
         """The value of a final answer, or the :class:`APIError` it maps to."""
@@ -370,6 +373,46 @@ class _Calls:
         body = {"groups": list(groups)}
         return _Call("POST", f"/models/{name}/placement", _json, json=body, admin=True, timeout=timeout)
 
+    @staticmethod
+    def get_placement(name: str) -> _Call[dict[str, Any]]:
+        return _Call("GET", f"/models/{name}/placement", _json, admin=True)
+
+    @staticmethod
+    def model_stats(name: str, minutes: int) -> _Call[dict[str, Any]]:
+        params = {"minutes": str(minutes)}
+        path = f"/models/{name}/stats"
+        return _Call("GET", path, _json, params=params, admin=True, by_model=True, model=name)
+
+    @staticmethod
+    def set_rollout(name: str, mode: str) -> _Call[ModelInfo]:
+        # not idempotent: each call that reaches the server is a rollout event (a new epoch)
+        body = {"mode": mode}
+        return _Call(
+            "POST", f"/models/{name}/rollout", _model_info, json=body, admin=True, idempotent=False,
+            by_model=True, model=name,
+        )  # fmt: skip
+
+    @staticmethod
+    def list_replicas() -> _Call[dict[str, Any]]:
+        return _Call("GET", "/replicas", _json, admin=True)
+
+    @staticmethod
+    def start_evaluation(name: str, body: dict[str, Any]) -> _Call[dict[str, Any]]:
+        return _Call(
+            "POST", f"/models/{name}/evaluations", _json, json=body, admin=True, idempotent=False,
+            by_model=True, model=name, remember=lambda job: job.get("id") if isinstance(job, dict) else None,
+        )  # fmt: skip
+
+    @staticmethod
+    def get_evaluation(name: str, job: str) -> _Call[dict[str, Any]]:
+        return _Call("GET", f"/models/{name}/evaluations/{job}", _json, admin=True, decision_id=job)
+
+    @staticmethod
+    def cancel_evaluation(name: str, job: str) -> _Call[None]:
+        return _Call(
+            "DELETE", f"/models/{name}/evaluations/{job}", lambda r: None, admin=True, decision_id=job
+        )
+
 
 def _model_spec(
     learner: str | None,
@@ -526,16 +569,23 @@ class _Base:
         with self._rotation.lock:
             return self._owners.get(decision_id)
 
-    def _answered_by(self, value: T, i: int) -> T:
-        """Tag a prediction with its replica, remembered for the feedback affinity."""
+    def _answered_by(self, value: T, i: int, call: _Call[Any] | None = None) -> T:
+        """Tag a prediction with its replica, remembered for the feedback affinity (and the key a
+        call's ``remember`` gives, for the calls that name it later)."""
+        key = call.remember(value) if call is not None and call.remember is not None else None
+        if key is not None:
+            self._own(key, i)
         if not isinstance(value, Prediction):
             return value
+        self._own(value.decision_id, i)
+        return replace(value, server=self.urls[i])  # type: ignore[return-value]
+
+    def _own(self, key: str, i: int) -> None:
         if len(self.urls) > 1:
             with self._rotation.lock:
-                self._owners[value.decision_id] = i
+                self._owners[key] = i
                 if len(self._owners) > _OWNERS:  # forget the oldest (dicts keep insertion order)
                     del self._owners[next(iter(self._owners))]
-        return replace(value, server=self.urls[i])  # type: ignore[return-value]
 
     def _mark_down(self, i: int) -> None:
         if self._rotation.mark_down(i):
@@ -640,7 +690,8 @@ class _Tries(Generic[T]):
 
     def finish(self, resp: httpx.Response) -> T:
         """The value of the final answer ``resp``, or the :class:`APIError` it maps to."""
-        return self.client._answered_by(self.call.finish(resp, retried=self.tries > 1), self.target)
+        value = self.call.finish(resp, retried=self.tries > 1)
+        return self.client._answered_by(value, self.target, self.call)
 
     def _give_up(self, exc: httpx.TransportError, reason: str) -> TransportError:
         n, elapsed = self.tries, time.monotonic() - self.started
@@ -889,6 +940,43 @@ class Client(_Base):
         (placement unchanged). ``timeout``: seconds for the request (the server waits up to 30 s)."""
         return self._run(_Calls.move_model(name, groups, timeout))
 
+    def get_placement(self, name: str) -> dict[str, Any]:
+        """``GET /models/{name}/placement`` (admin; model placement): the groups that hold the model
+        and their addresses."""
+        return self._run(_Calls.get_placement(name))
+
+    def model_stats(self, name: str, *, minutes: int = 60) -> dict[str, Any]:
+        """``GET /models/{name}/stats`` (admin): the dashboard's numbers of one model (per-minute
+        counts of the last ``minutes``, click rates, this replica's lag, checkpoints, evaluations)."""
+        return self._run(_Calls.model_stats(name, minutes))
+
+    def set_rollout(self, name: str, mode: str) -> ModelInfo:
+        """``POST /models/{name}/rollout`` (admin): switch the model's safe-rollout mode
+        (``"online"``, ``"logging"`` or ``"apprentice"``) through its log; returns the model once the
+        answering replica applied it (its rollout state in ``raw["rollout"]``). Not re-sent
+        after a dropped connection (each call that arrives is a rollout event)."""
+        return self._run(_Calls.set_rollout(name, mode))
+
+    def list_replicas(self) -> dict[str, Any]:
+        """``GET /replicas`` (admin): every live replica's heartbeat, and whether their placement
+        settings agree (``placement_agrees``)."""
+        return self._run(_Calls.list_replicas())
+
+    def start_evaluation(self, name: str, policies: Sequence[str], **options: Any) -> dict[str, Any]:
+        """``POST /models/{name}/evaluations`` (admin): start an off-policy evaluation of
+        ``policies`` on the model's decision log (``since``, ``until``, ``runs`` by keyword). A job
+        lives in the replica that started it: :meth:`get_evaluation` and :meth:`cancel_evaluation`
+        go there."""
+        return self._run(_Calls.start_evaluation(name, {"policies": list(policies), **options}))
+
+    def get_evaluation(self, name: str, job: str) -> dict[str, Any]:
+        """``GET /models/{name}/evaluations/{job}`` (admin), on the replica that started the job."""
+        return self._run(_Calls.get_evaluation(name, job))
+
+    def cancel_evaluation(self, name: str, job: str) -> None:
+        """``DELETE /models/{name}/evaluations/{job}`` (admin), on the replica that started it."""
+        self._run(_Calls.cancel_evaluation(name, job))
+
 
 class AsyncClient(_Base):
     """The asyncio twin of :class:`Client`: same constructor and methods, as coroutines.
@@ -1062,3 +1150,31 @@ class AsyncClient(_Base):
     async def move_model(self, name: str, groups: Sequence[str], *, timeout: float = 60.0) -> dict[str, Any]:
         """See :meth:`Client.move_model`."""
         return await self._run(_Calls.move_model(name, groups, timeout))
+
+    async def get_placement(self, name: str) -> dict[str, Any]:
+        """See :meth:`Client.get_placement`."""
+        return await self._run(_Calls.get_placement(name))
+
+    async def model_stats(self, name: str, *, minutes: int = 60) -> dict[str, Any]:
+        """See :meth:`Client.model_stats`."""
+        return await self._run(_Calls.model_stats(name, minutes))
+
+    async def set_rollout(self, name: str, mode: str) -> ModelInfo:
+        """See :meth:`Client.set_rollout`."""
+        return await self._run(_Calls.set_rollout(name, mode))
+
+    async def list_replicas(self) -> dict[str, Any]:
+        """See :meth:`Client.list_replicas`."""
+        return await self._run(_Calls.list_replicas())
+
+    async def start_evaluation(self, name: str, policies: Sequence[str], **options: Any) -> dict[str, Any]:
+        """See :meth:`Client.start_evaluation`."""
+        return await self._run(_Calls.start_evaluation(name, {"policies": list(policies), **options}))
+
+    async def get_evaluation(self, name: str, job: str) -> dict[str, Any]:
+        """See :meth:`Client.get_evaluation`."""
+        return await self._run(_Calls.get_evaluation(name, job))
+
+    async def cancel_evaluation(self, name: str, job: str) -> None:
+        """See :meth:`Client.cancel_evaluation`."""
+        await self._run(_Calls.cancel_evaluation(name, job))

@@ -172,3 +172,32 @@ def test_eligible_labels_ranking_and_a_rollout_baseline(server: str) -> None:
         with pytest.raises(BadRequest, match="baseline"):
             c.predict([0.5, -0.5], model="shop", excluded=["c"], baseline="c")  # not eligible
         c.delete_model("shop")
+
+
+def test_stats_rollout_replicas_and_an_evaluation_through_the_sdk(server: str) -> None:
+    with Client(server, api_key=API_KEY, admin_key=ADMIN_KEY) as c:
+        c.create_model("ope", "cova", n_features=21, n_labels=4, log_decisions=True, seed=5)
+        for _ in range(40):
+            p = c.predict(CAR_X, model="ope")
+            c.feedback(p.decision_id, click=p.label_index == 0, wait=True)
+        stats = c.model_stats("ope", minutes=5)
+        assert stats["name"] == "ope" and stats["version"] == 40 and stats["counts"]["decisions"] == 40
+        switched = c.set_rollout("ope", "logging")
+        assert switched.raw["rollout"]["mode"] == "logging" and switched.version == 41, switched.raw
+        replicas = c.list_replicas()
+        assert replicas["placement_agrees"] is True
+        assert [r["placement"] for r in replicas["replicas"]] == [None]
+        with pytest.raises(Conflict, match="placement"):
+            c.get_placement("ope")  # no replica groups configured
+        job = c.start_evaluation("ope", ["uniform", "constant:0"])
+        assert job["model"] == "ope" and job["state"] in ("queued", "running", "done")
+        deadline = time.monotonic() + 30
+        while (got := c.get_evaluation("ope", job["id"]))["state"] in ("queued", "running"):
+            assert time.monotonic() < deadline, got
+            time.sleep(0.1)
+        assert got["state"] == "done" and got["events"] == 40, got
+        assert set(got["results"]) == {"logged", "uniform", "constant:0"}  # logged: the served policy
+        with pytest.raises(NotFound, match="no evaluation"):
+            c.get_evaluation("ope", "no-such-job")
+        c.cancel_evaluation("ope", job["id"])  # done already: nothing to stop, still 204
+        c.delete_model("ope")

@@ -252,3 +252,32 @@ async def test_a_model_moved_under_load_loses_no_acknowledged_feedback(
         )
         assert set(load.servers) <= {r.url for r in d.replicas}
         assert {r.url for r in d.groups[target]} & set(load.servers[-50:])  # routed to the new group
+
+
+async def test_the_sdk_finds_a_models_group_and_an_evaluation_job_on_the_replica_that_runs_it(
+    deployment: Deployment,
+) -> None:
+    """Admin calls about one model follow a 421 to its group; an evaluation job lives in the process
+    that started it, and the SDK sends the job's later calls there (4 URLs: round robin would reach
+    another replica, which answers 404, three times in four)."""
+    d = deployment
+    name = "evaluated-" + d.url.split(":")[0].replace("+", "-")
+    holders = {r.url for r in d.holders(name)}
+    async with sdk([r.url for r in d.replicas]) as client:
+        await client.create_model(name, "banditron", n_features=5, n_labels=3, seed=4, log_decisions=True)
+        data = Contexts(seed=5)
+        for _ in range(20):
+            x, y = data.draw()
+            p = await client.predict(x, name)
+            await client.feedback(p.decision_id, click=p.label_index == y, wait=True)
+        stats = await client.model_stats(name, minutes=5)
+        assert stats["counts"]["decisions"] == 20
+        placed = await client.get_placement(name)
+        assert {u for urls in placed["groups"].values() for u in urls} == holders
+        job = await client.start_evaluation(name, ["uniform"])
+        answered = {r["id"]: r for r in (await client.list_replicas())["replicas"]}
+        assert job["replica"] in answered
+        for _ in range(8):  # each on the job's replica, never a 404 from another one
+            got = await client.get_evaluation(name, job["id"])
+            assert got["id"] == job["id"] and got["replica"] == job["replica"]
+        await client.delete_model(name)
