@@ -1243,7 +1243,7 @@ class Runtime:
             return
         mine = await self.heartbeat()
         for b in beats:
-            if b.replica != self.replica_id and b.placement != mine.placement:
+            if b.replica != self.replica_id and b.placement != mine.placement and b.fingerprinted:
                 log.error(
                     "replica %s (%s pid %s, group %s) has other replica-group settings than this "
                     "replica (placement fingerprint %s here, %s there): set CLICKBOOST_REPLICA_GROUPS "

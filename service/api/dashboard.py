@@ -308,7 +308,8 @@ class ReplicaList(BaseModel):
     placement_agrees: bool = Field(
         description="Every listed replica reports the same placement settings. False: some replicas "
         "were given other CLICKBOOST_REPLICA_GROUPS or CLICKBOOST_PLACEMENT_COPIES (or run without "
-        "them), so they place models differently; each replica's `placement` says which."
+        "them), so they place models differently; each replica's `placement` says which. Replicas of "
+        "an earlier release (a group, no fingerprint) are left out."
     )
     replicas: list[Replica]
 
@@ -326,7 +327,7 @@ async def list_replicas(runtime: RuntimeDep) -> ReplicaList:
     return ReplicaList(
         answered_by=runtime.replica_id,
         heartbeat_seconds=HEARTBEAT_SECONDS,
-        placement_agrees=len({b.placement for b in beats}) <= 1,
+        placement_agrees=len({b.placement for b in beats if b.fingerprinted}) <= 1,
         replicas=[
             Replica(
                 id=b.replica,

@@ -470,6 +470,12 @@ class Heartbeat:
     group: str | None = None
     placement: str | None = None
 
+    @property
+    def fingerprinted(self) -> bool:
+        """Whether its placement settings can be compared: a replica of an earlier release reports a
+        group without a fingerprint (it is left out of the comparison during a rolling upgrade)."""
+        return self.placement is not None or self.group is None
+
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data (``age`` left out: the store knows it)."""
         return {

@@ -7,6 +7,7 @@ import pytest
 
 from service.config import ConfigError, load_settings
 from service.placement import MISDIRECTED_HEADER, Placement, rendezvous
+from service.store.base import Heartbeat
 
 NAMES = [f"model-{i}" for i in range(2000)]
 
@@ -94,3 +95,14 @@ def test_the_fingerprint_is_what_every_replica_must_share() -> None:
     assert Placement("a", {**groups, "b": ["http://b2"]}, 1).fingerprint() != base
     assert Placement("a", {**groups, "c": ["http://c1"]}, 1).fingerprint() != base
     assert len(base) == 12 and int(base, 16) >= 0
+
+
+def test_a_heartbeat_of_an_earlier_release_is_left_out_of_the_comparison() -> None:
+    """A replica of the release before the fingerprint reports its group and no fingerprint: it
+    cannot be compared (a rolling upgrade is no disagreement); one without placement can."""
+    doc = {"replica": "r1", "host": "h", "pid": 1, "started_at": 0.0, "models": {}}
+    assert not Heartbeat.from_json({**doc, "group": "a"}, 0.0).fingerprinted
+    assert Heartbeat.from_json(doc, 0.0).fingerprinted  # no placement at all: None, comparable
+    beat = Heartbeat.from_json({**doc, "group": "a", "placement": "0123456789ab"}, 1.5)
+    assert beat.fingerprinted and beat.placement == "0123456789ab" and beat.age == 1.5
+    assert Heartbeat.from_json(beat.to_json(), 0.0).placement == beat.placement
