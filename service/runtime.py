@@ -1241,14 +1241,14 @@ class Runtime:
             beats = await self.store.replicas()
         except StoreUnavailableError:
             return
-        mine = await self.heartbeat()
+        mine = None if self.placement is None else self.placement.fingerprint()
         for b in beats:
-            if b.replica != self.replica_id and b.placement != mine.placement and b.fingerprinted:
+            if b.replica != self.replica_id and b.placement != mine and b.fingerprinted:
                 log.error(
                     "replica %s (%s pid %s, group %s) has other replica-group settings than this "
                     "replica (placement fingerprint %s here, %s there): set CLICKBOOST_REPLICA_GROUPS "
                     "and CLICKBOOST_PLACEMENT_COPIES alike on every replica",
-                    b.replica, b.host, b.pid, b.group, mine.placement, b.placement,
+                    b.replica, b.host, b.pid, b.group, mine, b.placement,
                 )  # fmt: skip
 
     async def _report_loop(self) -> None:
