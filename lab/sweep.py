@@ -61,11 +61,20 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     # SquareCB (ours, issue 24): the rate of its inverse gap weighting and its ridge; VW's gamma
     # exponent (0.5) and a constant feature, as VW's squarecb
     "squarecb": {"gamma_scale": [3.0, 10.0, 30.0, 100.0], "ridge": [0.3, 1.0, 3.0]},
-    # SquareCB over VW's SGD regression (issue 41): its rate, VW's -q :: or not, VW's mtr weighting or not
+    # SquareCB over VW's SGD regression (issue 41): its rate, VW's -q :: (pairs and squares), pairs
+    # only or none, VW's mtr weighting or not
     "squarecb-sgd": {
         "gamma_scale": [3.0, 10.0, 30.0, 100.0],
-        "interactions": ["none", "pairs"],
+        "interactions": ["none", "pairs", "quadratic"],
         "weighting": ["mtr", "none"],
+    },
+    # RegCB over the same regression (issue 41): VW's mellowness 0.1 and smaller ones (our bounds
+    # come out wider than VW's at the same c_0, docs/BENCHMARKS.md), both variants, with and without
+    # VW's -q ::
+    "regcb-sgd": {
+        "mellowness": [0.0001, 0.001, 0.01, 0.1],
+        "variant": ["elimination", "optimistic"],
+        "interactions": ["none", "quadratic"],
     },
     # Vowpal Wabbit, tuned on the same three so that the race's best-of-sweep columns compare like
     # with like: every explorer of the race, without and with all pairwise interactions (`-q ::`,
@@ -108,7 +117,10 @@ VERSION: dict[str, str] = {
     "perceptron": "2026-11-26.1",
     "adaboost-mh": "2026-11-26.1",
     "squarecb": "2026-11-27.1",
-    "squarecb-sgd": "2026-11-28.1",
+    # .2: VW's regression as VW computes it (the rates' square root, one scale, the cost
+    # regressed and clipped, mtr's 1 / (K p)): tests/service/learners/test_squarecb_sgd.py
+    "squarecb-sgd": "2026-11-28.2",
+    "regcb-sgd": "2026-11-28.1",
 }
 
 

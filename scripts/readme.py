@@ -171,8 +171,12 @@ LEARNERS = {
         "dense numeric inputs of up to a few hundred features, where K (d+1)^2 floats fit",
     ),
     "squarecb-sgd": (
-        "inverse gap weighting over an SGD regression with hashed pairs (VW's `--squarecb -q ::`)",
+        "inverse gap weighting over VW's SGD regression with hashed pairs (VW's `--squarecb -q ::`)",
         "wide or hashed inputs whose pairs matter, where `squarecb`'s exact ridge does not fit",
+    ),
+    "regcb-sgd": (
+        "uniform over the labels whose cost bounds overlap the best (VW's `--regcb -q ::`)",
+        "as `squarecb-sgd`; explores only where the regression is unsure (3x its work per decision)",
     ),
     "banditron": ("gamma / K per label (0.05 / K)", "a linear baseline; the least state"),
     "banditboost": ("gamma / K (0.1 / K)", "an ensemble of 100 linear learners, hashed input"),

@@ -5,9 +5,11 @@ Foster & Rakhlin (ICML 2020) reduce contextual bandits to online square-loss reg
 Wabbit's ``--cb_explore_adf --squarecb`` runs that reduction over its default regressor, SGD with
 adaptive (AdaGrad), normalised (Ross, Mineiro & Langford 2013) and importance-invariant
 (Karampatziakis & Langford 2011) updates. This learner does the same over the rows of
-:mod:`service.actions`; the regression's arithmetic follows VW's ``gd.cc`` as described in
-:func:`nag_update` (ours where it departs: float64 weights, the prediction not clipped to the labels'
-range, rewards rather than costs).
+:mod:`service.actions`, with the regression of :func:`nag_update` (ours where it departs from VW's
+``gd.cc``: float64 weights, the prediction not clipped to the labels' range, rewards rather than
+costs, and the normalised rates of the NAG paper, where VW at ``--power_t 0.5`` takes the square
+root of the multiplier and one power of the scale; :func:`service.learners.squarecb_sgd.vw_update`
+is VW's own, found in issue 41, which this learner has not been re-tuned for).
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def nag_update(
     eta: float,
     h: float,
 ) -> None:
-    """One square-loss step of VW's default SGD (``gd.cc``: ``--adaptive --normalized --invariant``)
-    towards ``y`` on the row ``(idx, val)`` with importance weight ``h`` (1: an unweighted row,
-    the same bits as without the weight; VW's ``mtr`` passes ``1 / p``).
+    """One square-loss step of normalised adaptive invariant SGD (after VW's ``gd.cc``, with the NAG
+    paper's rates: see the module docstring) towards ``y`` on the row ``(idx, val)`` with importance
+    weight ``h`` (1: an unweighted row, the same bits as without the weight).
 
     1. Normalisation (Ross, Mineiro & Langford 2013, NAG): each column keeps the largest ``|x_i|``
        seen, ``scale_i``; when a row exceeds it, ``w_i`` is scaled by ``scale_i / |x_i|`` first.

@@ -48,8 +48,12 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("cova", "balance", {"interactions": "auto"}))
     # SquareCB (ours, issue 24) at its defaults
     out.append(("squarecb", "nursery", {}))
-    # SquareCB over VW's SGD with hashed pairs (issue 41) at its defaults
-    out.append(("squarecb-sgd", "nursery", {}))
+    # SquareCB over VW's SGD with hashed pairs (issue 41), VW's settings and ours; RegCB over it
+    vw_settings = {"gamma_scale": 10.0, "interactions": "quadratic", "weighting": "mtr"}
+    out.append(("squarecb-sgd", "nursery", vw_settings))
+    out.append(("squarecb-sgd", "car", {"gamma_scale": 100.0, "interactions": "pairs", "weighting": "none"}))
+    out.append(("regcb-sgd", "nursery", {"mellowness": 0.001, "variant": "elimination"}))
+    out.append(("regcb-sgd", "car", {"mellowness": 0.01, "variant": "optimistic", "interactions": "none"}))
     return out
 
 
@@ -86,7 +90,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("cova", "car"): ("027231cff3a24b53", "fed1ed3608829fd9"),
     ("cova", "balance"): ("712506d67f058611", "ccf0b5ec244995e7"),  # pairs ("auto"), issue 24
     ("squarecb", "nursery"): ("17cc28b88f087c35", "a2ae1548975a2549"),
-    ("squarecb-sgd", "nursery"): ("7201743e594be133", "6ab2a8a1f7dcbacc"),
+    ("squarecb-sgd", "nursery"): ("c8ae914aea6e73dc", "bb16cc5328186b92"),
+    ("squarecb-sgd", "car"): ("2f581c07d71f8d78", "346588d44ff6087b"),
+    ("regcb-sgd", "nursery"): ("ddfaec4b72aa1304", "469784634688f334"),
+    ("regcb-sgd", "car"): ("9cbed624ee208574", "d047b1732ca0d479"),
 }
 
 

@@ -79,11 +79,13 @@ def test_cova_with_pairs_is_cova_on_the_expanded_input(bits: int) -> None:
     assert pairs.W_.tobytes() == plain.W_.tobytes()
 
 
-@pytest.mark.parametrize("learner", ["cova", "squarecb-sgd"])
-def test_pairs_learn_what_a_linear_model_cannot(learner: str) -> None:
-    """A label that is an XOR of two binary features: no linear scorer gets it (without pairs at
-    chance); with the product it does far better (C-OVA not perfectly: without an intercept the
-    case of two zeros stays hard for its one-sided updates)."""
+@pytest.mark.parametrize(("learner", "floor"), [("cova", 0.45), ("squarecb-sgd", 0.3)])
+def test_pairs_learn_what_a_linear_model_cannot(learner: str, floor: float) -> None:
+    """A label that is an XOR of two binary features: no linear scorer gets it (C-OVA without pairs
+    at chance; SquareCB-SGD's predictions are clipped to the cost range, a piecewise linear model
+    that gets the two cases of equal bits but not the other two, about 1/3 wrong); with the
+    product both do far better (C-OVA not perfectly: without an intercept the case of two zeros
+    stays hard for its one-sided updates)."""
     rng = np.random.default_rng(0)
     X = (rng.random((4000, 6)) < 0.5).astype(float)
     y = (X[:, 0] != X[:, 1]).astype(int)
@@ -97,7 +99,7 @@ def test_pairs_learn_what_a_linear_model_cannot(learner: str) -> None:
             m.learn(X[t], dec, dec.label == y[t])
             wrong += t >= 3000 and dec.label != y[t]
         errors[interactions] = wrong / 1000
-    assert errors["pairs"] < 0.3 < 0.45 < errors["none"], errors
+    assert errors["pairs"] < 0.3 <= floor < errors["none"], errors
 
 
 def test_run_keys_name_the_interactions_and_pairs_need_a_linear_base() -> None:

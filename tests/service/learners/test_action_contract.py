@@ -386,7 +386,7 @@ def _nag_textbook(w, g2, scale, totals, x: dict[int, float], y: float, eta: floa
         w[i] += step * v * rate[i]
 
 
-def test_the_regression_step_is_vws_normalised_adaptive_invariant_update() -> None:
+def test_the_regression_step_is_the_textbook_nag_update() -> None:
     rng = np.random.default_rng(0)
     n = 16
     arrays = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
@@ -395,7 +395,7 @@ def test_the_regression_step_is_vws_normalised_adaptive_invariant_update() -> No
         idx = np.unique(rng.integers(0, n, 5))
         val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
         y = float(rng.random() < 0.3)
-        h = float(rng.choice([1.0, 2.5, 40.0]))  # importance weights: squarecb-sgd's mtr
+        h = float(rng.choice([1.0, 2.5, 40.0]))  # importance weights
         nag_update(*arrays, idx, val, y, 0.5, h)
         _nag_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
     for got, want in zip(arrays, oracle, strict=True):

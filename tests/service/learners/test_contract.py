@@ -20,7 +20,10 @@ CASES: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in NAME
     "cova+hashed-pairs": ("cova", {"interactions": "pairs", "interaction_bits": 2}),  # 15 pairs, 4 columns
     "adabandit+adaptive-grace": ("adabandit", {"adaptive_grace": True}),  # the trees' own wait schedule
     "squarecb-sgd+hashed": ("squarecb-sgd", {"bits": 4}),  # 22 features x 3 labels in 16 columns
-    "squarecb-sgd+unweighted": ("squarecb-sgd", {"weighting": "none", "interactions": "none"}),
+    "squarecb-sgd+mtr": ("squarecb-sgd", {"weighting": "mtr", "interactions": "none"}),
+    "squarecb-sgd+quadratic": ("squarecb-sgd", {"interactions": "quadratic"}),  # squares too
+    "regcb-sgd+optimistic": ("regcb-sgd", {"variant": "optimistic"}),
+    "regcb-sgd+hashed": ("regcb-sgd", {"bits": 4, "mellowness": 0.001}),
 }
 
 

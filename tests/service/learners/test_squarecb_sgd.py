@@ -1,8 +1,10 @@
-"""SquareCB over VW's SGD regression with hashed pairs: the scores and the update against textbook
-versions (the expansion and the table written out here, VW's step from the action contract tests)
-and sparse input as dense. Pairs that learn an XOR: tests/service/test_interactions.py."""
+"""SquareCB over VW's SGD regression with hashed pairs: the regression step against Vowpal Wabbit
+itself and a textbook version, the scores and updates against the table written out here, sparse
+input as dense. Pairs that learn an XOR: tests/service/test_interactions.py."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -10,10 +12,9 @@ import pytest
 from service.config import ModelSpec, Settings
 from service.features import SparseVector
 from service.learners import make_learner
-from service.learners.squarecb_sgd import SquareCBSGD
+from service.learners.squarecb_sgd import SquareCBSGD, vw_sensitivity, vw_update
 from service.runtime import BudgetError, check_event_budget
 from service.sampling import DecisionIds, decision_rng
-from tests.service.learners.test_action_contract import _nag_textbook
 
 M64 = (1 << 64) - 1
 
@@ -25,9 +26,36 @@ def _mix(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _expanded(x: np.ndarray, pairs: bool) -> list[tuple[int, float]]:
-    """z of the docstring, dense and by definition: x, then x_i x_j (i < j) at d + rank, then 1."""
+def _vw_textbook(
+    w: np.ndarray, g2: np.ndarray, scale: np.ndarray, totals: np.ndarray, x: dict[int, float], y: float,
+    eta: float, h: float,
+) -> None:  # fmt: skip
+    """VW's gd step (gd.cc, power_t 0.5, adaptive, normalised, invariant) written out in Python,
+    the prediction clipped to [0, 1]."""
+    p = min(max(sum(w[i] * v for i, v in x.items()), 0.0), 1.0)
+    if p == y:
+        return
+    for i, v in x.items():
+        g2[i] += h * 4 * (p - y) ** 2 * v * v
+        if abs(v) > scale[i]:
+            if scale[i] > 0:
+                w[i] *= scale[i] / abs(v)
+            scale[i] = abs(v)
+    totals[0] += h * sum((v / scale[i]) ** 2 for i, v in x.items())
+    totals[1] += h
+    m = math.sqrt(totals[1] / totals[0])
+    rate = {i: 1 / (math.sqrt(g2[i]) * scale[i]) for i in x}
+    q = m * sum(v * v * rate[i] for i, v in x.items())
+    u = 2 * eta * h * (y - p) if eta * h * q < 1e-6 else (y - p) * (1 - math.exp(-2 * eta * h * q)) / q
+    for i, v in x.items():
+        w[i] += m * u * v * rate[i]
+
+
+def _expanded(x: np.ndarray, pairs: bool, squares: bool = False) -> list[tuple[int, float]]:
+    """z of the docstring, dense and by definition: x, then x_i x_j (i < j) at d + rank, then the
+    squares x_i^2 at d + P + i, then 1."""
     d = x.size
+    P = d * (d - 1) // 2 if pairs else 0
     z = [(i, float(x[i])) for i in range(d) if x[i] != 0.0]
     if pairs:
         rank = 0
@@ -36,7 +64,10 @@ def _expanded(x: np.ndarray, pairs: bool) -> list[tuple[int, float]]:
                 if x[i] * x[j] != 0.0:
                     z.append((d + rank, float(x[i] * x[j])))
                 rank += 1
-    z.append((d + (d * (d - 1) // 2 if pairs else 0), 1.0))
+    if squares:
+        z += [(d + P + i, float(x[i] * x[i])) for i in range(d) if x[i] != 0.0]
+        P += d
+    z.append((d + P, 1.0))
     return z
 
 
@@ -44,9 +75,9 @@ def _column(j: int, a: int, k: int, size: int, exact: bool) -> int:
     return j * k + a if exact else _mix(j * k + a) % size
 
 
-def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, pairs: bool) -> dict[int, float]:
+def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, interactions: str) -> dict[int, float]:
     row: dict[int, float] = {}
-    for j, v in _expanded(x, pairs):
+    for j, v in _expanded(x, interactions != "none", interactions == "quadratic"):
         c = _column(j, a, k, size, exact)
         row[c] = row.get(c, 0.0) + v
     return row
@@ -55,7 +86,8 @@ def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, pairs: bool) -> 
 @pytest.mark.parametrize(
     ("params", "exact"),
     [
-        ({}, True),
+        ({"interactions": "quadratic"}, True),
+        ({"interactions": "pairs"}, True),
         ({"bits": 5}, False),
         ({"interactions": "none"}, True),
         ({"weighting": "none", "bits": 4}, False),
@@ -64,7 +96,7 @@ def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, pairs: bool) -> 
 def test_scores_and_updates_equal_the_textbook_table(params: dict, exact: bool) -> None:
     d, k = 5, 3
     m = make_learner("squarecb-sgd", d, k, params, seed=0)
-    pairs = m.params.interactions == "pairs"
+    inter = m.params.interactions
     size = 1 << m.params.bits
     assert m._exact == exact
     w, g2, scale, totals = np.zeros(size), np.zeros(size), np.zeros(size), np.zeros(2)
@@ -72,15 +104,87 @@ def test_scores_and_updates_equal_the_textbook_table(params: dict, exact: bool) 
     ids = DecisionIds.for_seed(0)
     for _ in range(200):
         x = (rng.random(d) < 0.6) * rng.normal(size=d) * rng.choice([0.5, 3.0])
-        want = [sum(w[c] * v for c, v in _row(x, a, k, size, exact, pairs).items()) for a in range(k)]
+        cost = [sum(w[c] * v for c, v in _row(x, a, k, size, exact, inter).items()) for a in range(k)]
+        want = 1 - np.clip(cost, 0, 1)  # the cost is regressed: rewards 1 - clipped cost
         np.testing.assert_allclose(m.scores(x), want, rtol=1e-12, atol=1e-12)
         dec = m.decide(x, decision_rng(ids.new()))
         reward = bool(rng.random() < 0.4)
         m.learn(x, dec, reward)
-        h = 1.0 / dec.probs[dec.label] if m.params.weighting == "mtr" else 1.0
-        _nag_textbook(w, g2, scale, totals, _row(x, dec.label, k, size, exact, pairs), float(reward), 0.5, h)
+        h = 1.0 / (k * dec.probs[dec.label]) if m.params.weighting == "mtr" else 1.0 / k
+        _vw_textbook(w, g2, scale, totals, _row(x, dec.label, k, size, exact, inter), 1.0 - reward, 0.5, h)
     for got, want in zip((m.w_, m.g2_, m.scale_, m.totals_), (w, g2, scale, totals), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_the_regression_step_tracks_vowpal_wabbits_own_gd() -> None:
+    """Our step against VW itself (the ``vowpalwabbit`` package, ``vw`` at its defaults: adaptive,
+    normalised, invariant, -l 0.5, power_t 0.5, a constant): the prediction before each of 400
+    importance-weighted steps agrees to VW's float32 precision. The first label is 1, so VW's
+    clipping range (the labels seen) is [0, 1] from the first step, as ours. VW hashes the names
+    f0..f11 into distinct columns at 18 bits, so no collision blurs the comparison."""
+    vowpalwabbit = pytest.importorskip("vowpalwabbit")
+    rng = np.random.default_rng(0)
+    d = 12
+    vw = vowpalwabbit.Workspace("--quiet")
+    w, g2, scale, totals = np.zeros(d + 1), np.zeros(d + 1), np.zeros(d + 1), np.zeros(2)
+    ours, theirs = [], []
+    for t in range(400):
+        idx = np.unique(rng.integers(0, d, 5))
+        val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
+        y = 1.0 if t == 0 else float(rng.random() < 0.3)
+        h = float(rng.choice([1.0, 2.5, 4.0]))
+        ex = vw.parse(f"{y} {h} | " + " ".join(f"f{i}:{v:.17g}" for i, v in zip(idx, val, strict=True)))
+        vw.learn(ex)
+        theirs.append(ex.get_simplelabel_prediction())
+        vw.finish_example(ex)
+        cols = np.append(idx, d).astype(np.int64)  # VW's constant feature last
+        ours.append(vw_update(w, g2, scale, totals, cols, np.append(val, 1.0), y, 0.5, h, 0.0, 1.0))
+    vw.finish()
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)
+    assert np.ptp(theirs[100:]) > 0.2  # it learned: the predictions move
+
+
+def test_the_regression_step_equals_the_textbook_step() -> None:
+    rng = np.random.default_rng(0)
+    n = 16
+    arrays = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
+    oracle = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
+    for _ in range(300):
+        idx = np.unique(rng.integers(0, n, 5))
+        val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
+        y = float(rng.random() < 0.3)
+        h = float(rng.choice([0.25, 1.0, 40.0]))
+        vw_update(*arrays, idx, val, y, 0.5, h, 0.0, 1.0)
+        _vw_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
+    for got, want in zip(arrays, oracle, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_the_sensitivity_is_the_step_of_a_unit_weight_on_copies() -> None:
+    """VW's stateless sensitivity: eta times the multiplier times sum x^2 rate, with AdaGrad's sum,
+    the scales and the totals as one unit-weight step towards y would leave them, and nothing
+    stored changes."""
+    rng = np.random.default_rng(4)
+    n = 10
+    w, g2, scale, totals = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(2)
+    for _ in range(50):
+        idx = np.unique(rng.integers(0, n, 4))
+        y = float(rng.random() < 0.5)
+        vw_update(w, g2, scale, totals, idx, rng.normal(size=idx.size), y, 0.5, 0.3, 0.0, 1.0)
+    idx = np.array([1, 4, 9], np.int64)
+    val = np.array([0.5, -3.0, 2.0])
+    before = [a.copy() for a in (g2, scale, totals)]
+    p, y = 0.3, -1.0
+    g, s, norm = g2.copy(), scale.copy(), 0.0
+    for i, v in zip(idx, val, strict=True):
+        g[i] += 4 * (p - y) ** 2 * v * v
+        s[i] = max(s[i], abs(v))
+        norm += (v / s[i]) ** 2
+    m = math.sqrt((totals[1] + 1) / (totals[0] + norm))
+    want = 0.5 * m * sum(v * v / (math.sqrt(g[i]) * s[i]) for i, v in zip(idx, val, strict=True))
+    assert vw_sensitivity(g2, scale, totals, idx, val, p, y, 0.5) == pytest.approx(want, rel=1e-12)
+    for a, b in zip((g2, scale, totals), before, strict=True):
+        assert np.array_equal(a, b)
 
 
 def test_sparse_input_learns_the_same_bits_as_dense() -> None:
