@@ -22,7 +22,7 @@ CASES: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in NAME
     "squarecb-sgd+hashed": ("squarecb-sgd", {"bits": 4}),  # 22 features x 3 labels in 16 columns
     "squarecb-sgd+mtr": ("squarecb-sgd", {"weighting": "mtr", "interactions": "none"}),
     "squarecb-sgd+quadratic": ("squarecb-sgd", {"interactions": "quadratic"}),  # squares too
-    "regcb-sgd+optimistic": ("regcb-sgd", {"variant": "optimistic"}),
+    "regcb-sgd+elimination": ("regcb-sgd", {"variant": "elimination", "mellowness": 0.1}),
     "regcb-sgd+hashed": ("regcb-sgd", {"bits": 4, "mellowness": 0.001}),
 }
 

@@ -11,7 +11,7 @@ import pytest
 from service.learners import make_learner
 from service.learners.base import Decision
 from service.learners.regcb_sgd import bound_weight
-from service.learners.squarecb_sgd import label_row, vw_sensitivity
+from service.learners.squarecb_sgd import label_row, label_sensitivities, vw_sensitivity
 from service.sampling import DecisionIds, decision_rng
 
 
@@ -59,16 +59,18 @@ def _trained(params: dict, rounds: int = 300) -> tuple:
     return m, rng
 
 
-def test_the_first_round_is_uniform_and_bounds_are_the_predictions() -> None:
-    m = make_learner("regcb-sgd", 4, 3, seed=0)
+@pytest.mark.parametrize("variant", ["elimination", "optimistic"])
+def test_the_first_round_is_uniform_and_bounds_are_the_predictions(variant: str) -> None:
+    m = make_learner("regcb-sgd", 4, 3, {"variant": variant}, seed=0)
     lo, hi = m.bounds(np.ones(4), np.ones(3, bool))
-    assert np.array_equal(lo, np.zeros(3)) and np.array_equal(hi, np.zeros(3))
+    assert np.array_equal(lo, np.zeros(3))
+    assert np.array_equal(hi, np.zeros(3) if variant == "elimination" else np.full(3, np.inf))
     assert np.array_equal(m.decide(np.ones(4), np.random.default_rng(0)).probs, np.full(3, 1 / 3))
 
 
 @pytest.mark.parametrize("mellowness", [0.001, 0.1])
 def test_bounds_follow_their_definition(mellowness: float) -> None:
-    m, rng = _trained({"mellowness": mellowness})
+    m, rng = _trained({"mellowness": mellowness, "variant": "elimination"})
     k = m.n_labels
     delta = mellowness * math.log(k * m.t_)
     for _ in range(20):
@@ -102,13 +104,30 @@ def test_the_explorers_draw_uniformly_from_their_sets(variant: str) -> None:
 
 
 def test_only_eligible_labels_are_bounded_and_drawn() -> None:
-    m, rng = _trained({})
+    m, rng = _trained({"variant": "elimination", "mellowness": 0.01})
     eligible = np.array([False, True, False, True])
     for _ in range(30):
         x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features)
         dec = m.decide(x, np.random.default_rng(int(rng.integers(1 << 30))), eligible)
         assert eligible[dec.label] and not dec.probs[~eligible].any()
         assert dec.probs.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("params", [{}, {"bits": 6}])
+def test_all_labels_sensitivities_are_the_rows_sensitivities(params: dict) -> None:
+    """The one-pass kernel gives each label's row's vw_sensitivity bit for bit (exact and hashed
+    columns)."""
+    m, rng = _trained(params)
+    k = m.n_labels
+    for _ in range(20):
+        x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features)
+        idx, val = m._expand(x)
+        p = rng.random(k)
+        lo, hi = label_sensitivities(m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5)
+        for a in range(k):
+            cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
+            assert lo[a] == vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, p[a], -1.0, 0.5)
+            assert hi[a] == vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, p[a], 2.0, 0.5)
 
 
 def test_it_learns_as_squarecb_sgd_unweighted() -> None:

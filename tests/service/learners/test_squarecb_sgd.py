@@ -27,28 +27,31 @@ def _mix(z: int) -> int:
 
 
 def _vw_textbook(
-    w: np.ndarray, g2: np.ndarray, scale: np.ndarray, totals: np.ndarray, x: dict[int, float], y: float,
-    eta: float, h: float,
+    w: np.ndarray, g2: np.ndarray, scale: np.ndarray, totals: np.ndarray, x: list[tuple[int, float]],
+    y: float, eta: float, h: float,
 ) -> None:  # fmt: skip
     """VW's gd step (gd.cc, power_t 0.5, adaptive, normalised, invariant) written out in Python,
-    the prediction clipped to [0, 1]."""
-    p = min(max(sum(w[i] * v for i, v in x.items()), 0.0), 1.0)
+    the prediction clipped to [0, 1]; ``x`` lists (column, value) entries, a column possibly twice
+    (a hash collision), each entry a feature of its own as in VW's loops over an example."""
+    p = min(max(sum(w[i] * v for i, v in x), 0.0), 1.0)
     if p == y:
         return
-    for i, v in x.items():
+    norm, q = 0.0, 0.0
+    for i, v in x:
         g2[i] += h * 4 * (p - y) ** 2 * v * v
         if abs(v) > scale[i]:
             if scale[i] > 0:
                 w[i] *= scale[i] / abs(v)
             scale[i] = abs(v)
-    totals[0] += h * sum((v / scale[i]) ** 2 for i, v in x.items())
+        norm += (v / scale[i]) ** 2
+        q += v * v / (math.sqrt(g2[i]) * scale[i])
+    totals[0] += h * norm
     totals[1] += h
     m = math.sqrt(totals[1] / totals[0])
-    rate = {i: 1 / (math.sqrt(g2[i]) * scale[i]) for i in x}
-    q = m * sum(v * v * rate[i] for i, v in x.items())
+    q *= m
     u = 2 * eta * h * (y - p) if eta * h * q < 1e-6 else (y - p) * (1 - math.exp(-2 * eta * h * q)) / q
-    for i, v in x.items():
-        w[i] += m * u * v * rate[i]
+    for i, v in x:
+        w[i] += m * u * v / (math.sqrt(g2[i]) * scale[i])
 
 
 def _expanded(x: np.ndarray, pairs: bool, squares: bool = False) -> list[tuple[int, float]]:
@@ -72,15 +75,12 @@ def _expanded(x: np.ndarray, pairs: bool, squares: bool = False) -> list[tuple[i
 
 
 def _column(j: int, a: int, k: int, size: int, exact: bool) -> int:
-    return j * k + a if exact else _mix(j * k + a) % size
+    return j * k + a if exact else (_mix(j) % size + a) % size
 
 
-def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, interactions: str) -> dict[int, float]:
-    row: dict[int, float] = {}
-    for j, v in _expanded(x, interactions != "none", interactions == "quadratic"):
-        c = _column(j, a, k, size, exact)
-        row[c] = row.get(c, 0.0) + v
-    return row
+def _row(x: np.ndarray, a: int, k: int, size: int, exact: bool, interactions: str) -> list[tuple[int, float]]:
+    z = _expanded(x, interactions != "none", interactions == "quadratic")
+    return [(_column(j, a, k, size, exact), v) for j, v in z]
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_scores_and_updates_equal_the_textbook_table(params: dict, exact: bool) 
     ids = DecisionIds.for_seed(0)
     for _ in range(200):
         x = (rng.random(d) < 0.6) * rng.normal(size=d) * rng.choice([0.5, 3.0])
-        cost = [sum(w[c] * v for c, v in _row(x, a, k, size, exact, inter).items()) for a in range(k)]
+        cost = [sum(w[c] * v for c, v in _row(x, a, k, size, exact, inter)) for a in range(k)]
         want = 1 - np.clip(cost, 0, 1)  # the cost is regressed: rewards 1 - clipped cost
         np.testing.assert_allclose(m.scores(x), want, rtol=1e-12, atol=1e-12)
         dec = m.decide(x, decision_rng(ids.new()))
@@ -150,12 +150,12 @@ def test_the_regression_step_equals_the_textbook_step() -> None:
     arrays = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
     oracle = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
     for _ in range(300):
-        idx = np.unique(rng.integers(0, n, 5))
+        idx = rng.integers(0, n, 5)  # columns may repeat (hash collisions)
         val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
         y = float(rng.random() < 0.3)
         h = float(rng.choice([0.25, 1.0, 40.0]))
         vw_update(*arrays, idx, val, y, 0.5, h, 0.0, 1.0)
-        _vw_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
+        _vw_textbook(*oracle, list(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
     for got, want in zip(arrays, oracle, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
