@@ -141,7 +141,7 @@ class RegCBSGD(SquareCBSGD):
         delta = self.params.mellowness * math.log(k * t) if t > 0 else -math.inf
         s_lo, s_hi = label_sensitivities(
             self.g2_, self.scale_, self.totals_, idx, val, k, self._exact, costs,
-            lo_c - 1.0, hi_c + 1.0, self.params.eta,
+            lo_c - 1.0, hi_c + 1.0, self.params.eta, self.params.variant == "elimination",
         )  # fmt: skip
         lower = np.full(k, np.inf)
         upper = np.full(k, np.inf)

@@ -180,7 +180,7 @@ def vw_sensitivity(
 
 @kernel(
     "Tuple((float64[::1], float64[::1]))(float64[::1], float64[::1], float64[::1], int64[::1], float64[::1],"
-    " int64, boolean, float64[::1], float64, float64, float64)"
+    " int64, boolean, float64[::1], float64, float64, float64, boolean)"
 )
 def label_sensitivities(
     g2: np.ndarray,
@@ -194,10 +194,11 @@ def label_sensitivities(
     y_lo: float,
     y_hi: float,
     eta: float,
+    both: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`vw_sensitivity` of every label's row (predictions ``p``) towards ``y_lo`` and towards
-    ``y_hi``, in one pass over ``z``: the same sums in the same order as K calls on
-    :func:`label_row`'s rows, so the same bits, without K rows built."""
+    """:func:`vw_sensitivity` of every label's row (predictions ``p``) towards ``y_lo`` and, with
+    ``both``, towards ``y_hi`` (else zeros), in one pass over ``z``: the same sums in the same
+    order as K calls on :func:`label_row`'s rows, so the same bits, without K rows built."""
     mask = g2.size - 1
     norm = np.zeros(k)
     q_lo = np.zeros(k)
@@ -215,7 +216,8 @@ def label_sensitivities(
             s = max(scale[i], abs(v))
             norm[a] += x2 / (s * s)
             q_lo[a] += x2 / (math.sqrt(g2[i] + gs_lo[a] * x2) * s)
-            q_hi[a] += x2 / (math.sqrt(g2[i] + gs_hi[a] * x2) * s)
+            if both:
+                q_hi[a] += x2 / (math.sqrt(g2[i] + gs_hi[a] * x2) * s)
     out_lo = np.empty(k)
     out_hi = np.empty(k)
     for a in range(k):

@@ -123,7 +123,13 @@ def test_all_labels_sensitivities_are_the_rows_sensitivities(params: dict) -> No
         x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features)
         idx, val = m._expand(x)
         p = rng.random(k)
-        lo, hi = label_sensitivities(m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5)
+        lo, hi = label_sensitivities(
+            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, True
+        )
+        lo_only, zeros = label_sensitivities(
+            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, False
+        )
+        assert np.array_equal(lo_only, lo) and not zeros.any()
         for a in range(k):
             cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
             assert lo[a] == vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, p[a], -1.0, 0.5)
