@@ -311,7 +311,7 @@ def _pairs(system: System) -> bool:
     """Whether the system learns every pairwise product of the input (its work grows as d^2)."""
     if system.learner == "vw":
         return "-q" in system.params.split()
-    return json.loads(system.params).get("interactions") == "pairs"
+    return json.loads(system.params).get("interactions") in ("pairs", "quadratic")
 
 
 def plan_runs(plan: Plan, compared: list[System]) -> list[Run]:

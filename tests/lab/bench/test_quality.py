@@ -311,3 +311,18 @@ def test_bench_quality_quick_writes_its_tables_plot_and_runs_into_bench_dir(
     # the quick runs never touch the committed tables or the committed run store
     assert (DOCS_MD.read_bytes() if DOCS_MD.exists() else None) == before
     assert (quality.STORE.read_bytes() if quality.STORE.exists() else None) == committed
+
+
+def test_systems_that_learn_pairs_run_last_on_wide_streams() -> None:
+    """A learner with pairs ("pairs", or "quadratic": pairs and squares) or VW with -q costs
+    T d^2 K / 2: its isolet x15 runs come after every cheaper stream, its connect4 runs first."""
+
+    def system(name: str, learner: str, params: str) -> System:
+        return System(name, "ours", "", "", learner, params, "v")
+
+    plain = system("a", "cova", json.dumps({"interactions": "none"}))
+    quad = system("b", "regcb-sgd", json.dumps({"interactions": "quadratic"}))
+    q = system("c", "vw", "--cb_explore_adf --regcb -q ::")
+    assert [quality._pairs(s) for s in (plain, quad, q)] == [False, True, True]
+    runs = quality.plan_runs(Plan(("isolet", "connect4"), (0,), None), [quad])
+    assert [(r.dataset, r.factor) for r in runs] == [("connect4", 1), ("isolet", 1), ("isolet", 15)]
