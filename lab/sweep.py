@@ -120,7 +120,8 @@ VERSION: dict[str, str] = {
     # .2: VW's regression as VW computes it (the rates' square root, one scale, the cost
     # regressed and clipped, mtr's 1 / (K p)): tests/service/learners/test_squarecb_sgd.py
     "squarecb-sgd": "2026-11-28.2",
-    "regcb-sgd": "2026-11-28.1",
+    # .2: bounds from the raw predicted costs, as VW's (tests/service/learners/test_regcb_sgd.py)
+    "regcb-sgd": "2026-11-28.2",
 }
 
 

@@ -296,6 +296,7 @@ class SquareCBSGD(Learner):
     ``learn`` is unchanged (its weight is the served label's probability under the mask).
 
     Ours where beyond the paper: the regressor (VW's, in float64, with the cost range fixed), the
+    gaps taken between clipped predictions (VW's explorer takes its regressor's raw scores), the
     crossing of features with labels and the exact columns of small inputs.
 
     Attributes

@@ -92,7 +92,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("squarecb", "nursery"): ("17cc28b88f087c35", "a2ae1548975a2549"),
     ("squarecb-sgd", "nursery"): ("c8ae914aea6e73dc", "bb16cc5328186b92"),
     ("squarecb-sgd", "car"): ("2f581c07d71f8d78", "346588d44ff6087b"),
-    ("regcb-sgd", "nursery"): ("ddfaec4b72aa1304", "469784634688f334"),
+    ("regcb-sgd", "nursery"): ("bccecac59d78b093", "461ddd2209833f2d"),
     ("regcb-sgd", "car"): ("9cbed624ee208574", "d047b1732ca0d479"),
 }
 

@@ -11,7 +11,7 @@ import pytest
 from service.learners import make_learner
 from service.learners.base import Decision
 from service.learners.regcb_sgd import bound_weight
-from service.learners.squarecb_sgd import label_row, label_sensitivities, vw_sensitivity
+from service.learners.squarecb_sgd import label_row, label_scores, label_sensitivities, vw_sensitivity
 from service.sampling import DecisionIds, decision_rng
 
 
@@ -70,22 +70,28 @@ def test_the_first_round_is_uniform_and_bounds_are_the_predictions(variant: str)
 
 @pytest.mark.parametrize("mellowness", [0.001, 0.1])
 def test_bounds_follow_their_definition(mellowness: float) -> None:
+    """VW's get_cost_ranges: from the raw predicted cost c (unclipped, as VW's scores), the lower
+    bound is 0 when c < 0, else max(c - s w, 0) capped at 1; the upper bound 1 when c > 1, else
+    min(c + s w, 1) floored at 0; s the sensitivity towards -1 (towards 2), w the bound weight."""
     m, rng = _trained({"mellowness": mellowness, "variant": "elimination"})
     k = m.n_labels
     delta = mellowness * math.log(k * m.t_)
-    for _ in range(20):
-        x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features)
+    outside = 0
+    for _ in range(40):
+        x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features) * 3
         lo, hi = m.bounds(x, np.ones(k, bool))
-        costs = m.costs(x)
         idx, val = m._expand(x)
+        raw = label_scores(m.w_, idx, val, k, m._exact)
         for a in range(k):
             cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
-            c = costs[a]
+            c = raw[a]
+            outside += not 0 <= c <= 1
             s = vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, c, -1.0, 0.5)
-            assert lo[a] == min(max(c - s * bound_weight(c + 1, delta, s), 0.0), 1.0)
+            assert lo[a] == (0.0 if c < 0 else min(max(c - s * bound_weight(c + 1, delta, s), 0.0), 1.0))
             s = vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, c, 2.0, 0.5)
-            assert hi[a] == max(min(c + s * bound_weight(2 - c, delta, s), 1.0), 0.0)
-            assert lo[a] <= c <= hi[a]
+            assert hi[a] == (1.0 if c > 1 else max(min(c + s * bound_weight(2 - c, delta, s), 1.0), 0.0))
+            assert lo[a] <= min(max(c, 0), 1) <= hi[a]
+    assert outside > 0  # the raw branches were taken
 
 
 @pytest.mark.parametrize("variant", ["elimination", "optimistic"])
@@ -151,3 +157,52 @@ def test_it_learns_as_squarecb_sgd_unweighted() -> None:
         sq.learn(x, Decision(probs, label), reward)
     for a, b in ((reg.w_, sq.w_), (reg.g2_, sq.g2_), (reg.totals_, sq.totals_)):
         assert np.array_equal(a, b)
+
+
+def _adf_lines(feats: list[str], label: str = "", shown: int = -1) -> list[str]:
+    """VW's text lines of one multi-line example: action a's features and intercept, the label on
+    the shown action's line."""
+    return [f"{label if a == shown else ''}| {f} a{a}c:1" for a, f in enumerate(feats)]
+
+
+def _agreement_with_vw(ours_mellowness: float, rounds: int = 300) -> float:
+    """Share of rounds where our elimination's distribution equals VW's ``--cb_explore_adf --regcb``
+    (mellowness 0.1) on the same stream: each action's example carries its own copies of the
+    features and an intercept (VW's weights for it are then ours for the label, no collisions), both
+    learn the same uniformly drawn action's cost."""
+    vowpalwabbit = pytest.importorskip("vowpalwabbit")
+    k, d = 3, 4
+    vw = vowpalwabbit.Workspace("--cb_explore_adf --regcb --mellowness 0.1 --noconstant --quiet")
+    params = {"variant": "elimination", "mellowness": ours_mellowness, "interactions": "none"}
+    m = make_learner("regcb-sgd", d, k, params, seed=0)
+    rng = np.random.default_rng(0)
+    teacher = rng.normal(size=(d, k))
+    agree = 0
+    for _ in range(rounds):
+        x = (rng.random(d) < 0.7) * rng.normal(size=d)
+        feats = [" ".join(f"a{a}f{j}:{x[j]:.17g}" for j in range(d) if x[j] != 0) for a in range(k)]
+        examples = vw.parse(_adf_lines(feats))
+        pmf = np.array(vw.predict(examples))
+        vw.finish_example(examples)
+        lo, hi = m.bounds(x, np.ones(k, bool))
+        keep = lo <= hi.min()
+        agree += bool(np.allclose(pmf, keep / keep.sum(), atol=1e-6))
+        a = int(rng.integers(k))
+        cost = float(a != int(np.argmax(x @ teacher)))
+        examples = vw.parse(_adf_lines(feats, f"0:{cost}:{1 / k} ", a))
+        vw.learn(examples)
+        vw.finish_example(examples)
+        m.learn(x, Decision(np.full(k, 1 / k), a), cost == 0.0)
+    vw.finish()
+    return agree / rounds
+
+
+def test_without_pairs_the_explorer_tracks_vws_regcb() -> None:
+    """Against VW itself: at VW's own mellowness our elimination draws from VW's distribution in most
+    rounds (the misses are early rounds, not understood), and far more often than at a tenth of it,
+    so the bounds are VW's in scale. With -q :: VW's bounds come out narrower than ours (at 0.1 VW
+    matches ours near 0.01 on such a stream; on car and dna VW errs 0.10 and 0.08 where ours errs
+    0.20 and 0.53): not found why, so RegCB-SGD's mellowness is tuned (lab/sweep.py)."""
+    at_vws = _agreement_with_vw(0.1)
+    assert at_vws >= 0.85
+    assert at_vws > _agreement_with_vw(0.01) + 0.1
