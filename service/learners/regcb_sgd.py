@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field
 
 from service.features import SparseVector
-from service.learners.base import Decision, Params, as_mask, learners
+from service.learners.base import Decision, Params, as_mask, learners, sample
 from service.learners.squarecb_sgd import (
     COST_RANGE,
     SquareCBSGD,
@@ -97,7 +97,7 @@ class RegCBSGD(SquareCBSGD):
     VW's bounds take its regressor's scores). Round t (``t`` events applied),
     ``delta = c_0 log(K t)`` (minus infinity at ``t = 0``: every bound is the prediction). Label
     ``a``'s lower bound: 0 if ``c_a < 0``, else with the sensitivity ``s`` of its row towards the
-    fake cost -1 (:func:`service.learners.squarecb_sgd.vw_sensitivity`) and
+    fake cost -1 (:func:`service.learners.squarecb_sgd.label_sensitivities`) and
     ``w = bound_weight(c_a + 1, delta, s)``, ``max(c_a - s w, 0)`` capped at 1; its upper bound
     likewise towards 2 (1 if ``c_a > 1``, else ``min(c_a + s w, 1)`` floored at 0). Elimination:
     uniform over the labels whose lower bound is at most the smallest upper bound; optimistic:
@@ -176,8 +176,7 @@ class RegCBSGD(SquareCBSGD):
         else:
             keep = allowed & (lower == lower[allowed].min())
         probs = keep / keep.sum()
-        label = int(np.flatnonzero(keep)[min(int(rng.random() * keep.sum()), keep.sum() - 1)])
-        return Decision(probs, label, {} if mask is None else {"eligible": mask})
+        return Decision(probs, sample(probs, rng), {} if mask is None else {"eligible": mask})
 
     def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool | float) -> None:
         self._step(x, decision.label, reward, 1.0 / self.n_labels)

@@ -151,34 +151,6 @@ def vw_update(
 
 
 @kernel(
-    "float64(float64[::1], float64[::1], float64[::1], int64[::1], float64[::1], float64, float64, float64)"
-)
-def vw_sensitivity(
-    g2: np.ndarray,
-    scale: np.ndarray,
-    totals: np.ndarray,
-    idx: np.ndarray,
-    val: np.ndarray,
-    p: float,
-    y: float,
-    eta: float,
-) -> float:
-    """How far one unit of importance weight would move the prediction ``p`` of the row
-    ``(idx, val)`` towards ``y``: VW's stateless ``gd`` sensitivity (``eta`` times step 2-3 of
-    :func:`vw_update` with weight 1, on copies), which RegCB's confidence bounds search over."""
-    gs = 4.0 * (p - y) * (p - y)
-    norm_x = 0.0
-    q = 0.0
-    for t in range(idx.size):
-        i, v = idx[t], val[t]
-        x2 = v * v
-        s = max(scale[i], abs(v))
-        norm_x += x2 / (s * s)
-        q += x2 / (math.sqrt(g2[i] + gs * x2) * s)
-    return eta * q * math.sqrt((totals[1] + 1.0) / (totals[0] + norm_x))
-
-
-@kernel(
     "Tuple((float64[::1], float64[::1]))(float64[::1], float64[::1], float64[::1], int64[::1], float64[::1],"
     " int64, boolean, float64[::1], float64, float64, float64, boolean)"
 )
@@ -196,9 +168,13 @@ def label_sensitivities(
     eta: float,
     both: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`vw_sensitivity` of every label's row (predictions ``p``) towards ``y_lo`` and, with
-    ``both``, towards ``y_hi`` (else zeros), in one pass over ``z``: the same sums in the same
-    order as K calls on :func:`label_row`'s rows, so the same bits, without K rows built."""
+    """How far one unit of importance weight would move each label's prediction ``p[a]`` of its row
+    towards ``y_lo`` and, with ``both``, towards ``y_hi`` (else zeros), in one pass over ``z``
+    without building the K rows: VW's stateless ``gd`` sensitivity, which RegCB's confidence
+    bounds search over. It is ``eta`` times steps 2-3 of :func:`vw_update` with weight 1 on
+    copies: ``eta m sum_i x_i^2 / (sqrt(g2_i + 4 (p - y)^2 x_i^2) s_i)`` with ``s_i`` the scale
+    raised to ``|x_i|`` if lower and ``m = sqrt((totals[1] + 1) / (totals[0] + sum_i x_i^2 / s_i^2))``.
+    Nothing stored changes."""
     mask = g2.size - 1
     norm = np.zeros(k)
     q_lo = np.zeros(k)

@@ -11,7 +11,7 @@ import pytest
 from service.learners import make_learner
 from service.learners.base import Decision
 from service.learners.regcb_sgd import bound_weight
-from service.learners.squarecb_sgd import label_row, label_scores, label_sensitivities, vw_sensitivity
+from service.learners.squarecb_sgd import label_scores, label_sensitivities
 from service.sampling import DecisionIds, decision_rng
 
 
@@ -82,13 +82,14 @@ def test_bounds_follow_their_definition(mellowness: float) -> None:
         lo, hi = m.bounds(x, np.ones(k, bool))
         idx, val = m._expand(x)
         raw = label_scores(m.w_, idx, val, k, m._exact)
+        s_lo, s_hi = label_sensitivities(
+            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, raw, -1.0, 2.0, 0.5, True
+        )
         for a in range(k):
-            cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
-            c = raw[a]
+            c, s = raw[a], s_lo[a]
             outside += not 0 <= c <= 1
-            s = vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, c, -1.0, 0.5)
             assert lo[a] == (0.0 if c < 0 else min(max(c - s * bound_weight(c + 1, delta, s), 0.0), 1.0))
-            s = vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, c, 2.0, 0.5)
+            s = s_hi[a]
             assert hi[a] == (1.0 if c > 1 else max(min(c + s * bound_weight(2 - c, delta, s), 1.0), 0.0))
             assert lo[a] <= min(max(c, 0), 1) <= hi[a]
     assert outside > 0  # the raw branches were taken
@@ -117,29 +118,6 @@ def test_only_eligible_labels_are_bounded_and_drawn() -> None:
         dec = m.decide(x, np.random.default_rng(int(rng.integers(1 << 30))), eligible)
         assert eligible[dec.label] and not dec.probs[~eligible].any()
         assert dec.probs.sum() == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize("params", [{}, {"bits": 6}])
-def test_all_labels_sensitivities_are_the_rows_sensitivities(params: dict) -> None:
-    """The one-pass kernel gives each label's row's vw_sensitivity bit for bit (exact and hashed
-    columns)."""
-    m, rng = _trained(params)
-    k = m.n_labels
-    for _ in range(20):
-        x = (rng.random(m.n_features) < 0.5) * rng.normal(size=m.n_features)
-        idx, val = m._expand(x)
-        p = rng.random(k)
-        lo, hi = label_sensitivities(
-            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, True
-        )
-        lo_only, zeros = label_sensitivities(
-            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, False
-        )
-        assert np.array_equal(lo_only, lo) and not zeros.any()
-        for a in range(k):
-            cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
-            assert lo[a] == vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, p[a], -1.0, 0.5)
-            assert hi[a] == vw_sensitivity(m.g2_, m.scale_, m.totals_, cols, vals, p[a], 2.0, 0.5)
 
 
 def test_it_learns_as_squarecb_sgd_unweighted() -> None:

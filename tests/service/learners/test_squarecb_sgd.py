@@ -12,7 +12,7 @@ import pytest
 from service.config import ModelSpec, Settings
 from service.features import SparseVector
 from service.learners import make_learner
-from service.learners.squarecb_sgd import SquareCBSGD, vw_sensitivity, vw_update
+from service.learners.squarecb_sgd import SquareCBSGD, label_row, label_sensitivities, vw_update
 from service.runtime import BudgetError, check_event_budget
 from service.sampling import DecisionIds, decision_rng
 
@@ -160,31 +160,56 @@ def test_the_regression_step_equals_the_textbook_step() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
 
-def test_the_sensitivity_is_the_step_of_a_unit_weight_on_copies() -> None:
-    """VW's stateless sensitivity: eta times the multiplier times sum x^2 rate, with AdaGrad's sum,
-    the scales and the totals as one unit-weight step towards y would leave them, and nothing
-    stored changes."""
+def _sensitivity_textbook(
+    g2: np.ndarray, scale: np.ndarray, totals: np.ndarray, x: list[tuple[int, float]], p: float, y: float,
+    eta: float,
+) -> float:  # fmt: skip
+    """VW's stateless sensitivity (gd.cc, get_pred_per_update on a shadow copy, times eta): each
+    entry's AdaGrad sum and scale as a unit-weight step towards y would leave them, copied afresh
+    from the table per entry (a repeated column does not accumulate), and the totals with weight 1."""
+    gs = 4 * (p - y) ** 2
+    norm, q = 0.0, 0.0
+    for i, v in x:
+        s = max(scale[i], abs(v))
+        norm += (v / s) ** 2
+        q += v * v / (math.sqrt(g2[i] + gs * v * v) * s)
+    return eta * q * math.sqrt((totals[1] + 1) / (totals[0] + norm))
+
+
+@pytest.mark.parametrize("params", [{}, {"bits": 6}])
+def test_every_labels_sensitivity_is_vws_on_its_row(params: dict) -> None:
+    """label_sensitivities against the textbook on each label's row (exact and hashed columns,
+    collisions included), towards both fake labels; nothing stored changes."""
+    m = make_learner("squarecb-sgd", 6, 4, params, seed=0)
     rng = np.random.default_rng(4)
-    n = 10
-    w, g2, scale, totals = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(2)
-    for _ in range(50):
-        idx = np.unique(rng.integers(0, n, 4))
-        y = float(rng.random() < 0.5)
-        vw_update(w, g2, scale, totals, idx, rng.normal(size=idx.size), y, 0.5, 0.3, 0.0, 1.0)
-    idx = np.array([1, 4, 9], np.int64)
-    val = np.array([0.5, -3.0, 2.0])
-    before = [a.copy() for a in (g2, scale, totals)]
-    p, y = 0.3, -1.0
-    g, s, norm = g2.copy(), scale.copy(), 0.0
-    for i, v in zip(idx, val, strict=True):
-        g[i] += 4 * (p - y) ** 2 * v * v
-        s[i] = max(s[i], abs(v))
-        norm += (v / s[i]) ** 2
-    m = math.sqrt((totals[1] + 1) / (totals[0] + norm))
-    want = 0.5 * m * sum(v * v / (math.sqrt(g[i]) * s[i]) for i, v in zip(idx, val, strict=True))
-    assert vw_sensitivity(g2, scale, totals, idx, val, p, y, 0.5) == pytest.approx(want, rel=1e-12)
-    for a, b in zip((g2, scale, totals), before, strict=True):
-        assert np.array_equal(a, b)
+    ids = DecisionIds.for_seed(0)
+    for _ in range(200):
+        x = (rng.random(6) < 0.6) * rng.normal(size=6) * rng.choice([0.5, 3.0])
+        m.learn(x, m.decide(x, decision_rng(ids.new())), bool(rng.random() < 0.4))
+    k = m.n_labels
+    for _ in range(20):
+        x = (rng.random(6) < 0.6) * rng.normal(size=6) * 3
+        idx, val = m._expand(x)
+        p = rng.normal(size=k)
+        before = [a.copy() for a in (m.g2_, m.scale_, m.totals_)]
+        lo, hi = label_sensitivities(
+            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, True
+        )
+        lo_only, zeros = label_sensitivities(
+            m.g2_, m.scale_, m.totals_, idx, val, k, m._exact, p, -1.0, 2.0, 0.5, False
+        )
+        assert np.array_equal(lo_only, lo) and not zeros.any()
+        for a in range(k):
+            cols, vals = label_row(idx, val, k, a, m.w_.size, m._exact)
+            row = list(zip(cols.tolist(), vals.tolist(), strict=True))
+            assert lo[a] == pytest.approx(
+                _sensitivity_textbook(m.g2_, m.scale_, m.totals_, row, p[a], -1.0, 0.5), rel=1e-12
+            )
+            assert hi[a] == pytest.approx(
+                _sensitivity_textbook(m.g2_, m.scale_, m.totals_, row, p[a], 2.0, 0.5), rel=1e-12
+            )
+        for got, want in zip((m.g2_, m.scale_, m.totals_), before, strict=True):
+            assert np.array_equal(got, want)
 
 
 def test_sparse_input_learns_the_same_bits_as_dense() -> None:
