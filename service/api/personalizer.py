@@ -9,7 +9,9 @@ Personalizer's REST reference, checked by those clients (tests/service/api/test_
 
 Paths (all ``POST``), each under two prefixes: none, for the default model (``runtime.get(None)``:
 ``CLICKBOOST_DEFAULT_MODEL``, else the demo model, else the only model), and ``/loops/{name}`` for
-model ``name`` (one server, many learning loops). ``{v}`` is one of :data:`API_VERSIONS`; the paths
+model ``name`` (one server, many learning loops); the root paths on a server with no default model
+answer 404 naming both ways (:data:`NO_DEFAULT_MODEL`), and any other path under ``/personalizer/``
+a 404 in Personalizer's shape (:data:`NO_ROUTE`). ``{v}`` is one of :data:`API_VERSIONS`; the paths
 without it are those of ``azure-ai-personalizer`` (which adds ``?api-version=2022-09-01-preview``):
 
 - ``/personalizer/{v}/rank`` and ``/personalizer/rank``;
@@ -22,9 +24,10 @@ The mapping:
 
 - ``contextFeatures`` (a list of objects) become named features (:func:`context_features`), so the
   model must hash named features (``hashing_bits``);
-- ``actions[].id`` are the model's labels (an unknown id: 400 naming it); the request's actions less
-  ``excludedActions`` are the eligible labels of the decision; action features are accepted and
-  ignored (no clickboost learner scores actions by their features yet);
+- on a label model ``actions[].id`` are the model's labels (an unknown id: 400 naming it) and the
+  action features are not read; on an action-feature model (``"actions": "features"``) any ids are
+  taken and each action's ``features`` (flattened as ``contextFeatures``) are scored; the request's
+  actions less ``excludedActions`` are the eligible ones of the decision;
 - the answer's ``ranking`` lists every action with its probability, the eligible ones most probable
   first (ties in label order), then the excluded ones with probability 0; ``rewardActionId`` is
   the sampled label; the first action not excluded (a multi-slot rank: the slot's
@@ -76,6 +79,17 @@ API_VERSIONS = ("v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3")
 MULTISLOT_VERSIONS = API_VERSIONS[1:]
 #: The prefix of a named model's paths: the client's endpoint is ``http://host:port/loops/NAME``.
 LOOP_PREFIX = "/loops/{name}"
+#: The answer of the root endpoint when the server has no default model (several models, none named).
+NO_DEFAULT_MODEL = (
+    "this endpoint serves the default model, and the server has none: set CLICKBOOST_DEFAULT_MODEL=NAME "
+    "on the server, or give the client the endpoint http://HOST:PORT/loops/NAME to rank with model NAME"
+)
+#: The answer of a path under /personalizer/ that is none of the routes (an endpoint given with
+#: /personalizer/v1.0 at its end, for one: the client adds that part itself).
+NO_ROUTE = (
+    "no Personalizer route at {path}: give the client the endpoint without /personalizer/... "
+    "(http://HOST:PORT, or http://HOST:PORT/loops/NAME); the client adds the API's paths itself"
+)
 REWARD_RULE = (
     "clickboost learns rewards in [0, 1]; map a Personalizer reward r in [-1, 1] to (r + 1) / 2 "
     "before sending it"
@@ -273,6 +287,8 @@ def _one_slot(field: str, items: list[S]) -> S:
 def _check_version(request: Request, multislot: bool) -> None:
     version = request.path_params.get("version")
     served = MULTISLOT_VERSIONS if multislot else API_VERSIONS
+    if version == "personalizer":  # an endpoint given with /personalizer at its end
+        raise PersonalizerError(404, NO_ROUTE.format(path=request.url.path))
     if version is not None and version not in served:
         what = "multi-slot API" if multislot else "API"
         message = f"unknown Personalizer {what} version {version!r}; served: {', '.join(served)}"
@@ -341,7 +357,14 @@ def _personalizer_errors(endpoint: Endpoint) -> Endpoint:
 async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
     """The runtime and the model the path names (the default model without ``/loops/{name}``)."""
     runtime: Runtime = request.app.state.runtime
-    m = await runtime.resolve(request.path_params.get("name"))
+    name = request.path_params.get("name")
+    try:
+        m = await runtime.resolve(name)
+    except UnknownModelError:
+        if name is not None or runtime.settings.default_model is not None:
+            raise
+        # the root endpoint on a server of several models: say how to name one (issue 51)
+        raise PersonalizerError(404, NO_DEFAULT_MODEL) from None
     if m.spec.hashing_bits is None:
         raise PersonalizerError(
             400,
@@ -499,6 +522,12 @@ def _add(router: APIRouter, path: str, endpoint: Endpoint) -> None:
             )
 
 
+async def no_route(request: Request) -> Response:
+    """Any other path under ``/personalizer/``: 404 in Personalizer's shape, naming the endpoint to
+    give (FastAPI's ``{"detail": "Not Found"}`` would reach the clients as an unreadable error)."""
+    return PersonalizerError(404, NO_ROUTE.format(path=request.url.path)).response()
+
+
 router = APIRouter(tags=["personalizer"])
 # Multi-slot first: "/personalizer/multislot/rank" would otherwise match "/personalizer/{version}/rank".
 _add(router, "/multislot/rank", rank_multi_slot)
@@ -507,3 +536,8 @@ _add(router, "/multislot/events/{eventId}/activate", activate_multi_slot)
 _add(router, "/rank", rank)
 _add(router, "/events/{eventId}/reward", reward)
 _add(router, "/events/{eventId}/activate", activate)
+# Last: only what no route above matched.
+for _prefix in ("", LOOP_PREFIX):
+    router.add_api_route(
+        f"{_prefix}/personalizer/{{rest:path}}", no_route, methods=["POST"], include_in_schema=False
+    )

@@ -393,7 +393,7 @@ async def test_an_event_id_seeds_the_sampling(models_file: Path) -> None:
 async def test_root_paths_without_a_default_model(models_file: Path) -> None:
     async with app_client(make_app(config_file=models_file)) as client:
         r = await client.post("/personalizer/v1.0/rank", json=rank_body(GROCERY))
-        assert is_error(r, 404, "ResourceNotFound", "no model given and no default model")
+        assert is_error(r, 404, "ResourceNotFound", "set CLICKBOOST_DEFAULT_MODEL")
         r = await client.post("/loops/grocery/personalizer/v1.0/rank", json=rank_body(GROCERY))
         assert r.status_code == 201
 
