@@ -46,7 +46,6 @@ KERNEL_MODULES = (
     "learners/booster_kernels.py",
     "learners/cova_adf.py",
     "learners/squarecb.py",
-    "learners/squarecb_adf.py",
     "learners/squarecb_sgd.py",
     "learners/weak/family_kernels.py",
     "learners/weak/forest_kernels.py",

@@ -1,92 +1,33 @@
-"""SquareCB over candidate actions with features (issue 39): inverse gap weighting over an online
-normalised adaptive SGD regression of the reward on each candidate's row.
+"""SquareCB over candidate actions with features (issues 39 and 50): Vowpal Wabbit's
+``--cb_explore_adf --squarecb`` on VW's own regressor.
 
-Foster & Rakhlin (ICML 2020) reduce contextual bandits to online square-loss regression; Vowpal
-Wabbit's ``--cb_explore_adf --squarecb`` runs that reduction over its default regressor, SGD with
-adaptive (AdaGrad), normalised (Ross, Mineiro & Langford 2013) and importance-invariant
-(Karampatziakis & Langford 2011) updates. This learner does the same over the rows of
-:mod:`service.actions`, with the regression of :func:`nag_update` (ours where it departs from VW's
-``gd.cc``: float64 weights, the prediction not clipped to the labels' range, rewards rather than
-costs, and the normalised rates of the NAG paper, where VW at ``--power_t 0.5`` takes the square
-root of the multiplier and one power of the scale; :func:`service.learners.squarecb_sgd.vw_update`
-is VW's own, found in issue 41, which this learner has not been re-tuned for).
+Foster & Rakhlin (ICML 2020) reduce contextual bandits to online square-loss regression; VW's
+``--cb_explore_adf --squarecb`` runs that reduction over its default regressor (``gd.cc``: adaptive,
+normalised and importance-invariant SGD), regressing each shown action's cost with ``--cb_type mtr``.
+This learner does the same over the rows of :mod:`service.actions` (which hold what VW's ``-q``
+between a shared context namespace and an action namespace holds: the constant, the context's and
+the action's own features and their products), with VW's regression step
+:func:`service.learners.squarecb_sgd.vw_update` (checked against the ``vowpalwabbit`` package
+itself: tests/service/learners/test_squarecb_adf.py). Normalised updates make it learn the same
+from a feature whatever its unit (Ross, Mineiro & Langford 2013): a price in cents or in dollars.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from service._jit_cache import kernel
 from service.actions import ActionInput, row_scores
 from service.learners.action_base import ActionLearner
 from service.learners.base import Decision, Params, learners
 from service.learners.squarecb import igw_decision
+from service.learners.squarecb_sgd import COST_RANGE, vw_update
 
-
-@kernel(
-    "void(float64[::1], float64[::1], float64[::1], float64[::1], int64[:], float64[:], float64, float64,"
-    " float64)"
-)
-def nag_update(
-    w: np.ndarray,
-    g2: np.ndarray,
-    scale: np.ndarray,
-    totals: np.ndarray,
-    idx: np.ndarray,
-    val: np.ndarray,
-    y: float,
-    eta: float,
-    h: float,
-) -> None:
-    """One square-loss step of normalised adaptive invariant SGD (after VW's ``gd.cc``, with the NAG
-    paper's rates: see the module docstring) towards ``y`` on the row ``(idx, val)`` with importance
-    weight ``h`` (1: an unweighted row, the same bits as without the weight).
-
-    1. Normalisation (Ross, Mineiro & Langford 2013, NAG): each column keeps the largest ``|x_i|``
-       seen, ``scale_i``; when a row exceeds it, ``w_i`` is scaled by ``scale_i / |x_i|`` first.
-       ``totals = [sum of h ||x / scale||^2 over rows, sum of h]``.
-    2. The prediction ``p = <w, x>`` and the gradient ``g = 2 (p - y)``; nothing moves when ``p = y``.
-    3. AdaGrad (Duchi, Hazan & Singer 2011): ``g2_i += h (g x_i)^2``; a column's rate is
-       ``1 / (sqrt(g2_i) scale_i^2)``.
-    4. The importance-invariant step of the square loss (Karampatziakis & Langford 2011), with
-       ``eta_t = eta rows / sum ||x / scale||^2`` and the row's sensitivity ``s = sum x_i^2 rate_i``:
-       ``w_i += (y - p) (1 - exp(-2 eta_t h s)) / s * x_i rate_i`` (``2 eta_t h (y - p)`` in
-       place of the fraction when ``eta_t h s < 1e-6``, its limit).
-    """
-    norm_x = 0.0
-    for t in range(idx.size):
-        i, v = idx[t], abs(val[t])
-        if v > scale[i]:
-            if scale[i] > 0.0:
-                w[i] *= scale[i] / v
-            scale[i] = v
-        norm_x += (v / scale[i]) * (v / scale[i])
-    totals[0] += h * norm_x
-    totals[1] += h
-    p = 0.0
-    for t in range(idx.size):
-        p += w[idx[t]] * val[t]
-    if p == y:
-        return
-    g = 2.0 * (p - y)
-    sens = 0.0
-    for t in range(idx.size):
-        i, v = idx[t], val[t]
-        g2[i] += ((g * v) * (g * v)) * h
-        sens += v * v / (math.sqrt(g2[i]) * scale[i] * scale[i])
-    eta_t = eta * totals[1] / totals[0]
-    eta_h = eta_t * h
-    if eta_h * sens < 1e-6:
-        step = 2.0 * eta_h * (y - p)
-    else:
-        step = (y - p) * (1.0 - math.exp(-2.0 * eta_h * sens)) / sens
-    for t in range(idx.size):
-        i, v = idx[t], val[t]
-        w[i] += step * v / (math.sqrt(g2[i]) * scale[i] * scale[i])
+#: The column of the rows' constant entry (1 x 1): the pair of ids (0, 0) hashes to 0
+#: (:func:`service.actions.action_rows`; SplitMix64's finaliser maps 0 to 0).
+CONSTANT_COLUMN = 0
 
 
 class SquareCBADFParams(Params):
@@ -95,14 +36,14 @@ class SquareCBADFParams(Params):
     Parameters
     ----------
     gamma_scale, gamma_exponent : float, default 10 and 0.5
-        ``gamma_t = gamma_scale t^gamma_exponent``, ``t`` the events applied plus one (Vowpal
-        Wabbit's ``--gamma_scale`` and ``--gamma_exponent`` and their defaults). Larger: greedier.
+        ``gamma_t = gamma_scale t^gamma_exponent``, ``t`` the events learned (VW's
+        ``--gamma_scale`` and ``--gamma_exponent`` and their defaults). Larger: greedier.
     eta : float, default 0.5
         The regression's learning rate (VW's ``-l``, default 0.5).
     context_pairs : int, default 0
         Most context non-zeros for which the rows also get every context pair times the action's
-        features and the constant (:func:`service.actions.action_rows`; ours, as ``cova-adf``'s).
-        0: none.
+        features and the constant (``c_i c_j a_k``, :func:`service.actions.action_rows`; VW offers
+        the like as ``--interactions uua``). 0: none.
     """
 
     gamma_scale: float = Field(10.0, gt=0.0)
@@ -115,35 +56,41 @@ class SquareCBADFParams(Params):
 
 @learners.register("squarecb-adf")
 class SquareCBADF(ActionLearner):
-    """SquareCB over candidate actions (ours as a service learner; Foster & Rakhlin 2020 with VW's
-    ``--cb_explore_adf --squarecb`` regressor).
+    """SquareCB over candidate actions on VW's regressor (ours as a service learner; Foster & Rakhlin
+    2020 as VW's ``--cb_explore_adf --squarecb`` runs it).
 
-    Decide: each candidate's predicted reward ``r_a = <w, row_a>`` (:mod:`service.actions`), the
-    greedy candidate ``b`` (first maximiser) and ``p(a) = 1 / (n + gamma_t (r_b - r_a))`` for
-    ``a != b``, the rest on ``b`` (:func:`service.learners.squarecb.igw_scores`); sample. Learn:
-    one step of the regression towards the reward on the shown candidate's row
-    (:func:`nag_update`); no probability is needed. Graded rewards are learned as they are
-    (``graded = True``).
+    Decide: each candidate's predicted cost ``c_a = <w, row_a>`` (:mod:`service.actions`, the rows
+    with their context-only block, as VW's shared features are in every action's line), the greedy
+    candidate ``b`` (first minimiser), ``p(a) = 1 / (n + gamma_t (c_a - c_b))`` for ``a != b``
+    and the rest on ``b`` (:func:`service.learners.squarecb.igw_scores`), ``gamma_t`` with ``t``
+    the events learned (VW's counter: the first decision is uniform); sample. The gaps are taken
+    between the raw predictions, as VW's explorer takes them.
+
+    Learn: one step of VW's regression (:func:`service.learners.squarecb_sgd.vw_update`, its
+    prediction clipped to the costs' range [0, 1]) towards the cost ``1 - reward`` on the shown
+    candidate's row, from zero weights (every candidate starts at cost 0: VW's optimism), with
+    VW's ``mtr`` importance weight: ``--squarecb`` sets the probability to 1, so the weight is
+    ``events / candidates``, both summed over every event learned (VW's ``event_sum`` and
+    ``action_sum``). Graded rewards are learned as values (``graded = True``): no coin is drawn.
 
     Eligible candidates: the inverse gap weighting runs over the m eligible ones (``n`` replaced by
-    m); the regression learns the shown candidate's reward, so ``learn`` needs no mask.
+    m); ``learn`` needs no mask.
 
     Attributes
     ----------
-    w_ : ndarray of shape (2**b,)
-        The regression's weights.
-    g2_ : ndarray of shape (2**b,)
-        AdaGrad's sums of squared gradients per column.
-    scale_ : ndarray of shape (2**b,)
-        The largest ``|x_i|`` seen per column (normalisation).
+    w_, g2_, scale_ : ndarray of shape (2**b,)
+        The regression's weights, AdaGrad's sums and the normalisation's scales per column.
     totals_ : ndarray of shape (2,)
-        The sum of the rows' normalised squared norms, and the rows learned.
+        The normalisation's weighted sum of squared norms, and the weights' sum.
+    counts_ : ndarray of shape (2,)
+        Events learned and the candidates they had (the importance weight's ratio).
 
     References
     ----------
     D. Foster, A. Rakhlin. Beyond UCB: optimal and efficient contextual bandits with regression
     oracles. ICML 2020. S. Ross, P. Mineiro, J. Langford. Normalized online learning. UAI 2013.
-    N. Karampatziakis, J. Langford. Online importance weight aware updates. UAI 2011.
+    N. Karampatziakis, J. Langford. Online importance weight aware updates. UAI 2011. VW's
+    ``cb_explore_adf_squarecb.cc``, ``cb_adf.cc`` (``learn_MTR``) and ``gd.cc``.
 
     Examples
     --------
@@ -156,15 +103,21 @@ class SquareCBADF(ActionLearner):
     >>> d = m.decide(x, np.random.default_rng(0))
     >>> [float(p) for p in d.probs]  # no data yet: every gap 0, p = 1/n each
     [0.5, 0.5]
+    >>> m.learn(x, d, 0.0)  # reward 0: the shown candidate's cost rises
+    >>> bool(m.costs(x)[d.label] > m.costs(x)[1 - d.label])
+    True
     """
 
     name = "squarecb-adf"
     graded = True
+    #: 2: VW's regression of the cost (``counts_`` added); 1 regressed the reward with the NAG
+    #: paper's rates (:meth:`upgrade_state`).
+    schema_version = 2
     kernels = (
         "service.kernels",
         "service.actions",
         "service.learners.squarecb",
-        "service.learners.squarecb_adf",
+        "service.learners.squarecb_sgd",
     )
     Params = SquareCBADFParams
     params: SquareCBADFParams
@@ -174,18 +127,36 @@ class SquareCBADF(ActionLearner):
         self.g2_ = np.zeros(self.n_features)
         self.scale_ = np.zeros(self.n_features)
         self.totals_ = np.zeros(2)
+        self.counts_ = np.zeros(2)
+
+    def upgrade_state(self, state: dict[str, Any], version: int) -> None:
+        """A model stored under schema 1 regressed the reward ``r = <w, row>``; its predictions
+        carry over as costs ``1 - r``: ``w`` negated and 1 added at the constant's column (every
+        row holds the constant 1 there; a product colliding with it shifts by its weight's share).
+        AdaGrad's sums, the scales and the totals mean what they meant; the counts start afresh."""
+        del version
+        w = np.asarray(state["w_"], dtype=np.float64)
+        state["w_"] = -w
+        state["w_"][CONSTANT_COLUMN] += 1.0
+        state["counts_"] = np.zeros(2)
+
+    def costs(self, x: ActionInput) -> np.ndarray:
+        """Every candidate's predicted cost, raw (not clipped)."""
+        return row_scores(self.w_, *x.rows(True, self.params.context_pairs))
 
     def decide(
         self, x: ActionInput, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
-        indptr, idx, val = x.rows(True, self.params.context_pairs)
-        r = row_scores(self.w_, indptr, idx, val)
-        gamma = self.params.gamma_scale * float(self.t_ + 1) ** self.params.gamma_exponent
-        return igw_decision(r, gamma, rng, eligible)
+        gamma = self.params.gamma_scale * float(self.t_) ** self.params.gamma_exponent
+        # -cost: the gaps r_b - r_a are the costs' differences exactly (1 - cost would round them)
+        return igw_decision(-self.costs(x), gamma, rng, eligible)
 
     def learn(self, x: ActionInput, decision: Decision, reward: bool | float) -> None:
         idx, val = x.row(decision.label, True, self.params.context_pairs)
-        nag_update(
-            self.w_, self.g2_, self.scale_, self.totals_, idx, val, float(reward), self.params.eta, 1.0
-        )
+        self.counts_ += (1.0, x.n)
+        h = self.counts_[0] / self.counts_[1]
+        vw_update(
+            self.w_, self.g2_, self.scale_, self.totals_, np.ascontiguousarray(idx),
+            np.ascontiguousarray(val), 1.0 - float(reward), self.params.eta, h, *COST_RANGE,
+        )  # fmt: skip
         self.t_ += 1

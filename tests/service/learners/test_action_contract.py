@@ -1,10 +1,9 @@
 """The contract of the action-feature learners (issue 39), parametrised over the registry, and
-oracles of their kernels: the rows against a dictionary implementation, the regression step against
-VW's textbook arithmetic, the PA-I step and the inverse gap weighting against their formulas."""
+oracles of their kernels: the rows against a dictionary implementation, the PA-I step and the inverse
+gap weighting against their formulas (SquareCB-ADF's regression against VW itself:
+tests/service/learners/test_squarecb_adf.py)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -14,9 +13,9 @@ from service.features import FeatureError, bucket
 from service.interactions import _mix
 from service.learners.base import Decision, Learner, learners, make_learner
 from service.learners.cova_adf import pa1_step
-from service.learners.squarecb_adf import nag_update
 from service.sampling import DecisionIds, decision_rng
 from service.serial import checksum, decode, encode
+from tests.service.learners.exact_draws import assert_honest, exact_draws
 
 BITS = 10
 ACTION_LEARNERS = sorted(name for name, cls in learners.items() if cls.actions)
@@ -193,6 +192,25 @@ def test_the_drawn_candidate_follows_the_distribution_exactly(name: str) -> None
     assert np.abs(counts / steps - probs).max() <= 2.0 / steps + 1e-12
 
 
+def test_reported_probabilities_are_the_exact_draw_distribution_ties_included(name: str) -> None:
+    """A new model (every candidate scores 0: all tied), with an eligible set, and a trained one: the
+    probabilities a decision reports are the exact distribution of its candidate over the decision's
+    tie-break and sampling draw (:func:`exact_draws`), whichever way the tie was broken; tied
+    candidates of a new model are equally likely (issue 50)."""
+    fresh = new(name, seed=1)
+    x, _ = Catalog(9).draw(n=4)
+    mask = np.array([True, False, True, True])
+    for eligible in (None, mask):
+        found = exact_draws(lambda rng, e=eligible: fresh.decide(x, rng, e), 4)
+        assert_honest(found)
+        allowed = np.ones(4, bool) if eligible is None else eligible
+        np.testing.assert_allclose(found.reported[0], allowed / allowed.sum(), rtol=0, atol=1e-12)
+    trained = new(name, seed=1)
+    run(trained, 1, 100, DecisionIds.for_seed(2))
+    for eligible in (None, mask):
+        assert_honest(exact_draws(lambda rng, e=eligible: trained.decide(x, rng, e), 4))
+
+
 def test_it_learns_the_catalog_and_scores_new_items_from_their_features(name: str) -> None:
     m = new(name, seed=0)
     _, online = run(m, 11, 3000, DecisionIds.for_seed(3))
@@ -360,48 +378,6 @@ def test_bad_actions_are_refused_naming_the_problem() -> None:
         f([1.0, 2.0], [ok])
 
 
-def _nag_textbook(w, g2, scale, totals, x: dict[int, float], y: float, eta: float, h: float = 1.0) -> None:
-    """VW's gd.cc step with adaptive, normalised and invariant updates and importance weight ``h``,
-    written plainly."""
-    norm = 0.0
-    for i, v in x.items():
-        if abs(v) > scale[i]:
-            if scale[i] > 0:
-                w[i] *= scale[i] / abs(v)
-            scale[i] = abs(v)
-        norm += (v / scale[i]) ** 2
-    totals[0] += h * norm
-    totals[1] += h
-    p = sum(w[i] * v for i, v in x.items())
-    if p == y:
-        return
-    g = 2 * (p - y)
-    for i, v in x.items():
-        g2[i] += h * (g * v) ** 2
-    rate = {i: 1 / (math.sqrt(g2[i]) * scale[i] ** 2) for i in x}
-    s = sum(v * v * rate[i] for i, v in x.items())
-    eta_h = eta * totals[1] / totals[0] * h
-    step = 2 * eta_h * (y - p) if eta_h * s < 1e-6 else (y - p) * (1 - math.exp(-2 * eta_h * s)) / s
-    for i, v in x.items():
-        w[i] += step * v * rate[i]
-
-
-def test_the_regression_step_is_the_textbook_nag_update() -> None:
-    rng = np.random.default_rng(0)
-    n = 16
-    arrays = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
-    oracle = [np.zeros(n) for _ in range(3)] + [np.zeros(2)]
-    for _ in range(300):
-        idx = np.unique(rng.integers(0, n, 5))
-        val = rng.normal(size=idx.size) * rng.choice([0.1, 1.0, 10.0])
-        y = float(rng.random() < 0.3)
-        h = float(rng.choice([1.0, 2.5, 40.0]))  # importance weights
-        nag_update(*arrays, idx, val, y, 0.5, h)
-        _nag_textbook(*oracle, dict(zip(idx.tolist(), val.tolist(), strict=True)), y, 0.5, h)
-    for got, want in zip(arrays, oracle, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
-
-
 def test_the_conservative_step_is_pa1_on_the_shown_row_only() -> None:
     rng = np.random.default_rng(1)
     w, oracle = np.zeros(12), np.zeros(12)
@@ -425,8 +401,9 @@ def test_squarecb_adf_draws_by_inverse_gap_weighting() -> None:
     run(m, 2, 300, DecisionIds.for_seed(4))
     x, _ = Catalog(9).draw(n=6)
     indptr, idx, val = x.rows()
-    r = np.array([m.w_[idx[indptr[a] : indptr[a + 1]]] @ val[indptr[a] : indptr[a + 1]] for a in range(6)])
-    gamma = m.params.gamma_scale * (m.t_ + 1) ** m.params.gamma_exponent
+    # its rewards are minus the predicted costs (only their gaps matter), gamma_t with t the events learned
+    r = -np.array([m.w_[idx[indptr[a] : indptr[a + 1]]] @ val[indptr[a] : indptr[a + 1]] for a in range(6)])
+    gamma = m.params.gamma_scale * m.t_**m.params.gamma_exponent
     d = m.decide(x, np.random.default_rng(0))
     b = int(np.argmax(r))
     want = 1.0 / (6 + gamma * (r[b] - r))
