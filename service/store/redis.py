@@ -83,8 +83,8 @@ runtime trims the log at each checkpoint (every ``checkpoint_every`` events or
 ``checkpoint_interval_seconds``), which only a replica at or past the checkpoint reads, and one
 behind it loads the checkpoint first. Before it forgets the entry of a decision still pending it
 moves the features into the decision's record, whose learn event then carries them (``x``). An
-unlogged decision keeps them in its record. Per pair: 4 commands in the predict script (``EVALSHA``,
-the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``, the record, the meta
+unlogged decision keeps them in its record. Per pair: 5 commands in the predict script (``EVALSHA``,
+the taken-id check, the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``, the record, the meta
 read, the event, one ``HSET`` of counters and outcome, the claim, the due set), no count of the
 decision (derived, ``_COUNTS``).
 
@@ -468,9 +468,14 @@ return {out, nxt[2] or ''}
 # sleeps between a pair's commands here, and every line a script runs from a cold cache costs.
 _PUT_DECISION = """
 local meta, lg = KEYS[1], '-'
+-- Insert if absent: a taken id is refused before anything is written (issue 51: the entry it added
+-- and deleted again had raised the log's last id above every entry, and the next decision behind it
+-- failed). A record or claim of the layout before issue 40 is not looked for: only a client reusing
+-- its own id within a claim's TTL of the upgrade could meet one.
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'not_new' end
 if ARGV[7] then
   -- Entry ids follow creation times (Redis numbers the entries of one ms); a replica whose clock is
-  -- behind the last entry's follows it (the stream refuses an id below its last). The entry also says
+  -- behind the log's last id follows it (the stream refuses an id below its last). The entry also says
   -- whether the model exists: its decision log is made with it (NOMKSTREAM), except the log of a
   -- model made before issue 40 that never logged a decision.
   lg = redis.pcall('XADD', KEYS[4], 'NOMKSTREAM', ARGV[7] .. '-*', unpack(ARGV, 8))
@@ -479,19 +484,18 @@ if ARGV[7] then
     lg = redis.pcall('XADD', KEYS[4], ARGV[7] .. '-*', unpack(ARGV, 8))
   end
   if type(lg) == 'table' then
-    local top = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1][1]
-    lg = redis.call('XADD', KEYS[4], string.match(top, '^(%d+)') .. '-*', unpack(ARGV, 8))
+    -- The last id the stream gave, not its last entry's: the retention may have trimmed every entry.
+    local info = redis.call('XINFO', 'STREAM', KEYS[4])
+    local last = '0'
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last = info[i + 1] end
+    end
+    lg = redis.call('XADD', KEYS[4], string.match(last, '^(%d+)') .. '-*', unpack(ARGV, 8))
   end
 elseif redis.call('HEXISTS', meta, 'model') == 0 then
   return 'unknown_model'
 end
--- Insert if absent, in the step that writes the record; a taken id undoes the steps before (the
--- script is atomic: nobody saw them). A record or claim of the layout before issue 40 is not looked
--- for: only a client reusing its own id within a claim's TTL of the upgrade could meet one.
-if not redis.call('SET', KEYS[2], ARGV[3] .. lg .. ARGV[4], 'NX', 'PX', ARGV[2]) then
-  if lg ~= '-' then redis.call('XDEL', KEYS[4], lg) end
-  return 'not_new'
-end
+redis.call('SET', KEYS[2], ARGV[3] .. lg .. ARGV[4], 'PX', ARGV[2])
 if ARGV[6] == '1' then redis.call('HINCRBY', meta, 'deferred', 1) end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 return 'ok'

@@ -189,6 +189,45 @@ async def test_concurrent_puts_of_one_id_save_exactly_one(store: Store) -> None:
     assert (c.decisions, c.pending) == (1, 1)
 
 
+async def test_a_taken_logged_id_leaves_no_trace_and_later_decisions_are_saved(store: Store) -> None:
+    """Issue 51 item 1: a taken id changes nothing, so a decision created a little earlier (a
+    concurrent request, or a replica whose clock is behind) is still saved after it. On Redis the
+    refused decision's entry was added to the decision log and deleted again, and the next decision
+    behind it failed inside Redis (a 500 for another client)."""
+    await store.create_model("m", CONFIG)
+    await store.put_decision(logged("a", created=100.0))
+    await store.put_decision(logged("b", created=100.005))
+    with pytest.raises(DecisionExistsError):
+        await store.put_decision(logged("b", created=100.006))
+    await store.put_decision(logged("c", created=100.004))  # 2 ms behind the refused one
+    await store.put_decision(logged("d", created=100.0061))
+    # in creation order (Redis: arrival order, which differs only under such skew)
+    assert sorted(e.decision_id for e in await read_all(store, "m")) == ["a", "b", "c", "d"]
+    c = await store.counts("m")
+    assert (c.decisions, c.pending) == (4, 4)
+
+
+async def test_concurrent_puts_of_one_logged_id_beside_other_decisions(store: Store) -> None:
+    """50 puts of one id (creation times out of order, as concurrent requests of two replicas) and 20
+    of fresh ids at once: exactly one of the first saved, every fresh one saved, nothing else kept."""
+    await store.create_model("m", CONFIG)
+    await store.put_decision(logged("first", created=200.0))
+    taken = [store.put_decision(logged("same", created=200.0 + ((7 * i) % 50) / 1000)) for i in range(50)]
+    fresh = [store.put_decision(logged(f"o{i}", created=200.0 + ((11 * i) % 20) / 1000)) for i in range(20)]
+    mixed = [c for pair in zip(taken[:20], fresh, strict=True) for c in pair] + taken[20:]
+    outs = await asyncio.gather(*mixed, return_exceptions=True)
+    same, others = outs[0:40:2] + outs[40:], outs[1:40:2]
+    assert sum(o is None for o in same) == 1
+    assert all(isinstance(o, DecisionExistsError) for o in same if o is not None)
+    assert others == [None] * 20
+    ids = [e.decision_id for e in await read_all(store, "m")]
+    assert sorted(ids) == sorted(["first", "same", *(f"o{i}" for i in range(20))])
+    assert (await store.counts("m")).pending == 22
+    for i in range(20):  # each learned once
+        assert (await store.claim_and_append(f"o{i}", True, now=201.0)).status is ClaimStatus.ACCEPTED
+    assert [e.decision_id for e in await store.read_log("m", after=0)] == [f"o{i}" for i in range(20)]
+
+
 async def test_claims_are_forgotten_after_claim_ttl(store: Store) -> None:
     await store.create_model("m", CONFIG)
     await store.put_decision(record("a"))

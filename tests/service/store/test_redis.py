@@ -261,6 +261,21 @@ async def test_decision_log_entries_follow_the_last_one_and_leave_no_outcome_beh
     assert await outcomes(a) == []
 
 
+async def test_a_decision_behind_a_decision_log_trimmed_empty_is_saved(replicas: list[RedisStore]) -> None:
+    """The retention may forget every entry while the stream's last id stays: a decision created
+    before that id follows the last id the stream gave, not its last entry (there is none)."""
+    a, b = replicas[0], replicas[1]
+    first, late = a.route("m", "first"), a.route("m", "late")
+    await a.put_decision(logged(first, created=100.0))
+    await a.claim_and_append(first, True, now=101.0)
+    await a.trim_log("m", 1)
+    assert await a.trim_decision_log("m", older_than=None, keep=0) == 1
+    assert await a.redis.xlen(a.key("m", "dlog")) == 0
+    await b.put_decision(logged(late, created=50.0))  # a clock 50 s behind
+    assert [eid for eid, _ in await a.redis.xrange(a.key("m", "dlog"))] == [b"100000-1"]
+    assert [e.decision_id for e in (await a.read_decision_log("m"))[0]] == [late]
+
+
 # -- the key layout before issue 25 ------------------------------------------------------------------
 
 
