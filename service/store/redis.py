@@ -84,9 +84,9 @@ runtime trims the log at each checkpoint (every ``checkpoint_every`` events or
 behind it loads the checkpoint first. Before it forgets the entry of a decision still pending it
 moves the features into the decision's record, whose learn event then carries them (``x``). An
 unlogged decision keeps them in its record. Per pair: 5 commands in the predict script (``EVALSHA``,
-the taken-id check, the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``, the record, the meta
-read, the event, one ``HSET`` of counters and outcome, the claim, the due set), no count of the
-decision (derived, ``_COUNTS``).
+the taken-id check, the entry, the record, the due set) and 7 in the feedback script (``EVALSHA``,
+the record, the meta read, the event, one ``HSET`` of counters and outcome, the claim, the due set),
+no count of the decision (derived, ``_COUNTS``).
 
 **Following the logs.** A replica reads every model's new events with one blocking ``XREAD`` over
 all the logs and the registry's stream (:meth:`RedisStore.tail`), and applies the entries it gets:
