@@ -64,13 +64,15 @@ from lab.bench.http import CONNECTIONS, _hashed_bodies, _load, _pair, _servers
 from lab.bench.quality import learner_files, mean_se
 from lab.bench.vw import vw_version
 from lab.runcache import cached, progress
-from lab.sim.catalog import CHURN_EVALUATION, CHURN_TUNING, EVALUATION, TUNING, Catalog, CatalogStream
+from lab.sim.catalog import CHURN_EVALUATION, STREAMS, Catalog, CatalogStream
 from lab.sim.datasets import load_dataset
 from lab.sim.metrics import online_error
 from lab.sim.simulate import run_seeds
+from lab.sim.stream import ready
 from service.actions import ActionFeaturiser, ActionInput
-from service.learners.base import make_learner
-from service.sampling import DecisionIds, decision_rng
+from service.config import DEFAULT_ACTION_LEARNER
+from service.learners.base import learners, make_learner
+from service.sampling import DecisionIds, decision_rng, reward_bit
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "docs" / "repro" / "actions-runs.jsonl"
@@ -79,11 +81,15 @@ SEEDS = 5
 TUNE_SEEDS = 2
 NEW = 100  # an item's first NEW appearances
 OURS: dict[str, dict[str, Any]] = {"squarecb-adf": {}, "cova-adf": {}}
-#: VW's explorers at its defaults (``--cover`` has none: 4 as bench quality; ``--epsilon`` 0.05 is
-#: ``--cb_explore_adf``'s default explorer spelled out).
+TUNING_STREAMS: tuple[Catalog, ...] = tuple(t for t, _ in STREAMS)
+EVALUATION_STREAMS: tuple[Catalog, ...] = tuple(e for _, e in STREAMS)
+#: VW's explorers at its defaults (``--cover`` and ``--bag`` have none: 4 as bench quality, and
+#: ``--bag 5`` as VW's documentation; ``--epsilon`` 0.05 is ``--cb_explore_adf``'s default explorer
+#: spelled out).
 VW_EXPLORERS: dict[str, str] = {
     "squarecb": "--squarecb",
     "epsilon": "--epsilon 0.05",
+    "bag": "--bag 5",
     "regcb": "--regcb",
     "cover": "--cover 4",
 }
@@ -95,16 +101,23 @@ VW_SCALES: dict[str, tuple[str, ...]] = {
         "--squarecb --gamma_scale 1000",
     ),
     "epsilon": ("--epsilon 0.01", "--epsilon 0.05", "--epsilon 0.2"),
+    "bag": ("--bag 5",),
     "regcb": ("--regcb", "--regcbopt"),
     "cover": ("--cover 4",),
 }
 VW_RATES = (0.1, 0.5, 2.0)
-#: Context pairs tried on the tuning streams (their contexts have 5 non-zeros, so any bound from 5 on
-#: builds every pair), each row of the sweep table with them shown beside the best.
+#: Context pairs tried on the tuning streams (their contexts have 5 to 6 non-zeros, so any bound from 6
+#: on builds every pair), each row of the sweep table with them shown beside the best. SquareCB-ADF's
+#: bound is 16: a request with a wider context (the HTTP load's 30 features) gets no pairs.
 PAIRS_SWEPT = 64
+SQUARECB_PAIRS = 16
 OURS_SWEEP: dict[str, list[dict[str, Any]]] = {
-    "squarecb-adf": [{"eta": e, "gamma_scale": g} for e in (0.1, 0.5, 2.0) for g in (10.0, 100.0, 1000.0)]
-    + [{"context_pairs": PAIRS_SWEPT}],
+    "squarecb-adf": [
+        {"eta": e, "gamma_scale": g} | ({"context_pairs": SQUARECB_PAIRS} if pairs else {})
+        for e in (0.25, 0.5, 1.0)
+        for g in (10.0, 100.0, 300.0, 1000.0)
+        for pairs in (False, True)
+    ],
     "cova-adf": [
         {"C": c, "epsilon": e} | ({"context_block": True} if block else {})
         for c in (0.01, 0.1, 1.0)
@@ -160,11 +173,11 @@ def _version(kind: str, learner: str = "") -> str:
 
 
 def _score(stream: CatalogStream, shown: np.ndarray, seconds: float) -> dict[str, Any]:
-    """Reward of the shown candidates, overall and on rounds showing an item among its first
-    :data:`NEW` appearances."""
+    """Reward of the shown candidates (clicks, or on a graded stream the values), overall and on
+    rounds showing an item among its first :data:`NEW` appearances."""
     t = np.arange(stream.rounds)
     p = np.array([stream.prob(i)[a] for i, a in zip(t.tolist(), shown.tolist(), strict=True)])
-    reward = stream.uniform < p
+    reward = p if stream.catalog.graded else stream.uniform < p
     new = stream.appearance[t, shown] <= NEW
     return {
         "reward": float(reward.mean()),
@@ -174,17 +187,28 @@ def _score(stream: CatalogStream, shown: np.ndarray, seconds: float) -> dict[str
     }
 
 
+def _learned(graded: bool, decision_id: str, reward: bool | float) -> bool | float:
+    """What a learner learns from ``reward``, as the runtime hands it over: a graded reward itself
+    to a learner that takes one, else the Bernoulli bit the decision id draws
+    (:func:`service.sampling.reward_bit`)."""
+    if isinstance(reward, bool) or graded:
+        return reward
+    return reward_bit(decision_id, reward)
+
+
 def run_ours(learner: str, params: dict[str, Any], stream: CatalogStream, seed: int) -> dict[str, Any]:
     """One pass of our action learner over ``stream`` (decision ids of ``seed``, as the service)."""
     f = ActionFeaturiser(BITS, 1000, 1000)
     model = make_learner(learner, 1 << BITS, 1, params, seed=seed)
     ids = DecisionIds.for_seed(seed)
     shown = np.empty(stream.rounds, dtype=np.int64)
+    ready(model)  # kernels loaded before the clock
     start = time.perf_counter()
     for t in range(stream.rounds):
         x = f(stream.context(t), stream.actions(t))
-        d = model.decide(x, decision_rng(ids.new()))
-        model.learn(x, d, stream.reward(t, d.label))
+        did = ids.new()
+        d = model.decide(x, decision_rng(did))
+        model.learn(x, d, _learned(model.graded, did, stream.reward(t, d.label)))
         shown[t] = d.label
     return _score(stream, shown, time.perf_counter() - start)
 
@@ -196,15 +220,17 @@ def run_label(learner: str, params: dict[str, Any], stream: CatalogStream, seed:
     ids = DecisionIds.for_seed(seed)
     shown = np.empty(stream.rounds, dtype=np.int64)
     eligible = np.zeros(stream.n_items, dtype=np.bool_)
+    ready(model)  # kernels loaded before the clock
     start = time.perf_counter()
     for t in range(stream.rounds):
         cands = stream.cands[t]
         eligible[cands] = True
         x = stream.dense_context(t)
-        d = model.decide(x, decision_rng(ids.new()), eligible)
+        did = ids.new()
+        d = model.decide(x, decision_rng(did), eligible)
         eligible[cands] = False
         a = int(np.flatnonzero(cands == d.label)[0])
-        model.learn(x, d, stream.reward(t, a))
+        model.learn(x, d, _learned(model.graded, did, stream.reward(t, a)))
         shown[t] = a
     return _score(stream, shown, time.perf_counter() - start)
 
@@ -219,20 +245,24 @@ def run_vw(args: str, stream: CatalogStream, seed: int) -> dict[str, Any]:
 
     vw = Workspace(f"--cb_explore_adf {args} --random_seed {seed} --quiet")
     rng = np.random.default_rng(seed)
-    shared = {u: "shared |u " + _vw_features(stream.context_of(u)) for u in np.unique(stream.users).tolist()}
+    shared: dict[str, str] = {}
     items: dict[int, str] = {}
     shown = np.empty(stream.rounds, dtype=np.int64)
     start = time.perf_counter()
     for t in range(stream.rounds):
-        lines = [shared[int(stream.users[t])]]
+        named = stream.context(t)
+        key = json.dumps(named, sort_keys=True)
+        if key not in shared:
+            shared[key] = "shared |u " + _vw_features(named)
+        lines = [shared[key]]
         for i in stream.cands[t].tolist():
             if i not in items:
                 items[i] = "|a " + _vw_features(stream.action_of(i)["features"])
             lines.append(items[i])
         pmf = np.asarray(vw.predict(lines), dtype=np.float64)
         a = min(int(np.searchsorted(np.cumsum(pmf), rng.random() * pmf.sum(), side="right")), pmf.size - 1)
-        cost = 0.0 if stream.reward(t, a) else 1.0
-        lines[1 + a] = f"0:{cost:g}:{pmf[a]:.9g} {lines[1 + a]}"
+        cost = 1.0 - float(stream.reward(t, a))  # a graded reward's value, as ours learn it
+        lines[1 + a] = f"0:{cost:.9g}:{pmf[a]:.9g} {lines[1 + a]}"
         vw.learn(lines)
         shown[t] = a
     seconds = time.perf_counter() - start
@@ -273,7 +303,7 @@ def _vw_args(explorer: str, rate: float | None = None, q: bool = True) -> str:
 def vw_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, dict[str, str]]:
     """The VW sweep on the tuning streams: per explorer, every scale x ``-l`` x ``-q``; the table of
     each explorer's default and best setting (mean reward over both tuning streams and ``seeds``), and
-    the best setting's arguments per explorer."""
+    the best setting's arguments per explorer (every tuning stream of :data:`TUNING_STREAMS`)."""
     best: dict[str, str] = {}
     rows = []
     for name, scales in VW_SCALES.items():
@@ -284,7 +314,7 @@ def vw_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, d
                     args = _vw_args(scale, rate, q)
                     vals = [
                         _run(store, c, rounds or c.rounds, s, "vw", args)["reward"]
-                        for c in (TUNING, CHURN_TUNING)
+                        for c in TUNING_STREAMS
                         for s in range(seeds)
                     ]
                     scored.append((float(np.mean(vals)), args))
@@ -297,42 +327,77 @@ def vw_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, d
     return table, best
 
 
+def _complete(learner: str, params: dict[str, Any]) -> str:
+    """``params`` with every default filled in, as JSON: two spellings of one setting compare equal."""
+    return json.dumps(learners.get(learner).Params.parse(learner, params).complete(), sort_keys=True)
+
+
 def ours_sweep(store: Path | None, rounds: int | None, seeds: int) -> tuple[str, dict[str, dict]]:
-    """Our learners' sweep on the tuning streams, as :func:`vw_sweep`."""
+    """Our learners' sweep on the tuning streams, as :func:`vw_sweep`: per learner the best setting,
+    the best with and without context pairs, and the defaults (run too if not in the grid)."""
     best: dict[str, dict] = {}
     rows = []
     for learner, grid in OURS_SWEEP.items():
         scored = []
-        for params in grid:
+        for params in [*grid, OURS[learner]]:
             vals = [
                 _run(store, c, rounds or c.rounds, s, f"ours:{learner}", params)["reward"]
-                for c in (TUNING, CHURN_TUNING)
+                for c in TUNING_STREAMS
                 for s in range(seeds)
             ]
             scored.append((float(np.mean(vals)), json.dumps(params, sort_keys=True)))
+        default = _complete(learner, OURS[learner])
         top, params_json = max(scored)
         best[learner] = json.loads(params_json)
-        rows.append([learner, f"`{params_json}`", f"{100 * top:.2f}"])
-        default = json.dumps(OURS[learner], sort_keys=True)
-        rows += [
-            [learner, f"`{p}` ({'defaults' if p == default else 'context pairs'})", f"{100 * m:.2f}"]
-            for m, p in scored
-            if p == default or "context_pairs" in p
-        ]
+        shown = [("best of sweep", top, params_json)]
+        for what, has in (("best with context pairs", True), ("best without context pairs", False)):
+            m, p = max((m, p) for m, p in scored if ("context_pairs" in p) == has)
+            shown.append((what, m, p))
+        m, p = next((m, p) for m, p in scored if _complete(learner, json.loads(p)) == default)
+        shown.append(("defaults", m, json.dumps(OURS[learner])))
+        rows += [[learner, what, f"`{p}`", f"{100 * m:.2f}"] for what, m, p in shown]
         for m, p in sorted(scored, reverse=True)[:3]:
             progress(f"  {learner} {p}: {100 * m:.2f}")
-    return report.table(["learner", "setting (best of sweep first)", "reward %"], rows, "llr"), best
+    table = report.table(["learner", "which", "setting", "reward %"], rows, "lllr")
+    return table, best
+
+
+def _served() -> tuple[str, dict[str, Any]]:
+    """The served action default: its learner and the row label it has in the tables."""
+    name, params = DEFAULT_ACTION_LEARNER
+    if _complete(name, params) != _complete(name, OURS.get(name, {})):
+        raise ValueError(f"the served default {DEFAULT_ACTION_LEARNER} is not one of OURS at its defaults")
+    return f"**{name}** (ours, defaults)", dict(params)
+
+
+def tuning_table(store: Path | None, rounds: int | None, seeds: int) -> str:
+    """Ours at defaults and every VW explorer at its defaults on each tuning stream (the runs of
+    the sweeps), and the mean over them: the evidence the defaults are chosen on."""
+    systems = [(f"{n} (ours, defaults)", f"ours:{n}", p) for n, p in OURS.items()]
+    systems += [(f"vw {n} (defaults)", "vw", _vw_args(a, 0.5, True)) for n, a in VW_EXPLORERS.items()]
+    rows = []
+    for label, system, setting in systems:
+        cells = [
+            [_run(store, c, rounds or c.rounds, s, system, setting)["reward"] for s in range(seeds)]
+            for c in TUNING_STREAMS
+        ]
+        rows.append([label, *(f"{100 * np.mean(v):.2f}" for v in cells), f"{100 * np.mean(cells):.2f}"])
+    head = ["system", *(c.name.removesuffix(" (tuning)") for c in TUNING_STREAMS), "mean"]
+    return report.table(head, rows)
 
 
 def catalog_tables(
     store: Path | None, rounds: int | None, seeds: int, vw_best: dict[str, str], ours_best: dict[str, dict]
-) -> tuple[str, dict[str, Any]]:
-    """The evaluation streams' table (every system, ``seeds`` seeds) and the must-show figures."""
+) -> tuple[str, str, dict[str, Any]]:
+    """The evaluation streams' table (every system, ``seeds`` seeds), the table of the served
+    default's margins over each VW explorer at its defaults (paired by seed), and the figures."""
     systems: list[tuple[str, str, Any]] = [
         (f"**{n}** (ours, defaults)", f"ours:{n}", p) for n, p in OURS.items()
     ]
     systems += [
-        (f"{n} (ours, best of sweep)", f"ours:{n}", p) for n, p in ours_best.items() if p != OURS[n] and p
+        (f"{n} (ours, best of sweep)", f"ours:{n}", p)
+        for n, p in ours_best.items()
+        if _complete(n, p) != _complete(n, OURS[n])
     ]
     systems += [(f"vw {n} (defaults)", "vw", _vw_args(a)) for n, a in VW_EXPLORERS.items()]
     systems += [
@@ -342,55 +407,51 @@ def catalog_tables(
     ]
     systems += [(f"{n} (fixed labels)", f"label:{learner}", p) for n, (learner, p) in LABELS.items()]
     results: dict[str, dict[str, list[dict]]] = {}
-    for catalog in (EVALUATION, CHURN_EVALUATION):
+    for catalog in EVALUATION_STREAMS:
         results[catalog.name] = {
             label: [_run(store, catalog, rounds or catalog.rounds, s, system, setting) for s in range(seeds)]
             for label, system, setting in systems
         }
+    churn_name = CHURN_EVALUATION.name
     rows = []
     for label, *_ in systems:
-        syn, churn = results[EVALUATION.name][label], results[CHURN_EVALUATION.name][label]
+        runs = [results[c.name][label] for c in EVALUATION_STREAMS]
+        churn = results[churn_name][label]
         rows.append(
             [
                 label,
-                _cell([r["reward"] for r in syn]),
-                _cell([r["reward"] for r in churn]),
+                *(_cell([r["reward"] for r in rs]) for rs in runs),
                 _cell([r["new_reward"] for r in churn]),
-                f"{np.mean([r['new_rounds'] for r in churn]):,.0f}",
-                f"{np.mean([r['seconds'] for r in syn + churn]):.1f}",
+                f"{np.mean([r['seconds'] for rs in runs for r in rs]):.1f}",
             ]
         )
     table = report.table(
         [
             "system",
-            f"{EVALUATION.name}: reward %",
-            f"{CHURN_EVALUATION.name}: reward %",
+            *(f"{c.name}: reward %" for c in EVALUATION_STREAMS),
             f"churn: reward % on new items' first {NEW} appearances",
-            "rounds showing such an item",
             "seconds per run",
         ],
         rows,
     )
-    figures = {}
-    for catalog in (EVALUATION, CHURN_EVALUATION):
+    served, _ = _served()
+    margins, ahead = [], True
+    for catalog in EVALUATION_STREAMS:
         res = results[catalog.name]
-
-        def best_of(prefix: str, res: dict = res) -> tuple[str, list[float]]:
-            cands = {
-                k: [r["reward"] for r in v]
-                for k, v in res.items()
-                if k.startswith(prefix) and k.endswith("defaults)")
-            }
-            name = max(cands, key=lambda k: np.mean(cands[k]))
-            return name, cands[name]
-
-        ours_name, ours_vals = best_of("**")
-        vw_name, vw_vals = best_of("vw ")
-        diff = np.array(ours_vals) - np.array(vw_vals)  # paired by seed: same stream, same luck
-        figures[catalog.name] = (ours_name, vw_name, *mean_se(diff.tolist()))
-    churn = results[CHURN_EVALUATION.name]
-    figures["new"] = {k: [r["new_reward"] for r in v] for k, v in churn.items()}
-    return table, figures
+        ours = np.array([r["reward"] for r in res[served]])
+        cells = []
+        for n in VW_EXPLORERS:
+            diff = ours - np.array([r["reward"] for r in res[f"vw {n} (defaults)"]])  # same stream, same luck
+            m, se = mean_se(diff.tolist())
+            ahead &= m > 0
+            cells.append(f"{100 * m:+.2f} ± {100 * se:.2f}")
+        margins.append([catalog.name, *cells])
+    margin_table = report.table(["stream", *(f"minus vw {n}" for n in VW_EXPLORERS)], margins)
+    figures = {
+        "ahead": ahead,
+        "new": {k: [r["new_reward"] for r in v] for k, v in results[churn_name].items()},
+    }
+    return table, margin_table, figures
 
 
 # -- label data sets as action problems -----------------------------------------------------------
@@ -421,6 +482,7 @@ def run_label_set(
     correct = np.empty(order.size, dtype=bool)
     pairs, block = getattr(model.params, "context_pairs", 0), getattr(model.params, "context_block", True)
     paired = 0
+    ready(model)  # kernels loaded before the clock
     start = time.perf_counter()
     for t, i in enumerate(order.tolist()):
         # A fresh input per event: its rows are built for this event only (kept on every stored
@@ -592,67 +654,60 @@ def bench_actions(quick: bool, log: Callable[[str], None] = progress) -> str:
     vw_table, vw_best = vw_sweep(store, rounds, tune_seeds)
     log("our sweep on the tuning streams")
     ours_table, ours_best = ours_sweep(store, rounds, tune_seeds)
+    tuning = tuning_table(store, rounds, tune_seeds)
     log("evaluation streams")
-    table, figures = catalog_tables(store, rounds, seeds, vw_best, ours_best)
+    table, margins, figures = catalog_tables(store, rounds, seeds, vw_best, ours_best)
     log("label data sets as action problems")
     sets_table = label_set_table(store, sets, set_limit, seeds)
     log("HTTP")
     http_table, _ = http_rate(quick)
-    lines = []
-    for catalog in (EVALUATION, CHURN_EVALUATION):
-        ours_name, vw_name, m, se = figures[catalog.name]
-        lines.append(
-            f"- {catalog.name}: ours at defaults ({ours_name.split('**')[1]}) minus VW's best "
-            f"explorer at its defaults ({vw_name}): **{100 * m:+.2f} ± {100 * se:.2f}** points of reward "
-            "(paired by seed)."
-        )
+    served, _ = _served()
+    name = served.split("**")[1]
+    lines = [
+        f"- The served action default (`{name}` at its defaults, service/config.py "
+        "`DEFAULT_ACTION_LEARNER`) minus each VW explorer at its defaults, points of mean reward, "
+        f"paired by seed (mean ± standard error over {seeds} seeds); ahead of every one on every "
+        f"stream: **{'yes' if figures['ahead'] else 'NO'}**.\n\n" + margins
+    ]
     new = figures["new"]
-    for name in (*(f"**{n}** (ours, defaults)" for n in OURS), *(f"{n} (fixed labels)" for n in LABELS)):
+    for n in (*(f"**{n}** (ours, defaults)" for n in OURS), *(f"{n} (fixed labels)" for n in LABELS)):
         lines.append(
-            f"- churn, reward on new items' first {NEW} appearances, {name.replace('**', '')}: "
-            f"{_cell(new[name])} %"
+            f"- churn, reward on new items' first {NEW} appearances, {n.replace('**', '')}: {_cell(new[n])} %"
         )
     command = "python -m service bench actions" + (" --quick" if quick else "")
     size = "" if not quick else f" `--quick`: {rounds} rounds per stream, {seeds} seeds, sweeps on 1 seed."
     return (
         "## Action-feature models against vw --cb_explore_adf\n\n"
         f"`{command}`. {report.machine([f'vowpalwabbit {vw_version()}'])}{size}\n\n"
-        "Streams of lab/sim/catalog.py (its docstring documents the generator), reward in %, mean ± "
-        f"standard error over {seeds} seeds; ours with `hashing_bits` {BITS}. What every system is and "
-        "the fixed-label protocol: lab/bench/actions.py's docstring.\n\n"
+        "Streams of lab/sim/catalog.py (its docstring documents the generator): a fixed catalog "
+        "(`synthetic`), new items arriving (`churn`), both with the reward the shown item's click "
+        "probability itself (`graded`), prices in dollars beside budgets in dollars a month (`prices`) "
+        "and a taste that changes with the time of day (`dayparts`, a reward nonlinear in the features: "
+        "context x context x action). Reward in %, mean ± standard error over "
+        f"{seeds} seeds; ours with `hashing_bits` {BITS}. What every system is and the fixed-label "
+        "protocol: lab/bench/actions.py's docstring.\n\n"
         "### Must show\n\n" + "\n".join(lines) + "\n\n"
         f"### Evaluation streams\n\n{table}\n\n"
-        f"### Tuning streams ({tune_seeds} seeds each, both tuning streams averaged)\n\n"
-        f"VW: every explorer's scale x `-l` {', '.join(map(str, VW_RATES))} x `-q ua` on / off.\n\n"
-        f"{vw_table}\n\n"
-        f"Ours:\n\n{ours_table}\n\n"
-        "Changed on these tuning streams: `cova-adf`'s default `C` from 0.1 (the label C-OVA's) to the "
-        "sweep's best 0.01; its `epsilon` stays 0.02 (the served label default's floor, which keeps its "
-        "logs usable for off-policy evaluation) beside the sweep's 0.01. `cova-adf` leaves the context-only "
-        "block out of its rows (`context_block` false), chosen on the tuning data sets below; the sweep "
-        "tries both on these streams. `squarecb-adf` keeps VW's defaults.\n\n"
+        f"### Tuning streams ({tune_seeds} seeds each)\n\n"
+        "The defaults are chosen on these streams only (other generator seeds and sizes than the "
+        "evaluation streams'). Ours at defaults and VW at its defaults, reward %:\n\n"
+        f"{tuning}\n\n"
+        f"VW's sweep: every explorer's scale x `-l` {', '.join(map(str, VW_RATES))} x `-q ua` on / off, "
+        f"mean over every tuning stream:\n\n{vw_table}\n\n"
+        f"Ours (lab/bench/actions.py `OURS_SWEEP`), mean over every tuning stream:\n\n{ours_table}\n\n"
         "### Label data sets posed as action problems (online error %)\n\n"
         "Each label an action whose only feature is its id; "
         f"{'whole streams' if set_limit is None else f'{set_limit} rows'}, "
         f"{seeds} shuffles, the label models at their defaults on the same shuffles.\n\n{sets_table}\n\n"
-        "Why the action learners erred more (tested on the tuning sets): the rows' context-only block "
-        "(`c x 1`, the same in every candidate's row) shifts all candidates' scores alike, so a PA-I "
-        "step on a no-click spends part of its length there and pushes every candidate of that context "
-        "below the margin, after which no-clicks on the others teach nothing; `cova-adf` leaves it out "
-        "(`context_block` false). The rest on car and nursery was the label C-OVA's pairs of input "
-        "features (`interactions` `auto`: inputs of at most 64 non-zeros get every product `x_i x_j`), "
-        "which the rows now build on request: `context_pairs` (a bound on the context's non-zeros, "
-        "0 by default) adds every context pair times every action feature (`c_i c_j a_k`, "
-        "service/actions.py), for requests whose rows stay within `MAX_ROW_ENTRIES` (the learners' "
-        "per-event budget). The third column is that configuration with the label C-OVA's step cap "
-        "`C` 0.1 (both chosen on the tuning sets, lab/bench/actions.py `LABEL_SET_SYSTEMS`), the "
-        "fourth the same without the exploration floor, as the label C-OVA here (`epsilon` 0; the "
-        "served `cova-adf` keeps 0.02 so that its logs support off-policy evaluation). Data "
-        "sets with more than 64 non-zeros per row (mice, isolet, mnist; the label C-OVA builds no "
-        "pairs there either) run it without pairs (the column of paired events says how many had "
-        "them). The defaults stay without pairs: on the catalog streams (5 context features) the "
-        "sweep above scores them lower, and the HTTP load's 30 context features x 10 candidates x "
-        "10 features would add 435 pairs x 10 features to each candidate's 311 entries.\n\n"
+        "`cova-adf` leaves the rows' context-only block (`c x 1`, the same in every candidate's row) "
+        "out: a PA-I step on a no-click spends part of its length there and pushes every candidate of "
+        "that context below the margin. `context_pairs` (a bound on the context's non-zeros) adds every "
+        "context pair times every action feature (`c_i c_j a_k`, service/actions.py) for requests "
+        "whose rows stay within `MAX_ROW_ENTRIES`; the third column is `cova-adf` with them and the "
+        "label C-OVA's step cap `C` 0.1 (lab/bench/actions.py `LABEL_SET_SYSTEMS`), the fourth the "
+        "same without the exploration floor, as the label C-OVA here. Data sets with more non-zeros "
+        "per row than a learner's bound run without pairs (the column of paired events says how many "
+        "of the third column's had them).\n\n"
         f"### HTTP predict+feedback, one server (memory store), {CONNECTIONS} connections\n\n{http_table}\n"
     )
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from lab.bench import benches, report
 from lab.runcache import progress as report_progress
-from lab.sim.stream import run_stream
+from lab.sim.stream import ready, run_stream
 from service.features import SparseVector
 from service.learners.base import Learner, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
@@ -180,6 +180,7 @@ def measure(
     rounds until ``grid.rounds`` or ``grid.budget`` seconds, in chunks of 10 rounds.
     """
     model = make_learner(name, d, k, params, seed=0)
+    ready(model)  # kernels loaded before any clock (the warm-up rounds then warm the caches only)
     ids = DecisionIds.for_seed(0)
     warm_rounds, warm_seconds, timed, seconds = 0, 0.0, 0, 0.0
     for X, y in linear_stream(d, k, grid.warmup + grid.rounds, nnz, chunk=10):

@@ -4,12 +4,16 @@ The loop does what the service does for one request pair (``POST /predict`` then
 ``POST /feedback``): a decision id from :class:`service.sampling.DecisionIds`, sampling from
 :func:`service.sampling.decision_rng` of that id, and the click bit ``sampled == true label``.
 With the same ids the HTTP service reproduces this loop mistake for mistake.
+
+A timed loop calls :func:`ready` before its clock starts, so that its examples per second measure
+the learning, not the first call's loading of the compiled kernels (seconds in a fresh process).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from service import _jit_cache
 from service.learners.base import Learner
 from service.sampling import DecisionIds, decision_rng
 
@@ -49,3 +53,16 @@ def run_stream(learner: Learner, X: np.ndarray, y: np.ndarray, ids: DecisionIds)
         else:
             learner.learn(x, d, hit)
     return correct
+
+
+def ready(learner: Learner) -> None:
+    """Load ``learner``'s compiled kernels (from numba's cache, or compile them) and build its
+    one-time tables, as the server does before a model serves (``Runtime.warm`` then
+    :meth:`~service.learners.base.Learner.prepare`): call it before a clock starts.
+
+    In a fresh process the first call of a kernel loads it, seconds for some learners: with that
+    inside the clock a short run reported a small fraction of the learner's speed (issue 51;
+    ``tests/lab/test_timed_loops.py``).
+    """
+    _jit_cache.warm(type(learner).kernel_modules(learner.params.model_dump()))
+    learner.prepare()
