@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from service._jit_cache import kernel
-from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
+from service.features import CACHE_BYTES, FeatureError, FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
 
 __all__ = [
@@ -304,8 +304,9 @@ class ActionFeaturiser:
         self.hashing_bits = hashing_bits
         self.dim = 1 << hashing_bits
         self.max_actions = max_actions
-        self.context = Featuriser(None, hashing_bits, max_named)
-        self.action = Featuriser(None, hashing_bits, max_named)
+        # The two caches share one model's budget of CACHE_BYTES (service.features).
+        self.context = Featuriser(None, hashing_bits, max_named, CACHE_BYTES // 2)
+        self.action = Featuriser(None, hashing_bits, max_named, CACHE_BYTES // 2)
 
     def __call__(
         self, features: Sequence[float] | Mapping[str, FeatureValue], actions: Sequence[Any] | None = None

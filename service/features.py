@@ -19,6 +19,7 @@ hashed (``hashing_bits = b``)
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,14 +36,28 @@ DEFAULT_HASHING_BITS = 12
 MAX_HASHING_BITS = 22  # 2**22 float64 weights per label: K 2**b x 8 bytes of model (the budget)
 # Larger magnitudes are refused: updates like W += x / p(label) must stay finite forever.
 MAX_ABS_VALUE = 1e9
-#: Most feature keys a featuriser remembers the bucket of (then it starts over): ~10 MB per model.
+#: The longest feature name and the longest string value, in characters, on every route (``POST
+#: /predict``'s context and action features, the Personalizer ranks' ``contextFeatures`` and action
+#: features): refused with a 4xx naming it beyond (issue 51).
+MAX_FEATURE_CHARS = 1000
+#: Most feature keys a featuriser remembers the bucket of (then it starts over).
 CACHE_SIZE = 1 << 16
+#: Most bytes a featuriser's cache holds, as :meth:`Featuriser._cost` accounts them (then it starts
+#: over): the entry count alone let long unique strings hold a gigabyte (issue 51). 65,536 keys of
+#: a few dozen characters fit.
+CACHE_BYTES = 16 * 2**20
+# What a cached key costs beside its strings (measured with tracemalloc, rounded up): one slot of a
+# dict with its bucket int, and for a string feature's new name its own inner dict.
+_ENTRY_BYTES = 100
+_NAME_BYTES = 300
 
 FeatureValue = float | int | str | bool
 
 __all__ = [
+    "CACHE_BYTES",
     "DEFAULT_HASHING_BITS",
     "MAX_ABS_VALUE",
+    "MAX_FEATURE_CHARS",
     "MAX_HASHING_BITS",
     "FeatureError",
     "Featuriser",
@@ -105,9 +120,14 @@ class Featuriser:
         ``b`` of a hashed model (exactly one of the two is given).
     max_named : int
         Most named features a request may carry.
+    cache_bytes : int, default CACHE_BYTES
+        Most bytes the cache of buckets holds (:meth:`_cost`); it starts over when the next key
+        would pass it, and a key costing more alone is hashed each time, never cached.
     """
 
-    def __init__(self, n_features: int | None, hashing_bits: int | None, max_named: int) -> None:
+    def __init__(
+        self, n_features: int | None, hashing_bits: int | None, max_named: int, cache_bytes: int = CACHE_BYTES
+    ) -> None:
         if (n_features is None) == (hashing_bits is None):
             raise ValueError("give exactly one of n_features and hashing_bits")
         self.hashing_bits = hashing_bits
@@ -116,6 +136,8 @@ class Featuriser:
         self._strings: dict[str, dict[str, int]] = {}  # name -> value -> bucket of "name=value"
         self._numbers: dict[str, int] = {}  # name -> bucket of a number or bool feature
         self._cached = 0
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0  # what the cache holds now, as _cost accounts it
         self._compiled = _compiled  # None: the Python path only (the tests compare the two)
         # Values of the fast path: views of one array of ones (no learner writes into its input),
         # one per length, made once.
@@ -198,17 +220,37 @@ class Featuriser:
 
     def _remember(self, name: str, value: str | None) -> int:
         """Bucket of ``name=value`` (a string feature) or of ``name`` (a number), cached. The cache is
-        emptied when it reaches ``CACHE_SIZE`` entries: memory stays bounded whatever names arrive."""
-        if self._cached >= CACHE_SIZE:
+        emptied when it reaches ``CACHE_SIZE`` entries or when the key would take it over
+        ``cache_bytes``: memory stays bounded whatever names and values arrive."""
+        bits: int = self.hashing_bits  # type: ignore[assignment]
+        key = name if value is None else f"{name}={value}"
+        cost = self._cost(name, value)
+        if self._cached >= CACHE_SIZE or self.cached_bytes + cost > self.cache_bytes:
             self._strings.clear()
             self._numbers.clear()
             self._cached = 0
+            self.cached_bytes = 0
+            cost = self._cost(name, value)  # the name is new again
+            if cost > self.cache_bytes:
+                return bucket(key, bits)
         self._cached += 1
+        self.cached_bytes += cost
         if value is None:
-            b = self._numbers[name] = bucket(name, self.hashing_bits)  # type: ignore[arg-type]
+            b = self._numbers[name] = bucket(key, bits)
         else:
-            b = self._strings.setdefault(name, {})[value] = bucket(f"{name}={value}", self.hashing_bits)  # type: ignore[arg-type]
+            b = self._strings.setdefault(name, {})[value] = bucket(key, bits)
         return b
+
+    def _cost(self, name: str, value: str | None) -> int:
+        """Bytes that caching the bucket of ``name`` (``value`` None) or ``name=value`` adds: the
+        strings the cache keeps (``sys.getsizeof``: 1 to 4 bytes a character) and the slots holding
+        them; a string feature's name already cached is not counted again."""
+        if value is None:
+            return sys.getsizeof(name) + _ENTRY_BYTES
+        cost = sys.getsizeof(value) + _ENTRY_BYTES
+        if name not in self._strings:
+            cost += sys.getsizeof(name) + _NAME_BYTES
+        return cost
 
     def pack(self, x: np.ndarray | SparseVector) -> np.ndarray:
         """What a decision record keeps of ``x``: ``x`` itself for dense models; for hashed ones the

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from service.config import GroupName
+from service.features import MAX_FEATURE_CHARS
 from service.placement import MISDIRECTED_HEADER
 
 
@@ -36,11 +37,12 @@ def _kind(value: Any) -> str | None:
     return None
 
 
-FeatureName = Annotated[str, Field(min_length=1, max_length=200)]
+# One limit for names and string values on every route (service.features.MAX_FEATURE_CHARS).
+FeatureName = Annotated[str, Field(min_length=1, max_length=MAX_FEATURE_CHARS)]
 NamedValue = Annotated[
     Annotated[StrictBool, Tag("bool")]
     | Annotated[StrictFloat, Tag("number")]
-    | Annotated[StrictStr, Field(max_length=1000), Tag("string")],
+    | Annotated[StrictStr, Field(max_length=MAX_FEATURE_CHARS), Tag("string")],
     Discriminator(
         _kind,
         custom_error_type="feature_value",

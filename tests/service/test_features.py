@@ -6,11 +6,13 @@ import hashlib
 import json
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
 
-from service.features import FeatureError, Featuriser, bucket
+from service.actions import ActionFeaturiser
+from service.features import CACHE_BYTES, FeatureError, Featuriser, bucket
 
 
 def oracle_bucket(key: str, bits: int) -> int:
@@ -104,3 +106,45 @@ def test_pack_keeps_the_nonzero_buckets_and_unpacks_bit_for_bit() -> None:
     dense = Featuriser(3, None, 10)
     y = dense([1.0, -0.0, 2.0])
     assert dense.unpack(dense.pack(y)).tobytes() == y.tobytes()
+
+
+def test_the_cache_is_bounded_in_bytes() -> None:
+    """Issue 51: every new key stayed cached until 65,536 entries, so long unique strings held
+    gigabytes. Twice the byte bound of unique 1,000-character names and values (4 bytes a
+    character): the accounted bytes never pass the bound, the memory really held stays within it,
+    and every vector is still the textbook one."""
+    Featuriser(None, 12, 10)({"a": "b", "c": 1.0})  # the kernels loaded before memory is traced
+    f = Featuriser(None, 12, 10)
+    value = "\U0001f600" * 990  # 4 bytes a character in memory
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        i = 0
+        while i * 2 * 4 * 1000 < 2 * CACHE_BYTES:
+            name, text = f"{i:010d}" + "\u00e9" * 990, f"{i:010d}" + value
+            x = f({name: text, f"n{i:06d}" + value: 1.5})
+            assert f.cached_bytes <= CACHE_BYTES
+            if i % 500 == 0:  # the vector of a key just cached, and of a key hashed after a clear
+                expected = sorted([bucket(f"{name}={text}", 12), bucket(f"n{i:06d}" + value, 12)])
+                assert x.idx.tolist() == sorted(set(expected))
+            i += 1
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak <= CACHE_BYTES * 1.1, peak  # the accounting covers what Python really allocates
+    assert f.cached_bytes > 0 and f._cached < i  # it started over at least once
+
+
+def test_a_key_over_the_bound_alone_is_hashed_not_cached() -> None:
+    f = Featuriser(None, 12, 10, cache_bytes=2000)
+    for _ in range(2):
+        x = f({"a": "x" * 3000})
+        assert x.idx.tolist() == [bucket("a=" + "x" * 3000, 12)]
+        assert f.cached_bytes == 0 and f._cached == 0
+    f({"b": "y"})
+    assert 0 < f.cached_bytes <= 2000 and f._cached == 1
+
+
+def test_an_action_models_two_caches_share_the_bound() -> None:
+    a = ActionFeaturiser(12, 10, 5)
+    assert a.context.cache_bytes + a.action.cache_bytes == CACHE_BYTES
