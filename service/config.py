@@ -178,9 +178,11 @@ class Settings(BaseSettings):
     max_event_steps: int = Field(20_000_000, ge=1)
     max_event_bytes: int = Field(64 * 2**20, ge=1024)
     # Connections (service.api.connections): the most held at once (None: the descriptor limit less
-    # 128), and the seconds a request has to send its headers.
+    # 128), the seconds a request has to send its headers, then its whole body (30: a body at its
+    # largest, CLICKBOOST_MAX_BODY_BYTES = 1 MB, needs 33 kB/s).
     max_connections: int | None = Field(None, ge=1)
     header_timeout_seconds: float = Field(10.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
     # The decision log's retention per model (parse_retention): an age, a count or both. A week, and
     # 100,000 decisions so that the Redis store's memory stays bounded (a few hundred bytes each for
     # hashed contexts, 8 d bytes for dense ones).
@@ -261,11 +263,15 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(f"bad settings: {problems}") from None
 
 
-#: The served default learner (ours): C-OVA (seed 004) with its pairs where they are exact and an
-#: exploration floor, ``epsilon`` = 0.02 (every label keeps at least 0.02 / K), which makes its
-#: decision log usable for off-policy evaluation. Chosen on the tuning sets only (car, dna, nursery,
-#: digits): ``python -m service bench default-learner`` prints the choice (docs/BENCHMARKS.md).
-DEFAULT_LEARNER: tuple[str, dict[str, Any]] = ("cova", {"epsilon": 0.02})
+#: The served default learner (issue 50): SquareCB over Vowpal Wabbit's normalised, adaptive,
+#: importance-invariant SGD regression with hashed pairs (VW's ``--squarecb -q ::``, ours as a label
+#: learner) at its defaults. Its updates are normalised per feature (Ross, Mineiro & Langford 2013),
+#: so a feature's unit (a price, a count, a timestamp's scale) does not change what it learns; it
+#: learns a graded reward as a value, and its inverse-gap-weighted probabilities are the ones it
+#: draws from. Chosen on the tuning sets only (car, dna, nursery, digits) and on rescaled copies of
+#: them: ``python -m service bench default-learner`` and ``bench invariance`` (docs/BENCHMARKS.md).
+#: Until issue 50 it was C-OVA with the floor 0.02, which a single raw number stopped from learning.
+DEFAULT_LEARNER: tuple[str, dict[str, Any]] = ("squarecb-sgd", {})
 #: The default learner of an action-feature model (``"actions": "features"``, issue 39): the
 #: action-feature C-OVA (ours) at its defaults (floor 0.02, C 0.01), chosen on the tuning catalog
 #: streams only: 55.5 % reward against squarecb-adf's 46.6 % at its best (``python -m service bench
@@ -315,9 +321,9 @@ class ModelSpec(BaseModel):
     )
     learner: str = Field(
         DEFAULT_LEARNER[0],
-        description="A bandit learner's registered name (GET /models lists them). Left out: C-OVA with "
-        f"an exploration floor, {DEFAULT_LEARNER[1]} (README: choosing a learner); the model is stored "
-        "with the learner it got.",
+        description="A bandit learner's registered name (GET /models lists them). Left out: "
+        f"`{DEFAULT_LEARNER[0]}` at its defaults for labels, `{DEFAULT_ACTION_LEARNER[0]}` for action "
+        "features (README: choosing a learner); the model is stored with the learner it got.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -1,16 +1,21 @@
-"""Limits on connections and on the time to send request headers (issue 42, item 7).
+"""Limits on connections and on the time to send a request (issue 42 item 7, issue 51 item 4).
 
-uvicorn has neither: a connection that sends part of its headers and waits holds a file descriptor
-for good, and at the process's descriptor limit the server accepts no one (1,100 such connections at
-1,024 descriptors: no predict served, nothing in the log). :class:`GuardedHttp` is uvicorn's
-httptools protocol (``serve`` passes it as ``http``) with two limits from the settings:
+uvicorn has none: a connection that sends part of its headers, or all its headers and then its body
+a byte at a time, holds a file descriptor for as long as it likes, and at the process's descriptor
+limit the server accepts no one (1,100 such connections at 1,024 descriptors: no predict served,
+nothing in the log). :class:`GuardedHttp` is uvicorn's httptools protocol (``serve`` passes it as
+``http``) with three limits from the settings:
 
 - ``CLICKBOOST_HEADER_TIMEOUT_SECONDS``: a request whose headers are not complete this long after
   its connection opened (or after its first byte, on a kept-alive connection) is closed;
+- ``CLICKBOOST_BODY_TIMEOUT_SECONDS``: a request whose body is not complete this long after its
+  headers were is answered 408 and closed (closed only, if its answer had begun). A deadline for
+  the whole body, not for each read: a byte every second would renew a per-read one for ever;
 - ``CLICKBOOST_MAX_CONNECTIONS`` (default: the descriptor limit less 128, kept for the store, logs
-  and Redis): a connection past the limit closes the oldest one still sending its headers, or is
-  closed itself when every other one has a request in progress. Accepting always succeeds, so a
-  client that sends its request at once is served however many slow ones there are.
+  and Redis): a connection past the limit closes the oldest one still sending its request (headers
+  or body), or is closed itself when every other one has a complete request in progress. Accepting
+  always succeeds, so a client that sends its request at once is served however many slow ones
+  there are.
 
 Each limit hit is logged (at most one line a second per limit, with the count since the last line).
 """
@@ -18,10 +23,12 @@ Each limit hit is logged (at most one line a second per limit, with the count si
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import resource
 import time
 from functools import cache
+from typing import NamedTuple
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -31,19 +38,27 @@ log = logging.getLogger("clickboost.connections")
 
 #: Descriptors kept for everything but connections when the limit derives from RLIMIT_NOFILE.
 RESERVED_DESCRIPTORS = 128
-# Connections that have not sent complete request headers yet, oldest first (one server per process).
+# Connections that are still sending a request (headers or body), oldest first (one server per process).
 _waiting: dict[GuardedHttp, None] = {}
 
 
+class Limits(NamedTuple):
+    """This process's connection limits (module docstring)."""
+
+    most: int
+    header_seconds: float
+    body_seconds: float
+
+
 @cache
-def limits() -> tuple[int, float]:
-    """(most connections, seconds to send request headers) of this process's settings."""
+def limits() -> Limits:
+    """The limits of this process's settings."""
     settings = load_settings()
     most = settings.max_connections
     if most is None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         most = max(soft - RESERVED_DESCRIPTORS, 1) if soft != resource.RLIM_INFINITY else 65_536
-    return most, settings.header_timeout_seconds
+    return Limits(most, settings.header_timeout_seconds, settings.body_timeout_seconds)
 
 
 class _Tally:
@@ -73,54 +88,87 @@ class _Tally:
 
 
 _timeouts = _Tally("closed connections that did not send their request headers in time")
-_evictions = _Tally("connection limit reached: closed the oldest connections still sending headers")
+_body_timeouts = _Tally("closed connections that did not send their request body in time (408)")
+_evictions = _Tally("connection limit reached: closed the oldest connections still sending a request")
 _refusals = _Tally("connection limit reached with every connection busy: closed new connections")
 
 
 class GuardedHttp(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a header timeout and a connection limit (module docstring)."""
+    """uvicorn's httptools protocol with header and body timeouts and a connection limit (module
+    docstring)."""
 
     _timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        most, _ = limits()
-        if len(self.connections) > most:
+        if len(self.connections) > limits().most:
             oldest = next((c for c in _waiting if c is not self), None)
             if oldest is None:
                 _refusals.hit(self.loop)
                 transport.close()
                 return
             _evictions.hit(self.loop)
-            oldest._headers_done()
+            oldest._request_done()
             oldest.transport.close()
-        self._await_headers()
+        self._await_request()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self not in _waiting:  # a kept-alive connection's next request
-            self._await_headers()
+            self._await_request()
 
     def on_headers_complete(self) -> None:
-        self._headers_done()
+        self._cancel_timer()
+        if self.parser.should_upgrade() and self._should_upgrade():
+            self._request_done()  # another protocol takes the connection over
+        elif self in _waiting:  # the body has its own deadline (complete at once when there is none)
+            self._timer = self.loop.call_later(limits().body_seconds, self._body_late)
         super().on_headers_complete()
 
+    def on_message_complete(self) -> None:
+        self._request_done()
+        super().on_message_complete()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._headers_done()
+        self._request_done()
         super().connection_lost(exc)
 
-    def _await_headers(self) -> None:
+    def _await_request(self) -> None:
         _waiting[self] = None
-        self._timer = self.loop.call_later(limits()[1], self._headers_late)
+        self._cancel_timer()
+        self._timer = self.loop.call_later(limits().header_seconds, self._headers_late)
 
-    def _headers_done(self) -> None:
-        _waiting.pop(self, None)
+    def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _request_done(self) -> None:
+        _waiting.pop(self, None)
+        self._cancel_timer()
 
     def _headers_late(self) -> None:
         self._timer = None
         if self in _waiting and not self.transport.is_closing():
             _timeouts.hit(self.loop)
             self.transport.close()
+
+    def _body_late(self) -> None:
+        self._timer = None
+        if self not in _waiting or self.transport.is_closing():
+            return
+        _waiting.pop(self, None)
+        _body_timeouts.hit(self.loop)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started and not self.pipeline:
+            # The application waits for the rest of the body: it reads a disconnect, and whatever
+            # it answers is dropped (uvicorn writes nothing for a disconnected cycle).
+            cycle.disconnected = True
+            detail = f"request body not received within {limits().body_seconds:g} s"
+            body = json.dumps({"detail": detail}).encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            )
+            cycle.message_event.set()
+        self.transport.close()
