@@ -166,3 +166,24 @@ def cold(modules: Iterable[str]) -> list[str]:
         if any(d._can_compile for d in KERNELS.get(name, ())):
             out.append(name)
     return out
+
+
+def cached(modules: Iterable[str]) -> bool:
+    """Whether numba's on-disk cache holds every declared signature of the cold kernels of ``modules``
+    for this machine and these sources, so that :func:`warm` loads them rather than compiles them
+    (what the start-up log and ``/readyz`` say). False when unsure (numba's cache internals moved)."""
+    try:
+        for name in cold(modules):
+            for dispatcher in KERNELS.get(name, ()):
+                if not dispatcher._can_compile:
+                    continue
+                cache = dispatcher._cache
+                # numba's index key: (signature, this CPU's magic tuple, the function's code hash)
+                _, magic, code = cache._index_key(None, dispatcher.targetctx.codegen())
+                index = cache._cache_file._load_index()  # {} when stale (the source file changed)
+                found = sum(1 for key in index if key[1] == magic and key[2] == code)
+                if found < len(dispatcher.declared_signatures):
+                    return False
+    except Exception:  # a numba release without these internals: say "compiling", never wrongly "loading"
+        return False
+    return True

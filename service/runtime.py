@@ -659,6 +659,9 @@ class Runtime:
         ]
         self.ready = True
         self.loading = False
+        # uvicorn's "running on" line comes when the port is bound, before the models are loaded
+        since = time.monotonic() - self._started_mono
+        log.info("ready: %d model(s) served, %.1f s after start", len(self.models), since)
         # What start-up made (numba's types and compiled kernels, pydantic's models, the routes:
         # ~160k objects) lives as long as the process: out of the collector's view, a full collection
         # scans only what came later, where it took ~80 ms of the event loop here, often enough
@@ -775,9 +778,11 @@ class Runtime:
         cold = _jit_cache.cold(modules)  # flags of modules open() imported: no await when warm
         if not cold:
             return
-        self.warming = f"compiling the kernels of {spec.learner} ({', '.join(cold)})"
+        cached = await asyncio.to_thread(_jit_cache.cached, cold)
+        verb = "loading" if cached else "compiling"
+        self.warming = f"{verb} the kernels of {spec.learner} ({', '.join(cold)})"
         started = time.monotonic()
-        log.info("%s: once per install, cached afterwards", self.warming)
+        log.info("%s%s", self.warming, "" if cached else ": once per install, cached afterwards")
         try:
             async with self._warm_lock:  # one compilation at a time: they share numba's lock anyway
                 await asyncio.to_thread(_jit_cache.warm, cold, log.info)
@@ -1337,6 +1342,7 @@ class Runtime:
         event_id: str | None = None,
         defer: bool = False,
         actions: Sequence[Any] | None = None,
+        memo: Mapping[str, str] | None = None,
     ) -> Prediction:
         """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
         record the pending decision (the reward window starts now), also in the decision log when
@@ -1355,6 +1361,9 @@ class Runtime:
         ``actions``: the candidates of an action-feature model (issue 39, :mod:`service.actions`),
         ``{"id", "features"}`` each; ``eligible``, ``excluded`` and ``baseline`` then name action
         ids (or indices in the request), and the prediction's labels are the candidates' ids.
+
+        ``memo``: kept in the decision's memo beside the learner's (``store.get_decision`` reads it
+        back): a multi-slot rank's slot id, which its reward must name (issue 51).
         """
         m = await self.resolve(name)
         x = m.featurise_request(features, actions)
@@ -1363,6 +1372,8 @@ class Runtime:
         drawn = self.ids.new() if event_id is None else check_event_id(event_id)
         decision_id = self.store.route(m.name, drawn)
         d = m.decide(x, decision_id, mask, baseline)
+        if memo:
+            d.memo = {**d.memo, **memo}
         now = self.clock()
         record = DecisionRecord(
             decision_id,
