@@ -39,6 +39,7 @@ from lab.cluster import START_TIMEOUT, free_port
 ROUNDS = 2000
 SEED = 0
 KEY = "quickstart"
+ADMIN_KEY = "quickstart-admin"  # what a bench reads the model's config with
 MODEL = "grocery"
 LOCATIONS = ("west", "east", "midwest")
 TIMES = ("morning", "afternoon", "evening")
@@ -76,6 +77,12 @@ MODELS_TOML = f"""[models.{MODEL}]
 hashing_bits = 12
 labels = {list(ACTIONS)!r}
 """.replace("'", '"')
+#: The same model as an action-feature model: the products are scored from their features (numeric
+#: ``qty`` and ``price`` included) crossed with the context, not learned as fixed labels.
+ACTIONS_TOML = f"""[models.{MODEL}]
+actions = "features"
+hashing_bits = 16
+"""
 
 
 def get_context(user: str, rng: random.Random) -> list[dict[str, Any]]:
@@ -134,18 +141,20 @@ def run_loop(endpoint: str, key: str, rounds: int, seed: int) -> list[float]:
 
 
 @contextlib.contextmanager
-def server(seed: int) -> Iterator[str]:
+def server(seed: int, actions: bool = False) -> Iterator[str]:
     """``python -m service serve`` on a free loopback port with the grocery model as its default
-    model (memory store, key :data:`KEY`, decision ids seeded by ``seed``); yields its URL."""
+    model (memory store, key :data:`KEY`, decision ids seeded by ``seed``; ``actions``: the
+    action-feature model of :data:`ACTIONS_TOML`); yields its URL."""
     with tempfile.TemporaryDirectory() as tmp:
         models = Path(tmp) / "models.toml"
-        models.write_text(MODELS_TOML)
+        models.write_text(ACTIONS_TOML if actions else MODELS_TOML)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKBOOST_")}
         env.update(
             CLICKBOOST_STORE="memory",
             CLICKBOOST_CONFIG_FILE=str(models),
             CLICKBOOST_DEFAULT_MODEL=MODEL,
             CLICKBOOST_API_KEY=KEY,
+            CLICKBOOST_ADMIN_KEY=ADMIN_KEY,
             CLICKBOOST_DECISION_ID_SEED=str(seed),
         )
         port = free_port()
@@ -193,13 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED, help="users, contexts and decision ids")
     parser.add_argument("--endpoint", help="a running server (default: start one)")
     parser.add_argument("--key", default=KEY, help="its API key (with --endpoint)")
+    parser.add_argument(
+        "--actions", action="store_true", help="the model scores the products' features (an action model)"
+    )
     args = parser.parse_args(argv)
     try:
         import azure.cognitiveservices.personalizer  # noqa: F401
     except ImportError:
         print("needs azure-cognitiveservices-personalizer: pip install -e '.[dev]'", file=sys.stderr)
         return 2
-    with contextlib.nullcontext(args.endpoint) if args.endpoint else server(args.seed) as url:
+    with contextlib.nullcontext(args.endpoint) if args.endpoint else server(args.seed, args.actions) as url:
         started = time.monotonic()
         rewards = run_loop(url, args.key, args.rounds, args.seed)
         seconds = time.monotonic() - started

@@ -62,9 +62,10 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     # exponent (0.5) and a constant feature, as VW's squarecb
     "squarecb": {"gamma_scale": [3.0, 10.0, 30.0, 100.0], "ridge": [0.3, 1.0, 3.0]},
     # SquareCB over VW's SGD regression (issue 41): its rate, VW's -q :: (pairs and squares), pairs
-    # only or none, VW's mtr weighting or not
+    # only or none, VW's mtr weighting or not; issue 50 (the served default) widened the rate past
+    # 100, where the best setting had stood at the grid's edge
     "squarecb-sgd": {
-        "gamma_scale": [3.0, 10.0, 30.0, 100.0],
+        "gamma_scale": [3.0, 10.0, 30.0, 100.0, 300.0, 1000.0],
         "interactions": ["none", "pairs", "quadratic"],
         "weighting": ["mtr", "none"],
     },
