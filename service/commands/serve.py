@@ -15,7 +15,8 @@ from service.api.connections import GuardedHttp
 from service.api.hygiene import log_config
 from service.cli import CLIError, plain_text
 from service.config import ConfigError, Settings, load_model_file, load_settings
-from service.runtime import build_learner
+from service.learners.base import ParamError
+from service.runtime import build_learner, check_declared
 from service.store import open_store
 from service.store.sqlite import DataDirInUseError
 
@@ -61,10 +62,15 @@ def run(args: argparse.Namespace) -> int:
     try:  # fail fast, before binding: settings, the model file and its learners
         settings = load_settings(**overrides)
         if settings.config_file is not None:
-            for spec in load_model_file(settings.config_file).values():
+            declared = load_model_file(settings.config_file)
+            # a creation's checks first: a model over its budget is named, not allocated
+            check_declared(declared, settings)
+            for spec in declared.values():
                 build_learner(spec)
     except ConfigError as exc:
         raise CLIError(str(exc)) from None
+    except ParamError as exc:
+        raise CLIError(f"{settings.config_file}: {exc}") from None
     if not _is_loopback(args.host) and not settings.has_keys and not args.insecure:
         raise CLIError(
             f"refusing to bind {args.host} without API keys: set CLICKBOOST_API_KEY and "
@@ -116,8 +122,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
     p.add_argument("--config", type=Path, help="TOML file declaring [models.NAME] created at start-up")
     p.add_argument("--demo", action="store_true", help="create the model 'demo' (named features, 3 labels)")
     p.add_argument(
