@@ -1,4 +1,4 @@
-"""Command line: ``python -m service serve|simulate|reproduce|bench ...``."""
+"""Command line: ``python -m service serve|warm|export|evaluate|lab ...`` (service.cli)."""
 
 from service.cli import main
 

@@ -1,12 +1,18 @@
 """The ``clickboost`` command line (also ``python -m service``).
 
-``serve`` is the service's own subcommand. The others (``simulate``, ``reproduce``, ``bench``,
-``adaboost-mh``) belong to the lab and plug in through the entry-point group
-``clickboost.commands`` (declared in pyproject.toml): each entry names a function
-``add(subparsers)`` that adds the subcommand's parser and sets ``func`` (called with the parsed
-namespace, returns an exit code). The service names no lab module; a subcommand's module is loaded
-only when that subcommand runs or the top-level help lists them, and when the lab or one of its
-extra's packages is missing the command says what to install in one line (exit code 2).
+The operational commands are top-level: ``serve``, ``warm``, ``evaluate`` (the service's own) and
+``export``; the research ones are under ``clickboost lab``: ``simulate``, ``bench``, ``reproduce``,
+``sweep-defaults``, ``adaboost-mh``, ``ope-example`` (``clickboost lab bench learners``). Until the
+next release a research command also answers at the top level as before (``clickboost bench ...``,
+which docs and scripts still spell), with a note on stderr naming the new spelling.
+
+Every command but the service's own plugs in through the entry-point group ``clickboost.commands``
+(declared in pyproject.toml): each entry names a function ``add(subparsers)`` that adds the
+subcommand's parser and sets ``func`` (called with the parsed namespace, returns an exit code); an
+entry whose module is in the lab (``lab.``) is a research command. The service names no lab module;
+a subcommand's module is loaded only when that subcommand runs or a help lists them, and when the
+lab or one of its extra's packages is missing the command says what to install in one line (exit
+code 2). A command that does not exist is answered with every command, in one line (exit code 2).
 
 Expected failures (unknown learner, bad parameter, missing dataset, ...) raise :class:`CLIError`
 or one of the library's validation errors and end as one line on stderr with exit code 2.
@@ -15,6 +21,7 @@ or one of the library's validation errors and end as one line on stderr with exi
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -26,6 +33,10 @@ from service.serial import StateFormatError
 ENTRY_POINT_GROUP = "clickboost.commands"
 LAB_INSTALL = "pip install -e '.[lab]' in a clickboost checkout (the lab is not in the server image)"
 PROG = "clickboost"
+#: The group of the research commands: ``clickboost lab simulate ...``.
+LAB = "lab"
+#: The service's own commands (service/commands/), always loaded.
+OWN = ("serve", "evaluate", "warm")
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
 
@@ -72,24 +83,81 @@ def _load(name: str, ep: EntryPoint) -> AddCommand:
         return _unavailable(name, f"no module {exc.name!r}")
 
 
+def _research(ep: EntryPoint) -> bool:
+    """Whether a plugged-in command is the lab's (under ``clickboost lab``), not an operational one."""
+    return ep.value.startswith(LAB + ".")
+
+
+def _positionals(argv: Sequence[str]) -> list[str]:
+    return [a for a in argv if not a.startswith("-")]
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The parser; of the lab's subcommands only the one named in ``argv`` is loaded (all for help)."""
+    """The parser; of the plugged-in subcommands only the one named in ``argv`` is loaded (all for help)."""
     from service.commands import evaluate, serve, warm
 
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="clickboost: an online recommendation service that learns from clicks.",
-        epilog=f"'{PROG} COMMAND --help' describes a command.",
+        epilog=f"'{PROG} COMMAND --help' describes a command; '{PROG} {LAB} --help' lists the research ones.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.add(sub)
-    evaluate.add(sub)
     warm.add(sub)
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, ep in sorted(lab_commands().items()):
-        if chosen is None or chosen == name:
+    evaluate.add(sub)
+    words = _positionals(argv)
+    chosen = words[0] if words else None
+    plugged = sorted(lab_commands().items())
+    for name, ep in plugged:
+        if not _research(ep) and chosen in (None, name):
             _load(name, ep)(sub)
+    lab = sub.add_parser(
+        LAB,
+        help="research: the simulator, benchmarks and paper reproductions (needs the lab extra)",
+        description="The research commands (the lab: lab/ in a clickboost checkout).",
+        epilog=f"'{PROG} {LAB} COMMAND --help' describes a command.",
+    )
+    inner = lab.add_subparsers(dest="lab_command", required=True, metavar="COMMAND")
+    wanted = words[1] if chosen == LAB and len(words) > 1 else None
+    for name, ep in plugged:
+        if _research(ep) and chosen in (None, LAB) and wanted in (None, name):
+            _load(name, ep)(inner)
     return parser
+
+
+def _commands() -> tuple[list[str], list[str]]:
+    """The operational commands and the research ones (``lab NAME``), by name."""
+    plugged = lab_commands()
+    own = [*OWN, *sorted(n for n, ep in plugged.items() if not _research(ep))]
+    return own, sorted(n for n, ep in plugged.items() if _research(ep))
+
+
+def _spelled(argv: list[str]) -> list[str]:
+    """``argv`` with an old top-level spelling of a research command moved under ``lab`` (a note on
+    stderr); :class:`CLIError` listing every command for a command that does not exist."""
+    own, research = _commands()
+    words = _positionals(argv)
+    if not words:
+        return argv
+    if words[0] in research:  # the spelling of the release before: one more release
+        print(
+            f"note: '{PROG} {words[0]}' is now '{PROG} {LAB} {words[0]}'; the old spelling goes in the "
+            "next release",
+            file=sys.stderr,
+        )
+        return [LAB, *argv]
+    if words[0] == LAB:
+        wrong = words[1] if len(words) > 1 and words[1] not in research else None
+    else:
+        wrong = words[0] if words[0] not in own else None
+    if wrong is None:
+        return argv
+    every = [*own, *(f"{LAB} {n}" for n in research)]
+    close = difflib.get_close_matches(wrong, [*own, *research], n=1)
+    hint = ""
+    if close:
+        hint = f" (did you mean '{close[0] if close[0] in own else f'{LAB} {close[0]}'}'?)"
+    raise CLIError(f"no command {wrong!r}{hint}; the commands: {', '.join(every)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from service.learners.base import ParamError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = _spelled(argv)
+    except CLIError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)

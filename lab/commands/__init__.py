@@ -1,1 +1,1 @@
-"""The lab's subcommands of ``clickboost``: each module has ``add(subparsers)``, named by an entry point."""
+"""The research commands of ``clickboost lab``: each module has ``add(subparsers)`` (an entry point)."""

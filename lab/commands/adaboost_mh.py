@@ -1,4 +1,4 @@
-"""``python -m service adaboost-mh``: batch AdaBoost.MH with full, UCB1 or EXP3.P stump search."""
+"""``clickboost lab adaboost-mh``: batch AdaBoost.MH with full, UCB1 or EXP3.P stump search."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m service bench NAME [--quick] [--write-docs]``: run one benchmark part, or ``all``.
+"""``clickboost lab bench NAME [--quick] [--write-docs]``: run one benchmark part, or ``all``.
 
 Each part's markdown is printed and replaces that part's section of ``BENCHMARKS.md`` (plots beside
 it) in out/docs/, which git ignores; ``--write-docs`` writes into docs/ instead (``bench all

@@ -1,4 +1,4 @@
-"""``clickboost ope-example``: the worked example and coverage figures of docs/OFFLINE_EVALUATION.md.
+"""``clickboost lab ope-example``: the worked example and coverage figures of docs/OFFLINE_EVALUATION.md.
 
 A Banditron serves and logs simulated traffic of a data set; five learners are evaluated on the log
 by replay and stationary policies by IPS/SNIPS/DR, each beside its truth (the simulator knows the

@@ -1,4 +1,4 @@
-"""``python -m service reproduce NAME [--quick] [--out DIR | --write-docs]``: run a paper reproduction.
+"""``clickboost lab reproduce NAME [--quick] [--out DIR | --write-docs]``: run a paper reproduction.
 
 A reproduction (registered in :data:`lab.repro.reproductions`) runs its protocol, writes its
 figures under ``DIR/repro/`` and returns its markdown; this command writes that markdown into the

@@ -1,8 +1,8 @@
-"""``python -m service simulate``: run a learner over a shuffled dataset stream for several seeds.
+"""``clickboost lab simulate``: run a learner over a shuffled dataset stream for several seeds.
 
 Example::
 
-    python -m service simulate --learner banditron --set gamma=0.15 --dataset mnist --seeds 3 --json
+    clickboost lab simulate --learner banditron --set gamma=0.15 --dataset mnist --seeds 3 --json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``clickboost sweep-defaults [LEARNER ...]``: the boosters' and C-OVA's default hyperparameters.
+"""``clickboost lab sweep-defaults [LEARNER ...]``: the boosters' and C-OVA's default hyperparameters.
 
 Every setting of each learner's grid (lab/sweep.py) on car, dna, nursery and digits, 3 shuffles each,
 streams cut at 10,000 rounds, ranked by mean online error; the current default is marked. ``vw``

@@ -1,4 +1,4 @@
-"""``python -m service simulate``: the JSON contract and the one-line errors (exit code 2)."""
+"""``clickboost lab simulate``: the JSON contract and the one-line errors (exit code 2)."""
 
 from __future__ import annotations
 
@@ -95,14 +95,25 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
 def test_expected_errors_are_one_line_exit_2(
     capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
-    assert main(["simulate", *args]) == 2
+    assert main(["lab", "simulate", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
 def test_real_process_exit_code() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "service", "simulate", "--learner", "nope", "--dataset", "car", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "lab",
+            "simulate",
+            "--learner",
+            "nope",
+            "--dataset",
+            "car",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
