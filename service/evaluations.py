@@ -7,9 +7,11 @@ request), writes it to a temporary JSON-lines file, and evaluates the policies i
 process** (one worker, spawned on first use, at a lower priority: nice 10): the estimators and
 learner replays are CPU-bound Python and numba, and in a thread they would hold the interpreter lock
 the request handlers need. A queued job holds its request only, so the temporary directory holds one
-copy of a log at most. The worker dies with its server however that goes (a parent-death signal
-and a check of its parent). Jobs live in the process that started them (their results are small,
-kept for ``KEEP_SECONDS``): ask that replica for them (its id is in the answer).
+copy of a log at most: in :func:`scratch_dir`, named after the server's process id, so that a server
+started later removes the copies a killed one left (:func:`remove_stale`). The worker dies with its
+server however that goes (a parent-death signal and a check of its parent). Jobs live in the process
+that started them (their results are small, kept for ``KEEP_SECONDS``): ask that replica for them
+(its id is in the answer).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from service.learners.base import ParamError, learners, make_learner
@@ -41,6 +44,8 @@ MAX_POLICIES = 20
 #: keeps the model snapshots its policies name until it runs.
 MAX_JOBS = 16
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+#: A copy of a log in :func:`scratch_dir`: ``PID-RANDOM.jsonl``, PID the server's process.
+_COPY = re.compile(r"(\d+)-\w+\.jsonl")
 
 Records = Callable[[], AsyncIterator[list[Any]]]
 Snapshots = dict[str, tuple[dict[str, Any], bytes]]
@@ -166,6 +171,38 @@ def _evaluate_file(
     return data.n, {p: {e: est.as_dict() for e, est in by.items()} for p, by in results.items()}
 
 
+def scratch_dir() -> Path:
+    """The directory of the logs' copies: ``clickboost-evaluations-UID`` in the temporary directory
+    (``TMPDIR``), the user's own (mode 0700: a copy holds the model's decisions)."""
+    path = Path(tempfile.gettempdir()) / f"clickboost-evaluations-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale() -> list[Path]:
+    """Remove the copies of servers that are no longer running (killed during a job: ``kill -9``
+    runs no clean-up), at start-up; the removed paths. A running server's copies are kept: several
+    servers may share the temporary directory."""
+    removed = []
+    for path in scratch_dir().iterdir():
+        match = _COPY.fullmatch(path.name)
+        if match and not _alive(int(match[1])):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 class Evaluations:
     """The jobs of this process and the worker that runs them."""
 
@@ -258,7 +295,7 @@ class Evaluations:
     async def _run(self, job: Job) -> None:
         assert job._records is not None and job._snapshots is not None
         records, snapshots = job._records, job._snapshots
-        fd, path = tempfile.mkstemp(prefix="clickboost-eval-", suffix=".jsonl")
+        fd, path = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=".jsonl", dir=scratch_dir())
         try:
             with os.fdopen(fd, "w") as f:
                 async for page in records():

@@ -31,7 +31,7 @@ from service import _jit_cache
 from service.actions import ActionFeaturiser, ActionInput
 from service.config import ModelSpec, Settings, load_model_file
 from service.decision_log import LogRecord, pages
-from service.evaluations import Evaluations
+from service.evaluations import Evaluations, remove_stale
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state, learners, make_learner
 from service.placement import Placement, PlacementError
@@ -65,6 +65,7 @@ __all__ = [
     "Prediction",
     "Runtime",
     "build_learner",
+    "check_declared",
     "check_event_id",
 ]
 
@@ -248,6 +249,26 @@ def check_event_budget(name: str, spec: ModelSpec, settings: Settings) -> None:
             f"{what} allocates {human_bytes(need)} per event; the budget is "
             f"{human_bytes(settings.max_event_bytes)} (CLICKBOOST_MAX_EVENT_BYTES)"
         )
+
+
+def check_declared(declared: Mapping[str, ModelSpec], settings: Settings) -> None:
+    """The checks of a creation by ``PUT`` (parameters, the memory and event budgets) on the models
+    declared at start-up (config file, demo), in order, each adding to what the process holds:
+    :class:`ParamError` (a :class:`BudgetError` naming the model and both sizes) for the first that
+    fails, before anything is allocated."""
+    held = 0
+    for name, spec in declared.items():
+        held += check_budget(name, spec, settings, held)
+        check_event_budget(name, spec, settings)
+
+
+class NoSuchModelError(UnknownModelError):
+    """No model of this name (or no name and no default): ``known`` lists the process's models,
+    which the answer shows to the admin key only (:mod:`service.api.errors`)."""
+
+    def __init__(self, message: str, known: list[str]) -> None:
+        super().__init__(message)
+        self.known = known
 
 
 class ModelRuntime:
@@ -631,6 +652,8 @@ class Runtime:
         # Importing a learner compiles nothing (its kernels compile when first needed), so this is
         # quick; the registry imports the learner modules on first use.
         self.loading = True
+        if removed := await asyncio.to_thread(remove_stale):
+            log.info("removed %d evaluation copies of logs left by stopped servers", len(removed))
         await asyncio.to_thread(learners.names)
         await self.store.prepare()
         declared: dict[str, ModelSpec] = {}
@@ -638,10 +661,8 @@ class Runtime:
             declared.update(load_model_file(self.settings.config_file))
         if self.settings.demo:
             declared.setdefault("demo", DEMO_MODEL)
-        held = 0
+        check_declared(declared, self.settings)  # fail fast: params, sizes
         for name, spec in declared.items():
-            held += check_budget(name, spec, self.settings, held)  # fail fast: params, size
-            check_event_budget(name, spec, self.settings)
             with contextlib.suppress(ModelExistsError):
                 await self.store.create_model(name, self._config(spec))
 
@@ -793,6 +814,15 @@ class Runtime:
     def status(self) -> tuple[bool, str]:
         """(ready, what it is doing): ``/readyz``'s answer before the store check."""
         if self.ready:
+            # a default model that does not exist fails every request that names none: not ready,
+            # rather than a refusal to start, since it may be created through this server (PUT)
+            default = self.settings.default_model
+            known = self.models.keys() | self._elsewhere | self._load_failures.keys()
+            if default is not None and default not in known:
+                return False, (
+                    f"the default model {default!r} (CLICKBOOST_DEFAULT_MODEL) does not exist: "
+                    f"create it (PUT /models/{default}) or change the setting"
+                )
             return True, "ready"
         if self.warming is not None:
             return False, f"{self.warming}, {time.monotonic() - self._started_mono:.0f} s since start"
@@ -1292,9 +1322,7 @@ class Runtime:
             name = self.settings.default_model or ("demo" if self.settings.demo else None)
             if name is None:
                 if len(self.models) != 1:
-                    raise UnknownModelError(
-                        f"no model given and no default model; known: {sorted(self.models)}"
-                    )
+                    raise NoSuchModelError("no model given and no default model", sorted(self.models))
                 return next(iter(self.models.values()))
         try:
             return self.models[name]
@@ -1307,7 +1335,7 @@ class Runtime:
                     f"model {name!r} cannot be loaded on this replica ({failed.reason}); "
                     "retried with back-off"
                 ) from None
-            raise UnknownModelError(f"unknown model {name!r}; known: {sorted(self.models)}") from None
+            raise NoSuchModelError(f"unknown model {name!r}", sorted(self.models)) from None
 
     async def resolve(self, name: str | None, fresh: bool = False) -> ModelRuntime:
         """:meth:`get`, but a name this process does not know is looked up in the store first, so
@@ -1509,8 +1537,8 @@ class Runtime:
         the registry's stream tells them). Every event is in the log throughout, and feedback is
         accepted by any replica, so none is lost whichever replica serves meanwhile.
 
-        A joining group without a live replica, or one not caught up within ``timeout`` seconds,
-        undoes the move (:class:`~service.placement.PlacementError`, 409); :class:`ParamError`
+        A joining group without a live replica (at once), or one not caught up within ``timeout``
+        seconds, undoes the move (:class:`~service.placement.PlacementError`, 409); :class:`ParamError`
         (422) for an unknown group.
         """
         placement = self._placement()
@@ -1524,6 +1552,12 @@ class Runtime:
         current = placement.serving(name, before)
         joining = [g for g in target if g not in current]
         if joining:
+            # a group with no live replica cannot catch up: say so now, not after the timeout
+            live = {b.group for b in await self.store.replicas() if b.age < MOVE_LIVE_SECONDS}
+            if absent := [g for g in joining if g not in live]:
+                raise PlacementError(
+                    f"model {name!r} not moved, placement unchanged: group {absent[0]} has no live replica"
+                )
             await self.store.set_placement(name, {"groups": current, "joining": joining})
             try:
                 await self._caught_up(name, joining, timeout)

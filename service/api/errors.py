@@ -1,7 +1,8 @@
 """Every failure answers ``{"detail": "<one line naming the problem>"}`` with the right 4xx.
 
 Malformed JSON and an empty body -> 400; a body of the wrong shape or type, bad features or a bad
-model configuration -> 422; unknown model or decision -> 404; duplicate -> 409; expired -> 410; a
+model configuration -> 422; unknown model or decision -> 404 (naming the models there to the admin
+key only, or when no key is configured: admin information); duplicate -> 409; expired -> 410; a
 model this replica's group does not hold -> 421 (its holders' addresses in the body and the
 ``X-Model-Replicas`` header); body over the size limit -> 413 (:class:`BodyLimit`); shared store
 unreachable -> 503 with ``Retry-After`` (nothing was recorded).
@@ -22,11 +23,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.auth import HEADER, _matches
+from service.config import Settings
 from service.features import FeatureError
 from service.learners.base import ParamError
 from service.placement import MisdirectedError, PlacementError
 from service.registry import UnknownNameError
-from service.runtime import ModelUnavailableError
+from service.runtime import ModelUnavailableError, NoSuchModelError
 from service.serial import StateFormatError
 from service.store import DecisionExistsError, ModelExistsError, StoreUnavailableError, UnknownModelError
 
@@ -104,6 +107,21 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return await http_exception_handler(request, exc)
 
 
+def _admin(request: Request) -> bool:
+    """The request comes with the admin key, or no key is configured (a development server)."""
+    settings: Settings = request.app.state.settings
+    if not settings.api_key_set and not settings.admin_key:
+        return True
+    return bool(settings.admin_key) and _matches(request.headers.get(HEADER), [settings.admin_key])
+
+
+def _unknown_model(request: Request, exc: Exception) -> JSONResponse:
+    detail = str(exc)
+    if isinstance(exc, NoSuchModelError) and _admin(request):
+        detail += f"; known: {exc.known}"
+    return JSONResponse({"detail": detail}, status_code=404)
+
+
 def _model_unavailable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(
         {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
@@ -123,12 +141,12 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
+    app.add_exception_handler(UnknownModelError, _unknown_model)
     for exc, code in [
         (FeatureError, 422),
         (ParamError, 422),
         (UnknownNameError, 422),
         (StateFormatError, 422),
-        (UnknownModelError, 404),
         (ModelExistsError, 409),
         (PlacementError, 409),
         (DecisionExistsError, 409),

@@ -176,8 +176,8 @@ async def get_placement(name: NamePath, runtime: RuntimeDep) -> PlacementInfo:
 async def move_model(name: NamePath, body: PlacementRequest, runtime: RuntimeDep) -> PlacementInfo:
     """Place the model on ``groups`` without losing an event: the groups joining load its checkpoint
     and follow its log; once they report it caught up the placement switches, and the groups left
-    drop it. Answered after the switch; 409 (placement unchanged) when a joining group has no live
-    replica or does not catch up within 30 s. Any replica takes it."""
+    drop it. Answered after the switch; 409 (placement unchanged) at once when a joining group has no
+    live replica, or when it does not catch up within 30 s. Any replica takes it."""
     await runtime.move_model(name, body.groups)
     return await _placement(runtime, name)
 

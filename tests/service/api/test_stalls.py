@@ -167,7 +167,7 @@ def test_exports_of_a_large_sqlite_log_do_not_hold_predicts(car_log: Path, tmp_p
 
 
 def _eval_files(tmp: Path) -> list[int]:
-    return [p.stat().st_size for p in tmp.glob("clickboost-eval-*")]
+    return [p.stat().st_size for p in tmp.glob("clickboost-evaluations-*/*")]
 
 
 @pytest.mark.slow
