@@ -16,7 +16,6 @@ import gc
 import logging
 import math
 import os
-import re
 import socket
 import time
 import uuid
@@ -56,11 +55,10 @@ from service.store import (
     StoreUnavailableError,
     UnknownModelError,
 )
-from service.store.base import Reward, Tail
+from service.store.base import Reward, Tail, check_decision_id
 
 __all__ = [
     "DEMO_MODEL",
-    "EVENT_ID",
     "ModelRuntime",
     "Prediction",
     "Runtime",
@@ -105,11 +103,6 @@ RECOVERY_SECONDS = 2.0
 ACTIVITY_FLUSH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 2.0
 HEARTBEAT_TTL_SECONDS = 15.0
-# A client-chosen decision id (``event_id``): at most 256 characters as Personalizer's eventId, of a set
-# safe in a URL path segment and in a store key (no braces: Redis hash tags; no slash: the routes).
-# The Redis store appends ".{slot tag}" to every id, and a tag has no dot, so the last dot still
-# separates the tag and two (model, id) pairs never share a routed id.
-EVENT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 # Moving a model (Runtime.move_model): the groups joining it must report it caught up within this
 # many seconds (their heartbeats come every HEARTBEAT_SECONDS), else the move is undone; a heartbeat
 # older than MOVE_LIVE_SECONDS is a replica presumed gone (the dashboard calls it stale then too).
@@ -143,12 +136,14 @@ DEMO_MODEL = ModelSpec(  # the default learner
 
 
 def check_event_id(event_id: str) -> str:
-    """``event_id`` if it is a valid client-chosen decision id, else :class:`ParamError` (422) naming it."""
-    if not isinstance(event_id, str) or EVENT_ID.fullmatch(event_id) is None:
-        raise ParamError(
-            f"decision id {str(event_id)[:80]!r}: 1 to 256 characters of A-Z, a-z, 0-9, '_', '.', ':', '-'"
-        )
-    return event_id
+    """``event_id`` if it is a valid client-chosen decision id (:func:`check_decision_id`, the one rule
+    of every route and store), else :class:`ParamError` (422) naming the rule. The Redis store appends
+    ".{slot tag}" to every id, and a tag has no dot, so the last dot still separates the tag and two
+    (model, id) pairs never share a routed id."""
+    try:
+        return check_decision_id(event_id)
+    except ValueError as exc:
+        raise ParamError(str(exc)) from None
 
 
 class ModelUnavailableError(Exception):
@@ -1432,32 +1427,38 @@ class Runtime:
         counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
         return Prediction(decision_id, m.name, d, m.position, names[d.label], names)
 
-    async def feedback(self, decision_id: str, reward: Reward, wait: bool) -> tuple[ClaimOutcome, bool]:
+    async def feedback(
+        self, decision_id: str, reward: Reward, wait: bool, model: str | None = None
+    ) -> tuple[ClaimOutcome, bool]:
         """Claim the decision and append its learn event; with ``wait``, apply it here first.
 
         ``reward``: the click bit, or a graded reward in [0, 1] (0 and 1 are taken as the bit, so
         they behave exactly as a click / no click). A deferred decision not activated yet holds the
-        feedback (HELD): it is learned when :meth:`activate` comes within the window.
+        feedback (HELD): it is learned when :meth:`activate` comes within the window. ``model``: the
+        model the caller names (a Personalizer loop): a decision of another is UNKNOWN.
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
         if not isinstance(reward, bool) and reward in (0.0, 1.0):
             reward = reward == 1.0
-        out = await self._answered(lambda now: self.store.claim_and_append(decision_id, reward, now))
+        out = await self._answered(lambda now: self.store.claim_and_append(decision_id, reward, now, model))
         applied = False
         if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
             applied = await self._learned(out.claim, reward, wait)
         return out, applied
 
-    async def activate(self, decision_id: str, wait: bool = False) -> ActivateOutcome:
+    async def activate(
+        self, decision_id: str, wait: bool = False, model: str | None = None
+    ) -> ActivateOutcome:
         """Mark the deferred decision ``decision_id`` as shown (``POST /decisions/{id}/activate``).
 
         Within its reward window it will be learned: now, from a feedback held for it (the outcome's
         ``claim`` and ``reward``; with ``wait`` applied here before this returns), or from the
         feedback to come, or at expiry from the model's default reward. After the window a deferred
         decision never activated is EXPIRED (dropped); one not deferred is a harmless ALREADY.
+        ``model`` as for :meth:`feedback`.
         """
-        out = await self._answered(lambda now: self.store.activate(decision_id, now))
+        out = await self._answered(lambda now: self.store.activate(decision_id, now, model))
         if out.status is ActivateStatus.ACTIVATED and out.claim is not None and out.reward is not None:
             await self._learned(out.claim, out.reward, wait)
         return out

@@ -24,6 +24,7 @@ from service.api.schemas import (
     ErrorBody,
     FeedbackRequest,
     FeedbackResponse,
+    HandedOutId,
     PredictRequest,
     PredictResponse,
     RankedLabel,
@@ -214,9 +215,7 @@ async def feedback(request: Request) -> Response:
     return JSONResponse({"detail": detail, "first_outcome": first}, status_code=409)
 
 
-DecisionPath = Annotated[
-    str, Path(min_length=1, max_length=300, description="The `decision_id` a `POST /predict` answered.")
-]
+DecisionPath = Annotated[HandedOutId, Path(description="The `decision_id` a `POST /predict` answered.")]
 
 
 @activation.post(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -20,6 +22,7 @@ from pydantic import (
 from service.config import GroupName
 from service.features import MAX_FEATURE_CHARS
 from service.placement import MISDIRECTED_HEADER
+from service.store.base import ID_PATTERN, MAX_DECISION_ID_LENGTH, MAX_ID_LENGTH, check_decision_id
 
 
 def _kind(value: Any) -> str | None:
@@ -38,6 +41,18 @@ def _kind(value: Any) -> str | None:
 
 
 # One limit for names and string values on every route (service.features.MAX_FEATURE_CHARS).
+#: A decision id a client chooses, and one the server handed out (its routing suffix included): the
+#: rule of :func:`service.store.base.check_decision_id`, on every route that takes one.
+ChosenId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN),
+    AfterValidator(check_decision_id),
+]
+HandedOutId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_DECISION_ID_LENGTH, pattern=ID_PATTERN),
+    AfterValidator(functools.partial(check_decision_id, handed_out=True)),
+]
 FeatureName = Annotated[str, Field(min_length=1, max_length=MAX_FEATURE_CHARS)]
 NamedValue = Annotated[
     Annotated[StrictBool, Tag("bool")]
@@ -125,16 +140,14 @@ class PredictRequest(BaseModel):
         "within its reward window (the page really showed it); otherwise it is dropped, not given the "
         "default reward. A feedback before the activation is held until it.",
     )
-    decision_id: str | None = Field(
+    decision_id: ChosenId | None = Field(
         None,
-        min_length=1,
-        max_length=256,
-        pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="A client-chosen decision id instead of a drawn one; it seeds the sampling as a "
-        "drawn one does. Taken once: 409 while a decision with it is pending or was answered within "
-        "the claim TTL. Ids are one namespace for all models (the feedback names no model). The "
-        "answer's `decision_id` is the one to send the feedback for (the Redis store appends "
-        "`.{slot tag}`).",
+        description=f"A client-chosen decision id instead of a drawn one (1 to {MAX_ID_LENGTH} characters "
+        "of A-Z, a-z, 0-9, `_`, `.`, `:`, `-`, not `.` or `..`); it seeds the sampling as a drawn one "
+        "does. Taken once: 409 while a decision with it is pending or was answered within the claim "
+        "TTL. Ids are one namespace for all models (the feedback names no model). The answer's "
+        "`decision_id` is the one to send the feedback for (the Redis store appends `.{slot tag}`, "
+        f"so it has up to {MAX_DECISION_ID_LENGTH} characters).",
     )
 
 
@@ -198,7 +211,7 @@ class FeedbackRequest(BaseModel):
         },
     )
 
-    decision_id: str = Field(min_length=1, max_length=200)
+    decision_id: HandedOutId = Field(description="The `decision_id` a `POST /predict` answered.")
     click: StrictBool | None = Field(None, description="Whether the user clicked (the reward 1 or 0).")
     reward: float | None = Field(
         None,

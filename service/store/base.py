@@ -62,6 +62,7 @@ import abc
 import asyncio
 import enum
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,10 @@ import numpy as np
 
 __all__ = [
     "ACTIVITY_MINUTES",
+    "ID_PATTERN",
+    "MAX_DECISION_ID_LENGTH",
+    "MAX_ID_LENGTH",
+    "MAX_ROUTE_SUFFIX",
     "ActivateOutcome",
     "ActivateStatus",
     "Activity",
@@ -90,6 +95,7 @@ __all__ = [
     "StoreUnavailableError",
     "Tail",
     "UnknownModelError",
+    "check_decision_id",
     "feedback_outcome",
 ]
 
@@ -401,6 +407,40 @@ class Counts:
 #: Minutes of per-minute activity kept per model (24 h): older minutes are forgotten as newer ones come.
 ACTIVITY_MINUTES = 1440
 
+# Decision ids: one rule for every route and every store (issue 51). An id a client chooses
+# (``POST /predict``'s ``decision_id``, a Personalizer rank's ``eventId``, the ``eventId`` of a reward's
+# or an activation's path) is 1 to MAX_ID_LENGTH characters (Personalizer's eventId limit) safe in a
+# URL path segment and in a store key (no slash: the routes; no braces: Redis hash tags), and not "."
+# or "..", which a client's HTTP library would resolve as path segments. The id the server hands out
+# is that id or a drawn one plus the store's routing suffix (:meth:`Store.route`, at most
+# MAX_ROUTE_SUFFIX characters), so the routes that take it back (``POST /feedback``,
+# ``POST /decisions/{id}/activate``) accept MAX_DECISION_ID_LENGTH: the longest chosen id works on
+# every store.
+#: The longest decision id a client may choose.
+MAX_ID_LENGTH = 256
+#: The most characters :meth:`Store.route` appends (the Redis store: a dot and a slot tag of 1 to 4).
+MAX_ROUTE_SUFFIX = 5
+#: The longest decision id the server hands out.
+MAX_DECISION_ID_LENGTH = MAX_ID_LENGTH + MAX_ROUTE_SUFFIX
+#: The characters of a decision id (of both kinds), as a regular expression for one or more.
+ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+_ID = re.compile(ID_PATTERN)
+
+
+def check_decision_id(value: str, handed_out: bool = False) -> str:
+    """``value`` if it is a decision id a client may choose (``handed_out``: one the server handed
+    out, with its routing suffix), else :class:`ValueError` naming the rule and its limit."""
+    limit = MAX_DECISION_ID_LENGTH if handed_out else MAX_ID_LENGTH
+    if isinstance(value, str) and 0 < len(value) <= limit and _ID.match(value) and value not in (".", ".."):
+        return value
+    what = "a decision id as handed out" if handed_out else "a decision id"
+    shown = repr(value[:80]) + ("..." if len(value) > 80 else "") if isinstance(value, str) else repr(value)
+    size = "" if not isinstance(value, str) else f" ({len(value)} characters)"
+    raise ValueError(
+        f"{shown}{size} is not {what}: 1 to {limit} characters of A-Z, a-z, 0-9, '_', '.', ':', '-', "
+        "and not '.' or '..'"
+    )
+
 
 @dataclass(slots=True)
 class Activity:
@@ -570,7 +610,9 @@ class Store(abc.ABC):
         """The pending record of ``decision_id`` (``None`` once claimed or forgotten)."""
 
     @abc.abstractmethod
-    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
+    async def claim_and_append(
+        self, decision_id: str, reward: Reward, now: float, model: str | None = None
+    ) -> ClaimOutcome:
         """Atomically claim a pending decision for feedback and append its learn event.
 
         In one atomic step: if ``decision_id`` was claimed before, return DUPLICATE (or EXPIRED
@@ -586,10 +628,13 @@ class Store(abc.ABC):
         A deferred decision not activated yet: the first feedback is held in its record and HELD
         returned (the claim to be, position None); a later one is a DUPLICATE of it. Its learn
         event is appended by :meth:`activate` if that comes within the window.
+
+        ``model``: the model the caller names (a Personalizer loop, ``/loops/NAME``): a decision of
+        another model is UNKNOWN there, and nothing is claimed (None: any model's, as ``/feedback``).
         """
 
     @abc.abstractmethod
-    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+    async def activate(self, decision_id: str, now: float, model: str | None = None) -> ActivateOutcome:
         """Mark a deferred decision as shown, atomically; learn its held feedback if any.
 
         In one atomic step: a decision with a claim is ALREADY (deferred and activated, or not
@@ -599,6 +644,7 @@ class Store(abc.ABC):
         activated now (``activated`` counted, its decision-log entry marked) and, if a feedback is
         held, claimed with it and its learn event appended as :meth:`claim_and_append` would
         (ACTIVATED with the claim and the reward). Exactly one of concurrent callers gets ACTIVATED.
+        ``model`` as for :meth:`claim_and_append`: a decision of another model is UNKNOWN.
         """
 
     @abc.abstractmethod
@@ -717,7 +763,8 @@ class Store(abc.ABC):
         """The id handed out for a decision of ``model`` drawn as ``decision_id`` (random, opaque).
 
         One-process stores use it as is; a sharded store appends what finds the decision's shard
-        from the id alone (the feedback carries nothing else).
+        from the id alone (the feedback carries nothing else), at most :data:`MAX_ROUTE_SUFFIX`
+        characters of the decision id's (:func:`check_decision_id`).
         """
         return decision_id
 

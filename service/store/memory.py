@@ -164,8 +164,17 @@ class MemoryStore(Store):
         self._claim_order.append((now + self.claim_ttl, record.decision_id))
         return claim
 
-    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
+    def _of_another(self, decision_id: str, model: str | None) -> bool:
+        """Whether ``decision_id``'s claim or pending record is of a model other than ``model``."""
+        known = self._claims.get(decision_id) or self._pending.get(decision_id)
+        return model is not None and known is not None and known.model != model
+
+    async def claim_and_append(
+        self, decision_id: str, reward: Reward, now: float, model: str | None = None
+    ) -> ClaimOutcome:
         self._forget_old_claims(now)
+        if self._of_another(decision_id, model):
+            return ClaimOutcome(ClaimStatus.UNKNOWN)
         claim = self._claims.get(decision_id)
         if claim is not None:
             status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
@@ -198,8 +207,10 @@ class MemoryStore(Store):
             m.counts.no_clicks += 1
         return claim
 
-    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+    async def activate(self, decision_id: str, now: float, model: str | None = None) -> ActivateOutcome:
         self._forget_old_claims(now)
+        if self._of_another(decision_id, model):
+            return ActivateOutcome(ActivateStatus.UNKNOWN)
         claim = self._claims.get(decision_id)
         if claim is not None:
             if claim.deferred and not claim.activated:

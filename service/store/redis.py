@@ -344,14 +344,16 @@ end
 """
 
 # KEYS: the decision's key. ARGV: prefix, decision id, reward (1/0 for a click bit, else a graded
-# reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0).
-# Returns {status, model, outcome, position ('' if none), at, deferred, activated}; a deferred decision
-# not activated yet holds the feedback in its record ('held').
+# reward as exact text, kept as such in the event), now, forget_at, claim ttl (ms), notify (1/0), the
+# model the caller names ('' for any: a decision of another is unknown). Returns {status, model,
+# outcome, position ('' if none), at, deferred, activated}; a deferred decision not activated yet holds
+# the feedback in its record ('held').
 _CLAIM_AND_APPEND = (
     _LUA_COMMON
     + """
 local p, id, click, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local c, r = load(p, id, now)
+if ARGV[8] ~= '' and ((c and c[1] ~= ARGV[8]) or (r and r.model ~= ARGV[8])) then return {'unknown'} end
 if c then
   local status = 'duplicate'
   if c[2] == 'expired' then status = 'expired' end
@@ -372,14 +374,16 @@ return {'accepted', r.model, outcome, tostring(pos), now, df, df}
 """
 )
 
-# KEYS: the decision's key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify.
-# Returns {status, deferred} or {status, deferred, model, outcome, position, at, activated, reward}
-# when there is a claim (the held feedback's reward when it was learned now).
+# KEYS: the decision's key. ARGV: prefix, decision id, now, forget_at, claim ttl (ms), notify, the model
+# the caller names ('' for any). Returns {status, deferred} or {status, deferred, model, outcome,
+# position, at, activated, reward} when there is a claim (the held feedback's reward when it was
+# learned now).
 _ACTIVATE = (
     _LUA_COMMON
     + """
 local p, id, now = ARGV[1], ARGV[2], ARGV[3]
 local c, r = load(p, id, now)
+if ARGV[7] ~= '' and ((c and c[1] ~= ARGV[7]) or (r and r.model ~= ARGV[7])) then return {'unknown', ''} end
 if c then
   local status = 'already'
   if c[6] == '1' and c[7] ~= '1' then status = 'expired' end  -- dropped unactivated
@@ -1098,12 +1102,14 @@ class RedisStore(Store):
         return [_f(now), _f(now + self.claim_ttl), max(int(1000 * self.claim_ttl), 1)]
 
     @_available
-    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
+    async def claim_and_append(
+        self, decision_id: str, reward: Reward, now: float, model: str | None = None
+    ) -> ClaimOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ClaimOutcome(ClaimStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
         keys = [self._decision_key(decision_id)]
         value = str(int(reward)) if isinstance(reward, bool) else _f(reward)
-        args = [self.prefix, decision_id, value, *self._claim_args(now), self._notify]
+        args = [self.prefix, decision_id, value, *self._claim_args(now), self._notify, model or ""]
         out = await self._claim(keys=keys, args=args)
         status = ClaimStatus(out[0].decode())
         if status is ClaimStatus.UNKNOWN:
@@ -1111,14 +1117,13 @@ class RedisStore(Store):
         return ClaimOutcome(status, _claim(decision_id, out[1:7]))
 
     @_available
-    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
+    async def activate(self, decision_id: str, now: float, model: str | None = None) -> ActivateOutcome:
         if self.cluster and _ROUTED.match(decision_id) is None:
             return ActivateOutcome(ActivateStatus.UNKNOWN)  # no slot tag: none of this cluster's ids
         keys = [self._decision_key(decision_id)]
         now_s, forget_at, ttl_ms = self._claim_args(now)
-        out = await self._activate(
-            keys=keys, args=[self.prefix, decision_id, now_s, forget_at, ttl_ms, self._notify]
-        )
+        args = [self.prefix, decision_id, now_s, forget_at, ttl_ms, self._notify, model or ""]
+        out = await self._activate(keys=keys, args=args)
         status, deferred = ActivateStatus(out[0].decode()), out[1] == b"1"
         if len(out) == 2:
             return ActivateOutcome(status, None, deferred)

@@ -865,15 +865,22 @@ class SQLiteStore(Store):
         )
 
     @_available
-    async def claim_and_append(self, decision_id: str, reward: Reward, now: float) -> ClaimOutcome:
-        return await self._grouped(functools.partial(self._claim, decision_id, reward, now), durable=True)
+    async def claim_and_append(
+        self, decision_id: str, reward: Reward, now: float, model: str | None = None
+    ) -> ClaimOutcome:
+        op = functools.partial(self._claim, decision_id, reward, now, model)
+        return await self._grouped(op, durable=True)
 
-    def _claim(self, decision_id: str, reward: Reward, now: float, db: sqlite3.Connection) -> ClaimOutcome:
-        """In a group's transaction: :meth:`claim_and_append`."""
+    def _claim(
+        self, decision_id: str, reward: Reward, now: float, want: str | None, db: sqlite3.Connection
+    ) -> ClaimOutcome:
+        """In a group's transaction: :meth:`claim_and_append` (``want``: its ``model``)."""
         row = db.execute(_PENDING, (decision_id,)).fetchone()
+        if row is not None and want is not None and row[3] != want:  # a decision of another model
+            return ClaimOutcome(ClaimStatus.UNKNOWN)
         if row is None:  # claimed before (a pending record never has a claim), or unknown
             claim = self._live_claim(db, decision_id, now)
-            if claim is None:
+            if claim is None or (want is not None and claim.model != want):
                 return ClaimOutcome(ClaimStatus.UNKNOWN)
             status = ClaimStatus.EXPIRED if claim.outcome == "expired" else ClaimStatus.DUPLICATE
             return ClaimOutcome(status, claim)
@@ -955,15 +962,20 @@ class SQLiteStore(Store):
         return Claim(decision_id, model, outcome, position, now, deferred, deferred)
 
     @_available
-    async def activate(self, decision_id: str, now: float) -> ActivateOutcome:
-        return await self._grouped(functools.partial(self._activate, decision_id, now), durable=True)
+    async def activate(self, decision_id: str, now: float, model: str | None = None) -> ActivateOutcome:
+        op = functools.partial(self._activate, decision_id, now, model)
+        return await self._grouped(op, durable=True)
 
-    def _activate(self, decision_id: str, now: float, db: sqlite3.Connection) -> ActivateOutcome:
-        """In a group's transaction: :meth:`activate`."""
+    def _activate(
+        self, decision_id: str, now: float, want: str | None, db: sqlite3.Connection
+    ) -> ActivateOutcome:
+        """In a group's transaction: :meth:`activate` (``want``: its ``model``)."""
         row = db.execute(_PENDING, (decision_id,)).fetchone()
+        if row is not None and want is not None and row[3] != want:  # a decision of another model
+            return ActivateOutcome(ActivateStatus.UNKNOWN)
         if row is None:
             claim = self._live_claim(db, decision_id, now)
-            if claim is None:
+            if claim is None or (want is not None and claim.model != want):
                 return ActivateOutcome(ActivateStatus.UNKNOWN)
             if claim.deferred and not claim.activated:  # dropped unactivated
                 return ActivateOutcome(ActivateStatus.EXPIRED, claim)

@@ -49,12 +49,14 @@ class Routed:
                 return self._out(got)
         return None
 
-    async def claim_and_append(self, decision_id: str, click: bool, now: float) -> Any:
-        out = await self.store.claim_and_append(self._in(decision_id), click, now)
+    async def claim_and_append(
+        self, decision_id: str, click: bool, now: float, model: str | None = None
+    ) -> Any:
+        out = await self.store.claim_and_append(self._in(decision_id), click, now, model)
         return replace(out, claim=self._out(out.claim))
 
-    async def activate(self, decision_id: str, now: float) -> Any:
-        out = await self.store.activate(self._in(decision_id), now)
+    async def activate(self, decision_id: str, now: float, model: str | None = None) -> Any:
+        out = await self.store.activate(self._in(decision_id), now, model)
         return replace(out, claim=self._out(out.claim))
 
     async def expire_due(self, *args: Any, **kwargs: Any) -> Any:

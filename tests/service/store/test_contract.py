@@ -433,6 +433,30 @@ async def test_concurrent_activations_and_feedbacks_learn_once(store: Store) -> 
 # -- the decision log -------------------------------------------------------------------------------
 
 
+async def test_a_feedback_or_activation_naming_another_model_finds_nothing(store: Store) -> None:
+    """Issue 51 item 6: a Personalizer reward or activation names its loop (the model); a decision
+    of another model is unknown there on every store (it was learned on SQLite and 404 on Redis),
+    pending or claimed, and stays as it was."""
+    await store.create_model("m", CONFIG)
+    await store.create_model("other", CONFIG)
+    await store.put_decision(deferred("a"))
+    await store.put_decision(record("b"))
+    assert (await store.claim_and_append("a", True, now=1.0, model="other")).status is ClaimStatus.UNKNOWN
+    assert (await store.activate("a", now=1.0, model="other")).status is ActivateStatus.UNKNOWN
+    assert (await store.claim_and_append("b", True, now=1.0, model="other")).status is ClaimStatus.UNKNOWN
+    assert await store.log_position("m") == 0 and (await store.counts("m")).activated == 0
+    assert (await store.activate("a", now=2.0, model="m")).status is ActivateStatus.ACTIVATED
+    assert (await store.claim_and_append("a", False, now=2.0, model="m")).status is ClaimStatus.ACCEPTED
+    assert (await store.claim_and_append("b", True, now=2.0)).status is ClaimStatus.ACCEPTED  # any model's
+    # claimed: a duplicate in its own model, unknown in another
+    assert (await store.claim_and_append("a", True, now=3.0, model="other")).status is ClaimStatus.UNKNOWN
+    assert (await store.activate("a", now=3.0, model="other")).status is ActivateStatus.UNKNOWN
+    assert (await store.claim_and_append("a", True, now=3.0, model="m")).status is ClaimStatus.DUPLICATE
+    assert (await store.activate("b", now=3.0, model="m")).status is ActivateStatus.ALREADY
+    assert [e.decision_id for e in await store.read_log("m", after=0)] == ["a", "b"]
+    assert await store.log_position("other") == 0
+
+
 async def test_decision_log_keeps_each_logged_decision_and_its_outcome(store: Store) -> None:
     await store.create_model("m", CONFIG)
     for i, name in enumerate("abcde"):
