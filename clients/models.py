@@ -1,7 +1,7 @@
 """Typed answers of the service (API contract of issue 3) as frozen dataclasses.
 
 Plain dataclasses instead of pydantic keep the SDK's only dependency httpx. Each ``from_json``
-checks the fields the contract promises and raises :class:`~clients.errors.ProtocolError` naming the
+checks the fields the contract promises and raises :class:`~clickboost_client.errors.ProtocolError` naming the
 first missing or mistyped one; fields the server adds beyond the contract are kept in ``raw``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from clients.errors import ProtocolError
+from clickboost_client.errors import ProtocolError
 
 T = TypeVar("T")
 

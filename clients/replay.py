@@ -1,6 +1,6 @@
 """Replay a labelled dataset as traffic against one or more clickboost replicas (load test + accuracy).
 
-``python -m clients.replay --url URL[,URL...] [--url URL...] --model NAME --dataset NAME_OR_PATH
+``python -m clickboost_client.replay --url URL[,URL...] [--url URL...] --model NAME --dataset NAME_OR_PATH
 [--limit N] [--concurrency C] [--rate R] [--seed S] [--retry-budget SECONDS] [--json-out FILE]
 [--plot FILE]``
 
@@ -9,7 +9,7 @@ Vowpal Wabbit's ``--cbify`` uses): ``predict`` with the example's features, then
 click = (sampled label == true label). So the click-through rate is the online accuracy of the
 learner under bandit feedback.
 
-The visits go through one SDK client (:class:`~clients.sdk.AsyncClient`) over every replica given:
+The visits go through one SDK client (:class:`~clickboost_client.sdk.AsyncClient`) over every replica given:
 predictions round-robin over the replicas that are up (example ``i`` to replica ``i mod R`` while
 all are), each feedback to the replica that answered its predict, a failing replica skipped until
 its ``/readyz`` answers again, and retries within ``--retry-budget`` seconds (the SDK's module doc
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clients.errors import APIError, ClickboostError, RateLimited, TransportError
-from clients.sdk import API_KEY_ENV, AsyncClient, Retry
+from clickboost_client.errors import APIError, ClickboostError, RateLimited, TransportError
+from clickboost_client.sdk import API_KEY_ENV, AsyncClient, Retry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,7 +137,7 @@ async def replay(
     api_key : str, optional
         Key for predict and feedback; default the SDK's (``$CLICKBOOST_API_KEY``).
     retry : Retry, optional
-        The SDK's retry policy; default :class:`~clients.sdk.Retry()` (retries within 60 s).
+        The SDK's retry policy; default :class:`~clickboost_client.sdk.Retry()` (retries within 60 s).
     progress : bool
         Show a progress bar on stderr.
 
@@ -303,9 +303,9 @@ def plot(result: ReplayResult, path: Path, title: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m clients.replay``."""
+    """The command line of ``python -m clickboost_client.replay``."""
     parser = argparse.ArgumentParser(
-        prog="python -m clients.replay",
+        prog="python -m clickboost_client.replay",
         description=__doc__.splitlines()[0],
         epilog=f"The API key, if the server needs one, is read from {API_KEY_ENV}. Requirements: {NEEDS}.",
     )
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a replay from the command line; returns the exit code (0, 1 or 2, see the module doc)."""
     args = build_parser().parse_args(argv)
-    try:  # imported here, so that `import clients` and --help need httpx alone
+    try:  # imported here, so that `import clickboost_client` and --help need httpx alone
         import numpy  # noqa: F401
         import tqdm  # noqa: F401
 

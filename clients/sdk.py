@@ -26,7 +26,7 @@ The client then re-sends the call once to one of them (nothing was recorded by t
 on sends that model's predicts and model calls to those replicas only (round-robin among those up);
 a model moved later answers 421 there and is followed again. The addresses named join the client's
 replicas for calls that name no model (feedback, activation: any replica accepts them). Only one
-421 is followed per call: a second one raises :class:`~clients.errors.Misdirected`.
+421 is followed per call: a second one raises :class:`~clickboost_client.errors.Misdirected`.
 
 Which failures are retried, and why
 -----------------------------------
@@ -74,8 +74,8 @@ from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from clients.errors import Conflict, ProtocolError, TransportError, error_for
-from clients.models import ActivateResult, FeedbackResult, ModelInfo, Prediction
+from clickboost_client.errors import Conflict, ProtocolError, TransportError, error_for
+from clickboost_client.models import ActivateResult, FeedbackResult, ModelInfo, Prediction
 
 T = TypeVar("T")
 
@@ -227,6 +227,13 @@ def _model_list(resp: httpx.Response) -> list[ModelInfo]:
     return [ModelInfo.from_json(m) for m in items]
 
 
+def _action(candidate: Mapping[str, Any]) -> dict[str, Any]:
+    """One candidate of an action-feature model's predict: ``{"id": str, "features": {...}}``."""
+    if "id" not in candidate:
+        raise ValueError(f"an action needs an 'id' (and optional 'features'): {candidate!r:.200}")
+    return {"id": candidate["id"], "features": dict(candidate.get("features") or {})}
+
+
 class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
@@ -239,6 +246,7 @@ class _Calls:
         eligible: Sequence[str | int] | None = None,
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
     ) -> _Call[Prediction]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
@@ -247,6 +255,8 @@ class _Calls:
         body: dict[str, Any] = {"features": feats}
         if model is not None:
             body["model"] = model
+        if actions is not None:
+            body["actions"] = [_action(a) for a in actions]
         if defer:
             body["defer"] = True
         if decision_id is not None:
@@ -811,6 +821,7 @@ class Client(_Base):
         eligible: Sequence[str | int] | None = None,
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Prediction:
         """Ask for a label: ``POST /predict``.
 
@@ -834,8 +845,27 @@ class Client(_Base):
         baseline : str or int, optional
             The label your current policy would show: required while the model's rollout is
             ``logging`` (served) or ``apprentice`` (served with probability 1 - epsilon).
+        actions : sequence of mapping, optional
+            The candidates of a model with ``"actions": "features"``, each ``{"id": str,
+            "features": {name: number | str | bool}}`` (ids distinct); required by such a model,
+            refused by a label model. The answer's ``label`` is the chosen id, ``label_index`` its
+            position here; ``eligible``, ``excluded`` and ``baseline`` then name action ids (or
+            positions).
+
+        Examples
+        --------
+        >>> with Client("http://127.0.0.1:8000") as c:  # doctest: +SKIP
+        ...     p = c.predict(
+        ...         {"country": "fr"},
+        ...         model="shop",
+        ...         actions=[{"id": "sku-1", "features": {"brand": "acme", "price": 9.5}},
+        ...                  {"id": "sku-2", "features": {"brand": "zeta", "price": 12.0}}],
+        ...     )
+        ...     p.label  # "sku-1" or "sku-2"
         """
-        return self._run(_Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline))
+        return self._run(
+            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+        )
 
     def feedback(
         self,
@@ -869,7 +899,7 @@ class Client(_Base):
         return self._run(_Calls.health("/healthz"))
 
     def ready(self) -> dict[str, Any]:
-        """``GET /readyz``; raises :class:`~clients.errors.ServerError` while not ready."""
+        """``GET /readyz``; raises :class:`~clickboost_client.errors.ServerError` while not ready."""
         return self._run(_Calls.health("/readyz"))
 
     def metrics(self) -> str:
@@ -936,7 +966,7 @@ class Client(_Base):
         """``POST /models/{name}/placement`` (admin; model placement): place the model on the
         replica groups ``groups`` without losing an event. Returns when the placement switched
         (``{"model", "groups": {group: addresses}, "joining", "replica_group"}``);
-        :class:`~clients.errors.Conflict` when a new group has no live replica or did not catch up
+        :class:`~clickboost_client.errors.Conflict` when a new group has no live replica or did not catch up
         (placement unchanged). ``timeout``: seconds for the request (the server waits up to 30 s)."""
         return self._run(_Calls.move_model(name, groups, timeout))
 
@@ -1060,10 +1090,11 @@ class AsyncClient(_Base):
         eligible: Sequence[str | int] | None = None,
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Prediction:
         """See :meth:`Client.predict`."""
         return await self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline)
+            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
         )
 
     async def feedback(

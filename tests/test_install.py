@@ -207,11 +207,18 @@ def test_clients_install_brings_httpx_and_nothing_of_the_server(clients_venv: Ve
 
 
 def test_clients_import(clients_venv: Venv) -> None:
-    out = clients_venv.run([clients_venv.python, "-c", "import clients; clients.Client, clients.AsyncClient"])
+    """The import name is the distribution's; the old one (``clients``) is the same objects, with a
+    DeprecationWarning, for one more release."""
+    code = "import clickboost_client as c; c.Client, c.AsyncClient"
+    out = clients_venv.run([clients_venv.python, "-W", "error", "-c", code])
     assert out.returncode == 0, out.stderr
+    code = "import clients, clickboost_client; assert clients.Client is clickboost_client.Client"
+    out = clients_venv.run([clients_venv.python, "-W", "always", "-c", code])
+    assert out.returncode == 0 and "DeprecationWarning" in out.stderr, out.stderr
 
 
-def test_clients_replay_help_says_it_needs_the_lab(clients_venv: Venv) -> None:
-    out = clients_venv.run([clients_venv.python, "-m", "clients.replay", "--help"])
+@pytest.mark.parametrize("name", ["clickboost_client", "clients"])
+def test_clients_replay_help_says_it_needs_the_lab(clients_venv: Venv, name: str) -> None:
+    out = clients_venv.run([clients_venv.python, "-m", f"{name}.replay", "--help"])
     assert out.returncode == 0, out.stderr
     assert re.search(r"\blab\b", out.stdout), out.stdout

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clients import Client, ModelInfo, NotFound
-from clients.replay import ReplayResult, replay, summarize
+from clickboost_client import Client, ModelInfo, NotFound
+from clickboost_client.replay import ReplayResult, replay, summarize
 from lab.cluster import RedisServer, Replica, start_replicas
 from lab.sim.datasets import load_dataset
 from tests.conftest import redis_server_binary

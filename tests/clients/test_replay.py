@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients import Client
-from clients.replay import main, replay, summarize
+from clickboost_client import Client
+from clickboost_client.replay import main, replay, summarize
 from lab.sim.datasets import load_dataset
 from lab.sim.stream import run_stream
 from service.config import load_model_file

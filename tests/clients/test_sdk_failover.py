@@ -13,7 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from clients import AsyncClient, Client, FeedbackResult, Prediction, Retry, ServerError, TransportError
+from clickboost_client import (
+    AsyncClient,
+    Client,
+    FeedbackResult,
+    Prediction,
+    Retry,
+    ServerError,
+    TransportError,
+)
 from tests.clients.scripted import FB, PRED, Scripted, drop, reply
 from tests.conftest import free_port
 

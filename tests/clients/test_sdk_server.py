@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from clients import (
+from clickboost_client import (
     ActivateResult,
     AsyncClient,
     BadRequest,
@@ -20,6 +20,7 @@ from clients import (
     Prediction,
     Unauthorized,
 )
+from service.config import DEFAULT_LEARNER
 from tests.clients.conftest import ADMIN_KEY, API_KEY
 
 CAR_X = [1.0, 0.0, 0.0, 0.0] * 5 + [1.0]  # a car-shaped (d = 21) context
@@ -165,7 +166,7 @@ def test_health_ready_and_metrics(server: str) -> None:
 def test_eligible_labels_ranking_and_a_rollout_baseline(server: str) -> None:
     with Client(server, api_key=API_KEY, admin_key=ADMIN_KEY) as c:
         info = c.create_model("shop", n_features=2, labels=["a", "b", "c"], rollout="logging")
-        assert info.config["learner"] == "cova" and info.config["rollout"] == "logging"
+        assert info.config["learner"] == DEFAULT_LEARNER[0] and info.config["rollout"] == "logging"
         p = c.predict([0.5, -0.5], model="shop", eligible=["b", 2], baseline="c")
         assert (p.label, p.probabilities) == ("c", (0.0, 0.0, 1.0))  # logging serves the baseline
         assert p.ranking[0] == ("c", 2, 1.0) and {r[0] for r in p.ranking} == {"b", "c"}

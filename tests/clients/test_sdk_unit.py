@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from clients import (
+from clickboost_client import (
     ActivateResult,
     AsyncClient,
     BadRequest,
@@ -37,7 +37,7 @@ from clients import (
     TransportError,
     Unauthorized,
 )
-from clients.errors import error_for
+from clickboost_client.errors import error_for
 from tests.clients.scripted import FB, PRED, Scripted, drop, reply
 
 
