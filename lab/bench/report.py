@@ -1,6 +1,7 @@
 """Writing BENCHMARKS.md: machine stamp, markdown tables, plots, per-part sections.
 
-Every benchmark part replaces only its own section of ``BENCHMARKS.md`` (between
+Every benchmark part replaces only its own section of ``BENCHMARKS.md`` (or of the page
+:data:`DOCUMENTS` names for it) (between
 ``<!-- BEGIN name -->`` and ``<!-- END name -->``, see :func:`lab.repro.write_section`), so each
 part can be re-run alone and every number stays the output of the command that owns it. Plots go
 to ``bench/NAME.png`` beside the markdown file, in :func:`out_dir`: out/docs/ unless asked for
@@ -37,6 +38,9 @@ EXPECTED = {
     "staleness": "1 and 2 replicas with Redis, replica staleness",
 }
 
+
+#: Parts whose section is in another page of docs/ than BENCHMARKS.md: name -> that page.
+DOCUMENTS = {"failure-modes": "OPERATIONS.md"}
 
 #: Where ``--quick`` runs write without ``$BENCH_DIR`` (ignored by git): never the committed tables.
 QUICK_DIR = docs.OUT_DOCS.parent / "bench-quick"
@@ -80,8 +84,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | 
 
 
 def write(name: str, markdown: str, out_dir: Path) -> Path:
-    """Replace section ``name`` of ``out_dir/BENCHMARKS.md``, refreshing the head (the list of parts)."""
+    """Replace section ``name`` of ``out_dir/BENCHMARKS.md``, refreshing the head (the list of parts),
+    or of ``out_dir/PAGE`` for a part of :data:`DOCUMENTS` (first copied from docs/ outside it)."""
     from lab.bench import benches
+
+    if name in DOCUMENTS:
+        page = out_dir / DOCUMENTS[name]
+        if not page.exists() and (docs.DOCS / DOCUMENTS[name]).exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            page.write_text((docs.DOCS / DOCUMENTS[name]).read_text())
+        write_section(name, markdown, page)
+        return page
 
     path = out_dir / "BENCHMARKS.md"
     out_dir.mkdir(parents=True, exist_ok=True)
