@@ -31,7 +31,7 @@ import sys
 import httpx
 import numpy as np
 
-from clients.replay import replay
+from clickboost_client.replay import replay
 from lab.bench import benches, invariance, report
 from lab.bench.http import CONNECTIONS, HASHED_BITS, NAMED_FEATURES, _hashed_bodies, _load, _pair, _server
 from lab.sim.datasets import load_dataset

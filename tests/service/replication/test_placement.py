@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clients import AsyncClient, Retry
+from clickboost_client import AsyncClient, Retry
 from lab.cluster import RedisServer, Replica, start_groups
 from service.placement import rendezvous
 from tests.conftest import redis_server_binary
