@@ -37,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
         markdown = benches.get(name)(args.quick)
         print(markdown, flush=True)
         out = report.out_dir(args.quick)  # out/docs/, docs/, $BENCH_DIR, or out/bench-quick/
-        report.write(name, markdown, out)  # its section of BENCHMARKS.md
-        print(f"written to {out / 'BENCHMARKS.md'}", file=sys.stderr)
+        path = report.write(name, markdown, out)  # its section of BENCHMARKS.md (or report.DOCUMENTS')
+        print(f"written to {path}", file=sys.stderr)
     return 0
