@@ -38,7 +38,7 @@ SHOWN = "http://127.0.0.1:8000"
 QUICKSTART = """\
 import random
 
-from clients import Client
+from clickboost_client import Client
 
 # Simulated visitors: each country's readers click one section.
 likes = {"fr": "music", "de": "politics", "us": "sports", "jp": "music"}
@@ -56,7 +56,7 @@ with Client("http://127.0.0.1:8000") as c:
 """
 
 SDK_SNIPPET = """\
-from clients import Client, Conflict
+from clickboost_client import Client, Conflict
 
 with Client("http://127.0.0.1:8000") as c:  # api_key=..., admin_key=... when the server has keys
     p = c.predict({"country": "fr", "hour": 13, "mobile": True}, model="demo")
@@ -71,25 +71,42 @@ with Client("http://127.0.0.1:8000") as c:  # api_key=..., admin_key=... when th
 """
 
 SERVE = ".venv/bin/python -m service serve --demo --config deploy/models.toml"
-PREDICT = (
-    f"curl -s {SHOWN}/predict -H 'content-type: application/json' \\\n"
-    """  -d '{"model": "demo", "features": {"country": "fr", "hour": 13, "mobile": true}}' \\\n"""
-    "  | python3 -m json.tool"
-)
-FEEDBACK = (
-    f"curl -s '{SHOWN}/feedback?wait=true' -H 'content-type: application/json' \\\n"
-    """  -d '{"decision_id": "ID", "click": true}' | python3 -m json.tool"""
-)
+# The predict and its feedback in one POSIX sh block: the decision id goes from one to the other in
+# a shell variable, so the block pastes as it is (scripts/readme_check.py runs each block alone).
+PREDICT_FEEDBACK = f"""\
+answer=$(curl -s {SHOWN}/predict -H 'content-type: application/json' \\
+  -d '{{"model": "demo", "features": {{"country": "fr", "hour": 13, "mobile": true}}}}')
+printf '%s\\n' "$answer" | python3 -m json.tool
+id=$(printf '%s' "$answer" | python3 -c 'import json, sys; print(json.load(sys.stdin)["decision_id"])')
+curl -s '{SHOWN}/feedback?wait=true' -H 'content-type: application/json' \\
+  -d "{{\\"decision_id\\": \\"$id\\", \\"click\\": true}}" | python3 -m json.tool"""
+# An action-feature model (README, "Candidates with features"): created, then asked with candidates.
+ACTIONS = f"""\
+curl -sf -o /dev/null -X PUT {SHOWN}/models/shop -H 'content-type: application/json' \\
+  -d '{{"actions": "features", "hashing_bits": 16}}'
+curl -s {SHOWN}/predict -H 'content-type: application/json' -d '{{
+  "model": "shop",
+  "features": {{"country": "fr", "mobile": true}},
+  "actions": [
+    {{"id": "sku-1", "features": {{"brand": "acme", "category": "shoes", "price": 59}}}},
+    {{"id": "sku-2", "features": {{"brand": "zeta", "category": "shoes", "price": 89}}}},
+    {{"id": "sku-3", "features": {{"brand": "acme", "category": "socks", "price": 9}}}}
+  ]}}' | python3 -m json.tool"""
 REPLAY = (
-    f".venv/bin/python -m clients.replay --url {SHOWN} --model car --dataset car \\\n"
+    f".venv/bin/python -m clickboost_client.replay --url {SHOWN} --model car --dataset car \\\n"
     "  --json-out out/replay.json --plot out/replay-car.png"
 )
 DEMO = "scripts/demo-local"
 
 SDK_TEXT = (
-    "`clients.Client` (and `clients.AsyncClient`, the same methods as coroutines) needs only "
-    "httpx: `pip install ./clients` (from a checkout) installs the SDK and httpx, nothing of "
-    "the server. Keys: `api_key=` / `admin_key=`, by default read from `CLICKBOOST_API_KEY` "
+    "`clickboost_client.Client` (and `clickboost_client.AsyncClient`, the same methods as "
+    "coroutines) needs only httpx: `pip install ./clients` (from a checkout) installs the SDK "
+    "(the distribution `clickboost-client`, imported as `clickboost_client`) and httpx, nothing of "
+    "the server; the import name of the release before, `clients`, still works for one release "
+    "(a `DeprecationWarning`). `predict` takes what `POST /predict` takes: `model`, `eligible` or "
+    "`excluded`, `baseline`, `defer`, `decision_id`, and for an action-feature model its "
+    'candidates, `actions=[{"id": ..., "features": {...}}, ...]`. '
+    "Keys: `api_key=` / `admin_key=`, by default read from `CLICKBOOST_API_KEY` "
     "(its first key) and `CLICKBOOST_ADMIN_KEY`, the variables the server reads. Errors are "
     "typed from the status (`BadRequest`, `Unauthorized`, `NotFound`, "
     "`Conflict`, `Gone`, `ServerError`, `TransportError`). Admin calls: `create_model`, "
@@ -121,7 +138,7 @@ SDK_TEXT = (
     "visits) and through a 10 s Redis outage (0 feedbacks given up)."
 )
 REPLAY_TEXT = (
-    "`python -m clients.replay` sends each example of a labelled dataset as a visit: predict, "
+    "`python -m clickboost_client.replay` sends each example of a labelled dataset as a visit: predict, "
     "then click iff the sampled label is the true one (so CTR = online accuracy), spread over "
     "the replicas given in `--url` (comma-separated or repeated) by one SDK client, so a "
     "failed replica is skipped and calls are retried within `--retry-budget` seconds "
@@ -141,6 +158,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def split_json(text: str) -> tuple[str, str]:
+    """The two JSON documents ``python3 -m json.tool`` printed one after the other, as printed."""
+    _, end = json.JSONDecoder().raw_decode(text)
+    return text[:end], text[end:].strip()
 
 
 def block(lang: str, text: str) -> str:
@@ -164,7 +187,7 @@ def sh(command: str, url: str, env: dict[str, str]) -> str:
 LEARNERS = {
     "cova": (
         "none (seed 004); the default adds a floor of epsilon / K",
-        "the default (with epsilon 0.02): small one-hot or hashed inputs; fastest",
+        "the default (with epsilon 0.02): small one-hot or hashed inputs",
     ),
     "squarecb": (
         "inverse gap weighting, 1 / (K + gamma_t gap): fades as it learns",
@@ -216,8 +239,14 @@ def choosing_table() -> str:
         "exploration | pick it for |",
         "|---|---:|---|---:|---:|---:|---|---|",
     ]
+    speeds = {
+        n: float(np.median([r["T"] / r["seconds"] for r in runs if r["system"] == n])) for n in LEARNERS
+    }
+    fastest = max(speeds, key=speeds.__getitem__)
     for name, (explore, when) in LEARNERS.items():
-        speed = np.median([r["T"] / r["seconds"] for r in runs if r["system"] == name])
+        speed = speeds[name]
+        if name == fastest:
+            when += "; the fastest of the table"
         cls = learners.get(name)
         small = human(cls.state_nbytes(21, 4))
         try:
@@ -285,9 +314,8 @@ def main() -> None:
             time.sleep(0.1)
         else:
             raise SystemExit(f"the server was not ready after 300 s: {SERVE}")
-        predict_out = sh(PREDICT, url, env)
-        feedback = FEEDBACK.replace("ID", json.loads(predict_out)["decision_id"])
-        feedback_out = sh(feedback, url, env)
+        predict_out, feedback_out = split_json(sh(PREDICT_FEEDBACK, url, env))
+        actions_out = sh(ACTIONS, url, env)
         quick_out = io.StringIO()
         with contextlib.redirect_stdout(quick_out):
             exec(compile(QUICKSTART.replace(SHOWN, url), "README quick start", "exec"), {})
@@ -303,9 +331,9 @@ def main() -> None:
 
     quickstart = "\n\n".join(
         [
-            block("sh", PREDICT),
+            block("sh", PREDICT_FEEDBACK),
+            "The predict's answer, then the feedback's:",
             block("json", predict_out),
-            block("sh", feedback),
             block("json", feedback_out),
             "From Python with the SDK (installed by `make run`), simulated visitors whose country "
             "decides what they click: the model learns it within a few hundred visits.",
@@ -339,12 +367,26 @@ def main() -> None:
             block("text", demo_out),
         ]
     )
+    actions = "\n\n".join(
+        [
+            block("sh", ACTIONS),
+            block("json", actions_out),
+            "The output is real (`scripts/readme.py` runs the commands).",
+        ]
+    )
     choosing = choosing_table()
     if not args.write_docs:
-        for title, text in (("quickstart", quickstart), ("choosing", choosing), ("docs/CLIENTS.md", clients)):
+        shown = (
+            ("quickstart", quickstart),
+            ("actions", actions),
+            ("choosing", choosing),
+            ("docs/CLIENTS.md", clients),
+        )
+        for title, text in shown:
             print(f"--- {title}\n{text}\n")
         return
     replace(README, "quickstart", quickstart)
+    replace(README, "actions", actions)
     replace(README, "choosing", choosing)
     replace(CLIENTS, "clients", clients)
     # The replay writes under out/ (ignored by git); the page shows the plot from docs/.
