@@ -10,7 +10,10 @@ nothing in the log). :class:`GuardedHttp` is uvicorn's httptools protocol (``ser
   its connection opened (or after its first byte, on a kept-alive connection) is closed;
 - ``CLICKBOOST_BODY_TIMEOUT_SECONDS``: a request whose body is not complete this long after its
   headers were is answered 408 and closed (closed only, if its answer had begun). A deadline for
-  the whole body, not for each read: a byte every second would renew a per-read one for ever;
+  the whole body, not for each read: a byte every second would renew a per-read one for ever. It is
+  extended by as much again while the body has come at :data:`MIN_BODY_RATE` on average: a state
+  import may be as large as the model budget (hundreds of MB, with the admin key), and every other
+  body at most ``CLICKBOOST_MAX_BODY_BYTES`` (1 MB: 16 s at that rate);
 - ``CLICKBOOST_MAX_CONNECTIONS`` (default: the descriptor limit less 128, kept for the store, logs
   and Redis): a connection past the limit closes the oldest one still sending its request (headers
   or body), or is closed itself when every other one has a complete request in progress. Accepting
@@ -38,6 +41,8 @@ log = logging.getLogger("clickboost.connections")
 
 #: Descriptors kept for everything but connections when the limit derives from RLIMIT_NOFILE.
 RESERVED_DESCRIPTORS = 128
+#: Bytes a second, on average since its headers, that keep a request's body from its timeout.
+MIN_BODY_RATE = 64 * 1024
 # Connections that are still sending a request (headers or body), oldest first (one server per process).
 _waiting: dict[GuardedHttp, None] = {}
 
@@ -98,6 +103,8 @@ class GuardedHttp(HttpToolsProtocol):
     docstring)."""
 
     _timer: asyncio.TimerHandle | None = None
+    _body_since = 0.0  # loop time when the headers were complete
+    _body_bytes = 0  # received since
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -122,8 +129,13 @@ class GuardedHttp(HttpToolsProtocol):
         if self.parser.should_upgrade() and self._should_upgrade():
             self._request_done()  # another protocol takes the connection over
         elif self in _waiting:  # the body has its own deadline (complete at once when there is none)
+            self._body_since, self._body_bytes = self.loop.time(), 0
             self._timer = self.loop.call_later(limits().body_seconds, self._body_late)
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._request_done()
@@ -156,6 +168,9 @@ class GuardedHttp(HttpToolsProtocol):
     def _body_late(self) -> None:
         self._timer = None
         if self not in _waiting or self.transport.is_closing():
+            return
+        if self._body_bytes >= MIN_BODY_RATE * (self.loop.time() - self._body_since):
+            self._timer = self.loop.call_later(limits().body_seconds, self._body_late)
             return
         _waiting.pop(self, None)
         _body_timeouts.hit(self.loop)

@@ -76,8 +76,10 @@ def _answer(s: socket.socket, seconds: float) -> bytes:
 @pytest.mark.slow
 def test_a_slow_body_is_answered_408_at_the_timeout_and_a_timely_one_is_served(tmp_path: Path) -> None:
     """Body timeout 1 s. A body sent a byte every 0.3 s: 408 and closed after 1 s; the same body in
-    three pieces within 0.5 s: 200; the headers' timeout (10 s) has no part in either."""
-    with demo_server(tmp_path / "server.log", CLICKBOOST_BODY_TIMEOUT_SECONDS="1") as (port, client):
+    three pieces within 0.5 s: 200; a large body (640 kB) coming for 2 s at 320 kB/s, above
+    MIN_BODY_RATE: 200. The headers' timeout (10 s) has no part in any."""
+    env = {"CLICKBOOST_BODY_TIMEOUT_SECONDS": "1", "CLICKBOOST_MAX_BODY_BYTES": "2000000"}
+    with demo_server(tmp_path / "server.log", **env) as (port, client):
         slow = socket.create_connection(("127.0.0.1", port), timeout=5)
         slow.sendall(HEADERS % len(BODY))
         t = time.monotonic()
@@ -99,15 +101,26 @@ def test_a_slow_body_is_answered_408_at_the_timeout_and_a_timely_one_is_served(t
             timely.sendall(piece)
         served = _answer(timely, 2.0).split(b"\r\n", 1)[0]
         timely.close()
+        large_body = BODY[:-1] + b" " * 640_000 + b"}"  # JSON all the same
+        large = socket.create_connection(("127.0.0.1", port), timeout=5)
+        large.sendall(HEADERS % len(large_body))
+        t = time.monotonic()
+        for start in range(0, len(large_body), 32_000):
+            large.sendall(large_body[start : start + 32_000])
+            time.sleep(0.1)
+        sent_for = time.monotonic() - t
+        large_served = _answer(large, 2.0).split(b"\r\n", 1)[0]
+        large.close()
         after = client.post("/predict", json={"features": {"a": 1.0}}).status_code
     print(
         f"\nslow body: {answer.splitlines()[0] if answer else b'nothing'!r} after {cut:.2f} s; "
-        f"timely: {served!r}"
+        f"timely: {served!r}; large, sent for {sent_for:.1f} s: {large_served!r}"
     )
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"request body not received within 1 s" in answer and b"connection: close" in answer
     assert 1.0 <= cut < 1.8, cut
     assert served == b"HTTP/1.1 200 OK" and after == 200
+    assert sent_for > 1.5 and large_served == b"HTTP/1.1 200 OK"
 
 
 @pytest.mark.slow
