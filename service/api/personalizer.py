@@ -48,21 +48,24 @@ The mapping:
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 from starlette.exceptions import HTTPException
 
+from service.actions import ActionFeaturiser
 from service.api import metrics
 from service.api.auth import HEADER, SUBSCRIPTION_HEADER, check_api_key
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.hygiene import _is_json
 from service.api.predict import parse
-from service.features import FeatureError, FeatureValue
+from service.features import MAX_FEATURE_CHARS, FeatureError, FeatureValue
 from service.learners.base import ParamError
 from service.placement import MisdirectedError
 from service.runtime import ModelRuntime, ModelUnavailableError, Runtime
@@ -107,8 +110,13 @@ CODES = {
 }
 KEY_HEADERS = (SUBSCRIPTION_HEADER, HEADER)
 M = TypeVar("M", bound=BaseModel)
-S = TypeVar("S")
+R = TypeVar("R", "RankRequest", "MultiSlotRankRequest")
 MAX_LISTED_LABELS = 10
+#: Characters of a long feature name or action id quoted in an error message.
+MAX_QUOTED = 40
+ONE_SLOT = "one slot per event here, got more than one; send one rank per slot"
+#: The key of a multi-slot rank's slot id in its decision's memo (:meth:`Runtime.predict`).
+SLOT_MEMO = "personalizer_slot"
 
 
 class PersonalizerError(Exception):
@@ -172,14 +180,15 @@ class MultiSlotRankRequest(_Body):
 
 
 class RewardRequest(_Body):
-    """Body of a reward: the ``value`` (see :data:`REWARD_RULE`)."""
+    """Body of a reward: the ``value``, a JSON number (see :data:`REWARD_RULE`); a string or a bool
+    is refused, not converted (issue 51)."""
 
-    value: float
+    value: StrictFloat
 
 
 class SlotReward(_Body):
     slot_id: str = Field(alias="slotId", min_length=1, max_length=256)
-    value: float
+    value: StrictFloat
 
 
 class MultiSlotRewardRequest(_Body):
@@ -191,15 +200,20 @@ class MultiSlotRewardRequest(_Body):
 # -- translation -----------------------------------------------------------------------------------
 
 
-def context_features(objects: list[dict[str, Any]] | None) -> dict[str, FeatureValue]:
-    """Personalizer's ``contextFeatures`` as clickboost's named features.
+def context_features(
+    objects: list[dict[str, Any]] | None, where: str = "contextFeatures", most: int | None = None
+) -> dict[str, FeatureValue]:
+    """Personalizer's ``contextFeatures`` (or an action's ``features``) as clickboost's named features.
 
     Nested objects are flattened with dots (``{"user": {"tier": "gold"}}`` -> ``user.tier``); a
     string, number or bool is the value of its name (a string one-hot encodes as ``name=value``,
     :mod:`service.features`); in a list, a string is one more one-hot value of the list's name (a
     set of categories: ``{"tags": ["a", "b"]}`` -> ``tags=a`` and ``tags=b``) and anything else
     takes its index (``{"v": [0.5, 2]}`` -> ``v.0``, ``v.1``); ``null`` is no feature. A name
-    given twice is refused (400) rather than summed or overwritten.
+    given twice is refused (400) rather than summed or overwritten, and so are a flattened name or
+    a string value longer than :data:`~service.features.MAX_FEATURE_CHARS` (as on ``POST
+    /predict``) and more than ``most`` features (stopping there). ``where`` names the field in the
+    messages.
 
     >>> context_features([{"user": {"tier": "gold", "visits": 3}}, {"tags": ["a", "b"]}, {"x": None}])
     {'user.tier': 'gold', 'user.visits': 3, 'tags=a': 1.0, 'tags=b': 1.0}
@@ -208,28 +222,52 @@ def context_features(objects: list[dict[str, Any]] | None) -> dict[str, FeatureV
 
     def put(name: str, value: FeatureValue) -> None:
         if name in out:
-            raise PersonalizerError(400, f"contextFeatures: feature {name!r} is given twice")
+            raise PersonalizerError(400, f"{where}: feature {_quoted(name)} is given twice")
+        if most is not None and len(out) == most:
+            raise PersonalizerError(
+                400, f"{where}: more than {most:,} features, at most {most:,} (CLICKBOOST_MAX_NAMED_FEATURES)"
+            )
         out[name] = value
 
     def walk(name: str, value: Any) -> None:
         if value is None:
             return
+        _check_length(where, "feature name", name)  # at every level: a nested name grows no further
         if isinstance(value, dict):
             for key, inner in value.items():
                 walk(f"{name}.{key}", inner)
         elif isinstance(value, list):
             for i, inner in enumerate(value):
-                if isinstance(inner, str):
-                    put(f"{name}={inner}", 1.0)  # the bucket of the string feature name=inner
+                if isinstance(inner, str):  # the bucket of the string feature name=inner
+                    _check_length(where, f"a string value of {_quoted(name)}", inner)
+                    put(f"{name}={inner}", 1.0)
                 else:
                     walk(f"{name}.{i}", inner)
         else:
+            if isinstance(value, str):
+                _check_length(where, f"the string value of {_quoted(name)}", value)
             put(name, value)
 
     for obj in objects or ():
         for key, value in obj.items():
             walk(key, value)
     return out
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for a message, cut to :data:`MAX_QUOTED` characters."""
+    return repr(text) if len(text) <= MAX_QUOTED else repr(text[:MAX_QUOTED]) + "..."
+
+
+def _check_length(where: str, what: str, text: str) -> None:
+    """400 naming ``where``, ``what`` and the limit when ``text`` is over
+    :data:`~service.features.MAX_FEATURE_CHARS` characters."""
+    if len(text) > MAX_FEATURE_CHARS:
+        raise PersonalizerError(
+            400,
+            f"{where}: {what} {_quoted(text)} has {len(text):,} characters, at most {MAX_FEATURE_CHARS:,} "
+            "(the limit on feature names and string values)",
+        )
 
 
 def _listed(labels: list[str]) -> str:
@@ -275,15 +313,6 @@ def _ranking(
     ]
 
 
-def _one_slot(field: str, items: list[S]) -> S:
-    """The one entry of a multi-slot list (400 otherwise): this server ranks one slot per event."""
-    if len(items) != 1:
-        raise PersonalizerError(
-            400, f"{field}: one slot per event here, got {len(items)}; send one rank per slot"
-        )
-    return items[0]
-
-
 def _check_version(request: Request, multislot: bool) -> None:
     version = request.path_params.get("version")
     served = MULTISLOT_VERSIONS if multislot else API_VERSIONS
@@ -295,18 +324,96 @@ def _check_version(request: Request, multislot: bool) -> None:
         raise PersonalizerError(404, message)
 
 
-async def _request(request: Request, model: type[M], multislot: bool) -> M:
-    """The key checked, the path's API version and the body: refused (415) unless JSON, as on
-    clickboost's own JSON routes (a ``text/plain`` body would let a page post cross-origin without a
-    CORS preflight), then parsed as ``model``."""
+def _checked(request: Request, multislot: bool) -> None:
+    """The key (401) and the path's API version (404)."""
     check_api_key(request, KEY_HEADERS)
     _check_version(request, multislot)
+
+
+#: Lists read item by item before a body is parsed (:func:`_count_lists`): key -> (most, message).
+Caps = Mapping[str, tuple[int, str]]
+
+
+async def _request(request: Request, model: type[M], caps: Caps) -> M:
+    """The body: refused (415) unless JSON, as on clickboost's own JSON routes (a ``text/plain``
+    body would let a page post cross-origin without a CORS preflight), its ``caps`` lists counted
+    (:func:`_count_lists`), then parsed as ``model``."""
     body = await request.body()
     if body and not _is_json(request.headers.get("content-type", "").encode("latin-1")):
         got = request.headers.get("content-type") or "none"
         message = f"the body must be JSON: send Content-Type: application/json (got {got})"
         raise PersonalizerError(415, message)
+    if body.strip():
+        _count_lists(body, caps)
     return parse(model, body)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_SCAN = json.JSONDecoder()
+
+
+def _count_lists(body: bytes, caps: Caps) -> None:
+    """400 with the cap's message when a top-level list of ``caps`` in the JSON object ``body`` has
+    more items than its cap, found before anything is parsed into models (issue 51: a rank of
+    10,000 actions, refused anyway, held the event loop for about 200 ms of parsing).
+
+    The top level is read here and each of its values handed to the C scanner of :mod:`json`, but a
+    capped list is read item by item and left at the item past its cap. A body this cannot read
+    is refused as malformed JSON here, so the full parse that follows only ever sees a body read
+    whole (no way around the count).
+    """
+    try:
+        text = body.decode()
+        i = _WS.match(text).end()
+        if not text.startswith("{", i):
+            raise PersonalizerError(400, "body: expected a JSON object")
+        i = _WS.match(text, i + 1).end()
+        if not text.startswith("}", i):
+            while True:
+                if not text.startswith('"', i):
+                    raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+                key, i = _SCAN.raw_decode(text, i)
+                i = _past(text, _WS.match(text, i).end(), ":")
+                if key in caps and text.startswith("[", i):
+                    i = _list_within(text, i, *caps[key])
+                else:
+                    _, i = _SCAN.raw_decode(text, i)
+                i = _WS.match(text, i).end()
+                if not text.startswith(",", i):
+                    break
+                i = _WS.match(text, i + 1).end()
+        i = _past(text, i, "}")
+        if i != len(text):
+            raise json.JSONDecodeError("Extra data", text, i)
+    except RecursionError:
+        raise PersonalizerError(400, "malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of 4,300 digits
+        raise PersonalizerError(400, f"malformed JSON: {exc}") from None
+
+
+def _past(text: str, i: int, char: str) -> int:
+    """Where the JSON ``text`` goes on after ``char`` at ``i`` and its whitespace."""
+    if not text.startswith(char, i):
+        raise json.JSONDecodeError(f"Expecting {char!r}", text, i)
+    return _WS.match(text, i + 1).end()
+
+
+def _list_within(text: str, i: int, most: int, message: str) -> int:
+    """Where the JSON ``text`` goes on after the list at ``i``, read item by item: 400 ``message``
+    at the item past ``most``."""
+    i = _WS.match(text, i + 1).end()
+    if text.startswith("]", i):
+        return i + 1
+    n = 0
+    while True:
+        _, i = _SCAN.raw_decode(text, i)
+        n += 1
+        if n > most:
+            raise PersonalizerError(400, message)
+        i = _WS.match(text, i).end()
+        if not text.startswith(",", i):
+            return _past(text, i, "]")
+        i = _WS.match(text, i + 1).end()
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -317,7 +424,11 @@ def _validation_message(exc: RequestValidationError) -> str:
             return "empty body: expected a JSON object"
         if err["type"] == "json_invalid":
             return f"malformed JSON: {err.get('ctx', {}).get('error', 'invalid JSON')}"
-        problems.append(f"{'.'.join(loc) or 'body'}: {err['msg']}")
+        # a reward's value: a JSON number, never a string or a bool converted (issue 51)
+        msg = (
+            "a JSON number is required, not a string or a bool" if err["type"] == "float_type" else err["msg"]
+        )
+        problems.append(f"{'.'.join(loc) or 'body'}: {msg}")
     return "; ".join(problems)
 
 
@@ -377,33 +488,82 @@ async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
 # -- endpoints -------------------------------------------------------------------------------------
 
 
+def _caps(m: ModelRuntime) -> dict[str, tuple[int, str]]:
+    """The most items of a rank's lists for model ``m``, counted before the body is parsed
+    (:func:`_count_lists`): its labels (the action ids are distinct labels) or, for an action-feature
+    model, ``CLICKBOOST_MAX_ACTIONS`` actions; one slot."""
+    if isinstance(m.featurise, ActionFeaturiser):
+        most = m.featurise.max_actions
+        why = f"at most {most:,} per rank (CLICKBOOST_MAX_ACTIONS)"
+    else:
+        most = len(m.labels)
+        why = f"model {m.name!r} has {most:,} labels and action ids are distinct labels"
+    return {
+        "actions": (most, f"actions: more than {most:,} actions; {why}"),
+        "excludedActions": (
+            most,
+            f"excludedActions: more than {most:,}, more than the actions can be ({why})",
+        ),
+        "slots": (1, f"slots: {ONE_SLOT}"),
+    }
+
+
+def _max_named(m: ModelRuntime) -> int:
+    """Most named features of a context (and of each action) for model ``m``."""
+    f = m.featurise
+    return f.context.max_named if isinstance(f, ActionFeaturiser) else f.max_named
+
+
+async def _rank_request(request: Request, model: type[R], multislot: bool) -> tuple[Runtime, ModelRuntime, R]:
+    """The key, the version, the model the path names, then the body with its lists counted
+    against the model's caps (:func:`_caps`) before it is parsed."""
+    _checked(request, multislot)
+    runtime, m = await _model(request)
+    return runtime, m, await _request(request, model, _caps(m))
+
+
 async def _decide(
-    request: Request,
+    runtime: Runtime,
+    m: ModelRuntime,
     body: RankRequest | MultiSlotRankRequest,
     excluded: list[str] | None,
     baseline: str | None = None,
+    slot: str | None = None,
 ) -> tuple[str, str, list[dict[str, Any]]]:
     """Decide among the request's actions less ``excluded``: (eventId, rewardActionId, ranking).
 
     ``baseline`` (default: the first action not excluded, Personalizer's baseline) is what a model
     in logging or apprentice rollout serves (:mod:`service.rollout`); online it is only checked.
+    ``slot``: a multi-slot rank's slot id, kept in the decision for its reward to name.
 
     The event id is the client's or one drawn here as ``POST /predict`` draws its ids; either way
     the decision id is ``store.route(model, eventId)`` (:meth:`Runtime.predict`), so a reward or an
     activation finds the decision from the model and the event id alone, and the answer's
     ``eventId`` is what the client sent or will send back."""
-    runtime, m = await _model(request)
     eligible = _eligible(m, body.actions, excluded)
     baseline = eligible[0] if baseline is None else baseline
     event_id = runtime.ids.new() if body.event_id is None else body.event_id
-    features = context_features(body.context_features)
+    most = _max_named(m)
+    features = context_features(body.context_features, "contextFeatures", most)
+    # Flattened on every model, so that the limits hold on every route; scored only by an
+    # action-feature model (issue 39).
+    named = [context_features(a.features, f"actions[{i}].features", most) for i, a in enumerate(body.actions)]
     defer = bool(body.defer_activation)
     actions = None
-    if m.spec.actions == "features":  # the candidates scored from their own features (issue 39)
-        actions = [{"id": a.id, "features": context_features(a.features)} for a in body.actions]
+    if m.spec.actions == "features":
+        actions = [{"id": a.id, "features": f} for a, f in zip(body.actions, named, strict=True)]
+    memo = None if slot is None else {SLOT_MEMO: slot}
     try:
         p = await runtime.predict(
-            m.name, features, eligible, None, baseline, event_id=event_id, defer=defer, actions=actions
+            m.name,
+            features,
+            eligible,
+            None,
+            baseline,
+            event_id=event_id,
+            defer=defer,
+            actions=actions,
+            memo=memo,
         )
     except DecisionExistsError:  # pending or answered: a client-chosen id is taken once
         raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
@@ -415,22 +575,22 @@ async def _decide(
 @_personalizer_errors
 async def rank(request: Request) -> Response:
     """Rank the request's actions for its context: 201 with ``ranking``, ``eventId``, ``rewardActionId``."""
-    body = await _request(request, RankRequest, multislot=False)
-    event_id, chosen, ranking = await _decide(request, body, body.excluded_actions)
+    runtime, m, body = await _rank_request(request, RankRequest, multislot=False)
+    event_id, chosen, ranking = await _decide(runtime, m, body, body.excluded_actions)
     return JSONResponse({"ranking": ranking, "eventId": event_id, "rewardActionId": chosen}, status_code=201)
 
 
 @_personalizer_errors
 async def rank_multi_slot(request: Request) -> Response:
     """A multi-slot rank of one slot: 201 with ``eventId`` and ``slots: [{id, rewardActionId}]``."""
-    body = await _request(request, MultiSlotRankRequest, multislot=True)
-    slot = _one_slot("slots", body.slots)
+    runtime, m, body = await _rank_request(request, MultiSlotRankRequest, multislot=True)
+    slot = body.slots[0]  # one (the count is checked before the parse)
     baseline = slot.baseline_action
     if baseline not in {a.id for a in body.actions}:
         raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is not one of the actions")
     if baseline in (slot.excluded_actions or ()):
         raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is excluded")
-    event_id, chosen, _ = await _decide(request, body, slot.excluded_actions, baseline)
+    event_id, chosen, _ = await _decide(runtime, m, body, slot.excluded_actions, baseline, slot.id)
     answer = {"eventId": event_id, "slots": [{"id": slot.id, "rewardActionId": chosen}]}
     return JSONResponse(answer, status_code=201)
 
@@ -473,23 +633,36 @@ async def _learn(request: Request, value: float) -> Response:
 @_personalizer_errors
 async def reward(request: Request) -> Response:
     """Report the reward of an event's ``rewardActionId``: 204 once it is stored."""
-    body = await _request(request, RewardRequest, multislot=False)
+    _checked(request, multislot=False)
+    body = await _request(request, RewardRequest, {})
     return await _learn(request, body.value)
 
 
 @_personalizer_errors
 async def reward_multi_slot(request: Request) -> Response:
-    """The reward of a one-slot event: ``{"reward": [{"slotId", "value"}]}`` with one entry."""
-    body = await _request(request, MultiSlotRewardRequest, multislot=True)
-    return await _learn(request, _one_slot("reward", body.reward).value)
+    """The reward of a one-slot event: ``{"reward": [{"slotId", "value"}]}`` with one entry, for the
+    slot the event was ranked for (400 naming another, nothing learned)."""
+    _checked(request, multislot=True)
+    body = await _request(request, MultiSlotRewardRequest, {"reward": (1, f"reward: {ONE_SLOT}")})
+    entry = body.reward[0]  # one (the count is checked before the parse)
+    runtime, decision_id, event_id = await _event(request)
+    record = await runtime.store.get_decision(decision_id)
+    if record is not None:  # pending (else the claim below words why not: unknown, answered, expired)
+        slot = record.decision.get(f"memo.{SLOT_MEMO}")
+        if slot != entry.slot_id:
+            ranked = f"for slot {slot!r}" if slot is not None else "without slots (a single-slot rank)"
+            raise PersonalizerError(
+                400,
+                f"reward[0].slotId {entry.slot_id!r} is not the slot of event {event_id!r}, ranked {ranked}",
+            )
+    return await _learn(request, entry.value)
 
 
 async def _activate(request: Request, multislot: bool) -> Response:
     """Say that a ``deferActivation`` event was shown: 204, and it is learned from (its held reward
     now, else the reward to come, else the model's default reward at expiry). An event that was
     not deferred, or is active already, is a harmless 204 too."""
-    check_api_key(request, KEY_HEADERS)
-    _check_version(request, multislot)
+    _checked(request, multislot)
     runtime, decision_id, event_id = await _event(request)
     out = await runtime.activate(decision_id, _wait(request))
     metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
