@@ -25,9 +25,8 @@ from pathlib import Path
 from first_start import free_port, start_make_run, status, stop  # this directory's
 
 ROOT = Path(__file__).resolve().parents[1]
-# An id README shows (its real output) is replaced by the last one the commands printed: the
-# feedback example answers the decision the predict example just made.
-DECISION_ID = re.compile(r'"decision_id": "([A-Za-z0-9_-]{22})"')
+# Each block runs alone, so a block that needs a value another printed (the quick start's decision
+# id) carries it itself, in a shell variable (scripts/readme.py writes it so).
 BLOCK = re.compile(r"(?:<!-- not run: (?P<why>[^>]*?) -->\s*\n)?[ \t]*```sh\n(?P<body>.*?)\n[ \t]*```", re.S)
 
 
@@ -40,14 +39,11 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     server: subprocess.Popen[bytes] | None = None
     ran, skipped, failed = 0, [], []
-    last_id = None
     try:
         for m in BLOCK.finditer((clone / "README.md").read_text()):
             lines = m["body"].splitlines()
             body = "\n".join(line.removeprefix("  ") for line in lines)
             body = body.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
-            if last_id is not None:
-                body = DECISION_ID.sub(f'"decision_id": "{last_id}"', body)
             first = body.splitlines()[0]
             if m["why"]:
                 skipped.append(f"{first!r}: {m['why']}")
@@ -66,7 +62,6 @@ def main() -> int:
             cmd = ["bash", "-e", "-c", body]
             done = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
             ran += 1
-            last_id = ([None, *DECISION_ID.findall(done.stdout)])[-1] or last_id
             if done.returncode != 0:
                 failed.append(f"{first!r} exited {done.returncode}: {done.stderr[-800:]}")
                 print(f"FAIL {first}\n{done.stdout[-800:]}{done.stderr[-800:]}")
