@@ -103,7 +103,13 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.mount(dashboard.STATIC_PATH, dashboard.static_files(), name="dashboard-static")
     # The last added is the outermost: CORS answers preflights and labels every answer, metrics
     # count everything, then request ids / 415 / 429, then the body limit.
-    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        errors.BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        state_bytes=settings.max_model_bytes,
+        admin_key=settings.admin_key,
+        keys_configured=bool(settings.admin_key or settings.api_key_set),
+    )
     app.add_middleware(RequestHygiene, rate_limit=settings.rate_limit)
     app.add_middleware(HTTPMetrics, routes=app.router.routes)
     if settings.cors_origin_list:

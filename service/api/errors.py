@@ -160,19 +160,46 @@ class BodyLimit:
     A declared Content-Length over the limit is answered before reading anything; a chunked body
     is counted as it arrives and cut with an :class:`HTTPException` (413) that FastAPI turns into
     the same JSON answer.
+
+    A state import (``PUT /models/{name}/state``) carrying the admin key may be as large as
+    ``state_bytes`` (the model memory budget): an exported state is the model's arrays, which at
+    default sizes are megabytes (issue 50: the default learner's table is 6 MiB), and only the admin
+    route takes it. The key is checked here, before any byte is read, so an anonymous client
+    still meets ``max_bytes``; ``admin_key`` None means no keys are configured (every route open).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        state_bytes: int | None = None,
+        admin_key: str | None = None,
+        keys_configured: bool = False,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.state_bytes = max(state_bytes or max_bytes, max_bytes)
+        self.admin_key = admin_key
+        self.keys_configured = keys_configured
+
+    def _limit(self, scope: Scope) -> int:
+        path = scope.get("path", "")
+        if scope.get("method") != "PUT" or not path.startswith("/models/") or not path.endswith("/state"):
+            return self.max_bytes
+        if self.keys_configured:
+            given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-api-key"), None)
+            if self.admin_key is None or not _matches(given, [self.admin_key]):
+                return self.max_bytes
+        return self.state_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope)
         for key, value in scope["headers"]:
-            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                detail = f"body too large: {int(value)} bytes, at most {self.max_bytes}"
+            if key == b"content-length" and value.isdigit() and int(value) > limit:
+                detail = f"body too large: {int(value)} bytes, at most {limit}"
                 await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
                 return
         seen = 0
@@ -181,8 +208,8 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise HTTPException(413, f"body too large: more than {self.max_bytes} bytes")
+            if seen > limit:
+                raise HTTPException(413, f"body too large: more than {limit} bytes")
             return message
 
         await self.app(scope, counted, send)

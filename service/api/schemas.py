@@ -461,7 +461,8 @@ ERROR_MEANINGS = {
     409: "Name taken",
     421: "Model placement: this replica's group does not hold the model; the body's `groups` and the "
     f"`{MISDIRECTED_HEADER}` header give the addresses of the replicas that do (nothing was recorded)",
-    413: "Body over CLICKBOOST_MAX_BODY_BYTES",
+    413: "Body over CLICKBOOST_MAX_BODY_BYTES (a state import with the admin key: over "
+    "CLICKBOOST_MAX_MODEL_BYTES)",
     422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
     429: "Too many: evaluation jobs queued or running on this replica (at most "
     "service.evaluations.MAX_JOBS); retry after `Retry-After` seconds",

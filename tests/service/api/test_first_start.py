@@ -12,7 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.config import DEFAULT_LEARNER
 from tests.conftest import free_port
+
+DEFAULT = DEFAULT_LEARNER[0]
 
 # a bound in seconds on a cold start: not beside another xdist worker's load
 pytestmark = pytest.mark.serial
@@ -38,7 +41,7 @@ def test_healthz_at_once_readyz_says_it_compiles_then_ready(tmp_path: Path) -> N
         first = time.monotonic() - started
         ready = httpx.get(f"{url}/readyz", timeout=5)
         assert ready.status_code == 503, ready.text
-        assert "compiling the kernels of cova" in ready.json()["detail"], ready.text
+        assert f"compiling the kernels of {DEFAULT}" in ready.json()["detail"], ready.text
         predict = httpx.post(f"{url}/predict", json={"features": {"country": "fr"}}, timeout=5)
         assert predict.status_code == 503 and predict.headers["Retry-After"] == "1", predict.text
         assert "not ready" in predict.json()["detail"]
@@ -55,4 +58,6 @@ def test_healthz_at_once_readyz_says_it_compiles_then_ready(tmp_path: Path) -> N
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    assert "compiling the kernels of cova" in err and "kernels of cova ready in" in err, err[-2000:]
+    assert f"compiling the kernels of {DEFAULT}" in err and f"kernels of {DEFAULT} ready in" in err, err[
+        -2000:
+    ]

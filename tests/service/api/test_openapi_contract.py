@@ -59,6 +59,10 @@ OPERATION_KEY = "<the operation's key>"
 ADMIN_PATHS = ("/models", "/replicas")
 # The least ``max_body_bytes`` the settings allow: the app the 413 answers are reached on.
 SMALL_BODY_LIMIT = 1024
+#: A state import with the admin key is bounded by the model budget (the default learner's state
+#: is 6 MiB), set this small for the body-limit apps.
+STATE_BODY_LIMIT = 8 * 2**20
+BODY_LIMITS = {"max_body_bytes": SMALL_BODY_LIMIT, "max_model_bytes": STATE_BODY_LIMIT}
 
 # A valid body per JSON request body, built from the pydantic models, for operations that document
 # no example (today all of them do; a new body without either example or entry here fails a test).
@@ -818,23 +822,25 @@ async def chunks(data: bytes, size: int = 256) -> AsyncIterator[bytes]:
         yield data[i : i + size]
 
 
-async def exercise_body_limit(api: Api, limit: int) -> None:
-    """On an app whose ``max_body_bytes`` is ``limit``, every operation taking a body: ``limit``
-    bytes pass, one byte more is 413, declared in Content-Length (refused before reading) or
-    streamed chunked (cut while reading)."""
+async def exercise_body_limit(api: Api, limit: int, state_limit: int) -> None:
+    """On an app whose ``max_body_bytes`` is ``limit`` (``max_model_bytes`` ``state_limit``), every
+    operation taking a body: ``limit`` bytes pass (``state_limit`` for a state import with the admin
+    key), one byte more is 413, declared in Content-Length (refused before reading) or streamed
+    chunked (cut while reading)."""
     with_body = sorted((m, p) for m, p, op in api.contract.operations() if "requestBody" in op)
     assert with_body == sorted((m, p) for m, p, op in api.contract.operations() if "413" in op["responses"])
     for method, path in with_body:
-        body, media = api.contract.sized_body(method, path, limit)
+        most = state_limit if (method, path) == ("put", "/models/{name}/state") else limit
+        body, media = api.contract.sized_body(method, path, most)
         other = tuple(int(c) for c in api.contract.op(method, path)["responses"] if c != "413")
         headers = {"content-type": media}
         await api.call(method, path, name="demo", content=body, headers=headers, expect=other)
-        over, _ = api.contract.sized_body(method, path, limit + 1)
+        over, _ = api.contract.sized_body(method, path, most + 1)
         for content in (over, chunks(over)):
             _, refused = await api.call(
                 method, path, name="demo", content=content, headers=headers, expect=413
             )
-            assert refused["detail"].startswith("body too large") and str(limit) in refused["detail"]
+            assert refused["detail"].startswith("body too large") and str(most) in refused["detail"]
 
 
 async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | None = None) -> None:
@@ -945,8 +951,8 @@ async def test_bad_model_names(api: Api) -> None:
 
 
 async def test_body_limit() -> None:
-    async with api_for(make_contract_app(max_body_bytes=SMALL_BODY_LIMIT)) as api:
-        await exercise_body_limit(api, SMALL_BODY_LIMIT)
+    async with api_for(make_contract_app(**BODY_LIMITS)) as api:
+        await exercise_body_limit(api, SMALL_BODY_LIMIT, STATE_BODY_LIMIT)
         assert {(m, p) for m, p, s in api.seen if s == 413} == {
             ("post", "/predict"),
             ("post", "/feedback"),
@@ -1007,9 +1013,9 @@ async def test_every_documented_answer_is_exercised(tmp_path: Path, redis_url: s
     async with api_for(make_app(demo=True, api_keys=API_KEY), seen) as no_admin:
         assert no_admin.contract.doc == contract.doc
         await exercise_admin_closed(no_admin)
-    async with api_for(make_contract_app(max_body_bytes=SMALL_BODY_LIMIT), seen) as small:
+    async with api_for(make_contract_app(**BODY_LIMITS), seen) as small:
         assert small.contract.doc == contract.doc
-        await exercise_body_limit(small, SMALL_BODY_LIMIT)
+        await exercise_body_limit(small, SMALL_BODY_LIMIT, STATE_BODY_LIMIT)
     async with placement_apis(redis_url, seen) as (a, b):
         assert a.contract.doc == b.contract.doc == contract.doc
         await exercise_placement(a, b)
