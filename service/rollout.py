@@ -77,24 +77,41 @@ def served(
     """The decision served in ``mode`` (logging or apprentice) around the learner's ``own``.
 
     Logging: the ``baseline`` label with probability 1 (no draw). Apprentice: ``p = (1 - epsilon)
-    onehot(baseline) + epsilon own.probs``, the label drawn from ``p`` with one uniform of ``rng`` (the
+    onehot(baseline) + epsilon own.probs``, the label drawn with one uniform of ``rng`` (the
     decision's generator, after the learner's own draws) as :func:`~service.learners.base.sample`
     draws. The memo is the learner's for the served label (:meth:`Learner.relabel`) plus ``rollout``
     (the mode), ``baseline``, ``policy`` (the learner's own distribution) and ``rollout_epoch``.
+
+    ``own.probs`` (``policy``) is the learner's marginal over its tie-break
+    (:func:`~service.learners.base.over_ties`), and so is ``p``. Where the learner keeps its mix
+    given its greedy label (:attr:`Decision.conditional`), the label is drawn from the same mix of
+    that one, ``q = (1 - epsilon) onehot(baseline) + epsilon own.conditional``, which stands in
+    ``memo["conditional"]``: the draw stays two-stage (tie-break, then this), so the label's
+    probability is ``p`` and the learner's update divides by ``q``, as it always did.
     """
     pi = own.probs
     p = [0.0] * pi.size
+    q = p
     if mode == "logging":
         p[baseline] = 1.0
         label = baseline
     else:
         p = (epsilon * pi).tolist()
         p[baseline] += 1.0 - epsilon
-        label = sample(np.array(p), rng)
-        if p[label] == 0.0:  # sample's cap at K - 1 on a zero tail: the last label with mass
-            label = max(i for i, q in enumerate(p) if q > 0.0)
+        if "conditional" in own.memo:
+            q = (epsilon * own.conditional).tolist()
+            q[baseline] += 1.0 - epsilon
+        else:
+            q = p
+        label = sample(np.array(q), rng)
+        if q[label] == 0.0:  # sample's cap at K - 1 on a zero tail: the last label with mass
+            label = max(i for i, v in enumerate(q) if v > 0.0)
     memo = own.memo if label == own.label else learner.relabel(x, own, label).memo
     extra = {"rollout": mode, "baseline": baseline, "policy": pi, "rollout_epoch": epoch}
+    if "conditional" in memo:
+        memo = {k: v for k, v in memo.items() if k != "conditional"}
+        if mode != "logging":
+            extra["conditional"] = np.array(q)
     return Decision(np.array(p), label, {**memo, **extra})
 
 

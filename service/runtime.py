@@ -222,20 +222,32 @@ def check_budget(name: str, spec: ModelSpec, settings: Settings, others: int = 0
     return need
 
 
+#: Steps a decision takes per label beyond the learner's arithmetic: the answer's probabilities and
+#: ranking (an object per label), the decision record's probabilities and the per-label lists of the
+#: exploration helpers. A predict over one input feature (banditron) took 0.4 ms at 10 labels and
+#: 223 ms at 10,000 on the loaded test machine (22 us per label; issue 51 saw 56 ms, 5.6 us per
+#: label): 5,000 steps of about a nanosecond, so the default budget admits about 4,000 labels.
+DECISION_STEPS_PER_LABEL = 5_000
+
+
 def check_event_budget(name: str, spec: ModelSpec, settings: Settings) -> None:
     """:class:`BudgetError` naming the figure when one event of ``spec`` would take more work or
     memory than the budget (``CLICKBOOST_MAX_EVENT_STEPS``, ``CLICKBOOST_MAX_EVENT_BYTES``).
 
-    Checked when a model is created, not when one is loaded: a model that exists keeps serving.
-    A hashed model's input is at most the named features a request may bring.
+    The work is the learner's (:meth:`Learner.event_steps`: a decision and its learn) plus the
+    decision's answer and record, :data:`DECISION_STEPS_PER_LABEL` per label (issue 51). Checked
+    when a model is created, not when one is loaded: a model that exists keeps serving. A hashed
+    model's input is at most the named features a request may bring.
     """
     cls = _bandit_class(spec)
     width = spec.dim if spec.hashing_bits is None else min(spec.dim, settings.max_named_features)
     what = f"model {name!r} ({spec.learner}, {spec.k} labels x {width} input features)"
     steps = cls.event_steps(width, spec.k, spec.params)
-    if steps > settings.max_event_steps:
+    answer = DECISION_STEPS_PER_LABEL * spec.k
+    if steps + answer > settings.max_event_steps:
         raise BudgetError(
-            f"{what} needs about {steps:,} steps per event; the budget is {settings.max_event_steps:,} "
+            f"{what} needs about {steps:,} steps per event, and {answer:,} more to answer a decision "
+            f"over its {spec.k:,} labels; the budget is {settings.max_event_steps:,} "
             "(CLICKBOOST_MAX_EVENT_STEPS): every replica applies every event on its event loop"
         )
     need = cls.event_nbytes(width, spec.k, spec.params)

@@ -44,6 +44,26 @@ class AdaBanditParams(BanditTreeBoosterParams):
     lr_scale: float = Field(10.0, gt=0.0)
 
 
+def expert_marginal(
+    votes: np.ndarray, v: np.ndarray, rho: float, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """The distribution of AdaBandit's label over its expert draw and the experts' tie-breaks: expert
+    ``i`` drawn with probability ``v_i / sum v`` predicts a label uniform over the maximisers of
+    ``votes[i]`` (among the eligible labels of ``mask``) and the label is drawn from eq. (2)'s mix
+    around it. Per expert that is :func:`~service.learners.base.tie_marginal`, ``rho / (m - 1)`` on
+    the m eligible labels plus ``(1 - rho - rho / (m - 1)) / t_i`` on its t_i tied ones (``rho``
+    capped at ``(m - 1) / m`` under a mask), and the experts' are averaged with their weights."""
+    k = votes.shape[1]
+    allowed = np.ones(k, dtype=bool) if mask is None else mask
+    m = int(allowed.sum())
+    rho = rho if mask is None else min(rho, (m - 1) / m)
+    off = rho / (m - 1) if m > 1 else 0.0
+    masked = np.where(allowed, votes, -np.inf)
+    ties = allowed & (masked == masked.max(axis=1, keepdims=True))
+    w = v / v.sum()
+    return np.where(allowed, off, 0.0) + ((w / ties.sum(axis=1)) * (1.0 - rho - off)) @ ties
+
+
 @learners.register("adabandit")
 class AdaBandit(TreeBooster):
     """Adaptive online boosting from bandit feedback with Hoeffding-tree weak learners.
@@ -52,6 +72,15 @@ class AdaBandit(TreeBooster):
     class distribution); votes ``s^i = sum_{j <= i} alpha^j e_{l^j}``; expert ``i`` predicts
     ``randargmax s^i``; an expert index ``i_t`` is drawn with probability ``v^i / sum v``; its
     prediction is the greedy label ``yhat`` explored with eq. (2).
+
+    Reported probabilities (issue 50): ``probs`` is the label's distribution over the expert draw and
+    the experts' tie-breaks given the trees' votes (:func:`expert_marginal`; a new model, whose
+    ``alpha`` is 0, ties every expert on every label: 1/K each). Eq. (2)'s mix around ``yhat``, which
+    estimator (4) divides by (the paper's ``p_t`` is the mix given the drawn expert), is kept in
+    ``memo["conditional"]``. The trees' own tie-breaks (a leaf that has seen nothing ties its
+    labels) are conditioned on, not averaged over: those draws are independent of the reward, so
+    ``probs`` remains a valid propensity for IPS, but with trees tied and ``alpha`` not 0 it is not
+    the marginal over them (an exact one sums over up to ``K^N`` vote vectors).
 
     Learn from the click bit: ``ell_hat`` by eq. (4) and ``iota_hat = 1 - ell_hat``; tree ``i`` gets
     the cost vector ``Gamma^i iota_hat`` (eqs. (5), (10) at ``s^{i-1}``) through the (label, weight)
@@ -89,8 +118,10 @@ class AdaBandit(TreeBooster):
     >>> from service.learners import make_learner
     >>> m = make_learner("adabandit", 2, 3, {"n_learners": 4, "rho": 0.3}, seed=0)
     >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
-    >>> float(d.probs.max()), sorted(d.memo)
-    (0.7, ['alpha', 'expert', 'experts', 'greedy', 'leaves', 'tree_nodes', 'votes', 'weak'])
+    >>> round(float(d.probs.max()), 6), float(d.conditional.max())  # new: every expert ties
+    (0.333333, 0.7)
+    >>> sorted(d.memo)
+    ['alpha', 'conditional', 'expert', 'experts', 'greedy', 'leaves', 'tree_nodes', 'votes', 'weak']
     """
 
     name = "adabandit"
@@ -161,8 +192,9 @@ class AdaBandit(TreeBooster):
             "expert": expert,
             "leaves": leaves,
             "tree_nodes": self.trees_.n_nodes_.copy(),
+            "conditional": p,
         }
-        return Decision(p, label, memo)
+        return Decision(expert_marginal(votes, v, self.params.rho), label, memo)
 
     def _decide_masked(self, x: np.ndarray, rng: np.random.Generator, mask: np.ndarray) -> Decision:
         """:meth:`decide` among the eligible labels: the same draws and steps in numpy, with every
@@ -179,7 +211,9 @@ class AdaBandit(TreeBooster):
         greedy = int(experts[expert])
         memo |= {"greedy": greedy, "weak": weak, "alpha": self.alpha_.copy(), "votes": votes}
         memo |= {"experts": experts, "expert": expert}
-        return masked_decision(greedy, mask, self.params.rho, "rho", rng, memo)
+        d = masked_decision(greedy, mask, self.params.rho, "rho", rng, memo)
+        d.memo["conditional"] = d.probs
+        return Decision(expert_marginal(votes, np.exp(self.log_v_), self.params.rho, mask), d.label, d.memo)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
@@ -191,7 +225,7 @@ class AdaBandit(TreeBooster):
         # (booster_kernels says why)
         ell, iota, z, t, G, off, on, onsum, Giota, offiota = self._learn_scratch()
         adabandit_learn_args(
-            np.asarray(decision.probs, dtype=np.float64), int(decision.label), int(m["greedy"]), bool(reward),
+            decision.conditional, int(decision.label), int(m["greedy"]), bool(reward),
             np.asarray(m["votes"], dtype=np.float64), weak, np.asarray(m["alpha"], dtype=np.float64),
             ell, iota, z,
         )  # fmt: skip

@@ -21,9 +21,10 @@ from service.learners.base import (
     as_mask,
     gamma_mix,
     learners,
-    masked_argmax,
+    masked_argmax_ties,
     masked_decision,
-    randargmax,
+    over_ties,
+    randargmax_ties,
     sample,
 )
 from service.learners.stumps.mh import StumpData, StumpEnsemble
@@ -129,6 +130,14 @@ class AdaBoostMH(Learner):
     )
 
     @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """A decision scores the K labels with each of the ``iterations`` stumps (``T K``), more than
+        a learn, which logs one row (``d + K``; the retrain runs off the event loop, see
+        :meth:`learn_is_heavy`)."""
+        p = AdaBoostMHParams.parse(cls.name, params)
+        return p.iterations * n_labels + n_features + n_labels
+
+    @classmethod
     def growth_nbytes(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
         """The click log at :func:`log_rows` rows (x float64, label int8, weight float64 per label) and
         an ensemble of ``iterations`` stumps (feature, threshold, alpha, K votes)."""
@@ -156,13 +165,19 @@ class AdaBoostMH(Learner):
         return model.scores(x[None, :])[0]
 
     def decide(self, x: np.ndarray, rng: np.random.Generator, eligible: np.ndarray | None = None) -> Decision:
+        """The greedy label is the best score, drawn uniformly among ties (a model not trained yet
+        ties every label), then the label from the ``epsilon`` mix around it. The reported
+        ``probs`` are the marginal over the tie-break (``(1 - epsilon) / t`` on each of t ties plus
+        ``epsilon / K``); the mix given the greedy label, whose ``1 / p`` weights the logged row as
+        it always did, is kept in ``memo["conditional"]`` (:func:`~service.learners.base.over_ties`)."""
+        eps = self.params.epsilon
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:
-            greedy = masked_argmax(self.scores(x), mask, rng)
-            return masked_decision(greedy, mask, self.params.epsilon, "gamma", rng, {})
-        greedy = randargmax(self.scores(x), rng)
-        p = gamma_mix(self.n_labels, greedy, self.params.epsilon)
-        return Decision(p, sample(p, rng))
+            greedy, ties = masked_argmax_ties(self.scores(x), mask, rng)
+            return masked_decision(greedy, mask, eps, "gamma", rng, {}, ties, keep=True)
+        greedy, ties = randargmax_ties(self.scores(x), rng)
+        p = gamma_mix(self.n_labels, greedy, eps)
+        return over_ties(Decision(p, sample(p, rng)), ties, eps, "gamma", keep=True)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
@@ -171,7 +186,7 @@ class AdaBoostMH(Learner):
         w_row = np.zeros(K)
         y_row[label] = 1 if reward else -1
         share = 0.5 if reward else 0.5 / (K - 1)
-        w_row[label] = share / decision.probs[label]  # importance weight 1/p (snapshot of decide)
+        w_row[label] = share / decision.conditional[label]  # importance weight 1/p (snapshot of decide)
         self._log(x[None, :], y_row[None, :], w_row[None, :])
         if self.t_ % self.params.retrain_every == 0:
             self.retrain()

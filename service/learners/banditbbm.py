@@ -9,7 +9,15 @@ import numpy as np
 from pydantic import Field
 
 from service.kernels import rho_mix_sample
-from service.learners.base import Decision, as_mask, learners, masked_argmax, masked_decision, randargmax
+from service.learners.base import (
+    Decision,
+    as_mask,
+    learners,
+    masked_argmax_ties,
+    masked_decision,
+    over_ties,
+    randargmax_ties,
+)
 from service.learners.bbm_kernels import CostMemo, bbm_cost_vectors, bbm_learn, cost_operands
 from service.learners.booster_costs import (
     BanditTreeBoosterParams,
@@ -98,7 +106,14 @@ class BanditBBM(TreeBooster):
     """Boost-by-majority from bandit feedback with Hoeffding-tree weak learners.
 
     ``alpha^i = 1`` and the greedy label is the plain majority vote ``randargmax s^N``, explored with
-    eq. (2). From the click bit, ``iota_hat = 1 - ell_hat`` (eq. (4)); tree ``i`` receives
+    eq. (2). Reported probabilities (issue 50): a tied majority is broken uniformly and ``probs`` is
+    the marginal over that draw (:func:`~service.learners.base.over_ties`); eq. (2)'s mix given the
+    greedy label, which estimator (4) divides by, is kept in ``memo["conditional"]``. The trees' own
+    tie-breaks (a leaf that has seen nothing ties its labels, so a new model's votes are random) are
+    conditioned on, not averaged over: independent of the reward, so ``probs`` remains a valid
+    propensity for IPS, but not the marginal over them (an exact one sums over every vote vector).
+
+    From the click bit, ``iota_hat = 1 - ell_hat`` (eq. (4)); tree ``i`` receives
     ``Gamma^i iota_hat`` (eqs. (5), (9)), ``Gamma^i[l, r] = phi^r_{N-i}(s^{i-1} + e_l)`` with the
     boost-by-majority potential, through the (label, weight) reduction of §2.8.
 
@@ -123,8 +138,8 @@ class BanditBBM(TreeBooster):
     >>> from service.learners import make_learner
     >>> m = make_learner("optbandit", 2, 3, {"n_learners": 3, "rho": 0.3}, seed=0)
     >>> d = m.decide(np.array([0.0, 1.0]), np.random.default_rng(0))
-    >>> sorted(d.memo), float(d.probs.max())
-    (['greedy', 'leaves', 'tree_nodes', 'weak'], 0.7)
+    >>> sorted(d.memo), round(float(d.probs.max()), 6), float(d.conditional.max())  # a tied majority
+    (['conditional', 'greedy', 'leaves', 'tree_nodes', 'weak'], 0.333333, 0.7)
     """
 
     name = "banditbbm"
@@ -182,14 +197,14 @@ class BanditBBM(TreeBooster):
             U = rng.random(self.params.n_learners * self.n_labels)
             p, weak, leaves, counts = self._decide_arrays()
             bbm_decide(self.trees_.routing(x), U, self.params.rho, -1.0, p, weak, leaves, counts)
-            greedy = masked_argmax(counts.astype(np.float64), mask, rng)
+            greedy, ties = masked_argmax_ties(counts.astype(np.float64), mask, rng)
             memo = {
                 "greedy": greedy,
                 "weak": weak,
                 "leaves": leaves,
                 "tree_nodes": self.trees_.n_nodes_.copy(),
             }
-            return masked_decision(greedy, mask, self.params.rho, "rho", rng, memo)
+            return masked_decision(greedy, mask, self.params.rho, "rho", rng, memo, ties, keep=True)
         # rand_rows_argmax's draws, then the sampling draw taken before the majority is known: on a
         # tie it goes back, since randargmax of the counts draws first
         U = rng.random(self.params.n_learners * self.n_labels)
@@ -198,23 +213,24 @@ class BanditBBM(TreeBooster):
         label, greedy = bbm_decide(
             self.trees_.routing(x), U, self.params.rho, -1.0 if u is None else u, p, weak, leaves, counts
         )
+        ties = [greedy]
         if label < 0:
             if u is not None:
                 rng._unread()  # type: ignore[attr-defined]
             if greedy < 0:
-                greedy = randargmax(counts, rng)
+                greedy, ties = randargmax_ties(counts, rng)
             label, p = rho_mix_sample(
                 greedy, self.n_labels, self.params.rho, rng.random()
             )  # rho_mix + sample
         memo = {"greedy": greedy, "weak": weak, "leaves": leaves, "tree_nodes": self.trees_.n_nodes_.copy()}
-        return Decision(p, label, memo)
+        return over_ties(Decision(p, label, memo), ties, self.params.rho, "rho", keep=True)
 
     def learn(self, x: np.ndarray, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         p = self.params
         m = decision.memo
         weak = np.ascontiguousarray(m["weak"], dtype=np.int64)
-        probs = np.asarray(decision.probs, dtype=np.float64)
+        probs = decision.conditional  # eq. (2)'s mix given the greedy label, as estimator (4) takes it
         label, greedy = int(decision.label), int(m["greedy"])
         if p.potential == "exact" and (reward or p.unclicked_label == "argmin"):
             # one compiled call: iota, the cost vectors, the reduction and the trees' update (bbm_kernels)

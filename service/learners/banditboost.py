@@ -22,9 +22,10 @@ from service.learners.base import (
     Params,
     as_mask,
     learners,
-    masked_argmax,
+    masked_argmax_ties,
     masked_decision,
-    randargmax,
+    over_ties,
+    randargmax_ties,
 )
 from service.learners.weak import BinaryFamily, weak_families
 from service.learners.weak.family_kernels import perceptron_update_dense, perceptron_votes_greedy_dense
@@ -258,12 +259,18 @@ class BanditBoost(Learner):
     def decide(
         self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
+        """The greedy label is the best vote ``f``, drawn uniformly among ties (a fresh booster ties
+        every label), then the label from the ``delta`` mix around it. The reported ``probs`` are
+        the marginal over the tie-break (``(1 - delta) / t`` on each of t ties plus ``delta / K``);
+        the mix given the greedy label, which seed 000's estimates divide by, is kept in
+        ``memo["conditional"]`` (:func:`~service.learners.base.over_ties`)."""
         weak = self.weak_
+        delta = self.params.delta
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:
             h, f = weak.votes(x, self.alpha_)
-            greedy = masked_argmax(f, mask, rng)
-            d = masked_decision(greedy, mask, self.params.delta, "gamma", rng, {"greedy": greedy})
+            greedy, ties = masked_argmax_ties(f, mask, rng)
+            d = masked_decision(greedy, mask, delta, "gamma", rng, {"greedy": greedy}, ties, keep=True)
             d.memo |= {"h": h[:, d.label].copy(), "f": float(f[d.label])}
             return d
         if type(weak) is PerceptronFamily and type(x) is np.ndarray:
@@ -272,22 +279,25 @@ class BanditBoost(Learner):
             u = own_random(rng)
             if u is not None:
                 label, greedy, p, h, f_label = boost_perceptron_decide(
-                    weak.V_, weak.scale_, self.alpha_, x, self.params.delta, u
+                    weak.V_, weak.scale_, self.alpha_, x, delta, u
                 )
                 if label >= 0:
                     return Decision(p, label, {"greedy": greedy, "h": h, "f": f_label})
                 rng._unread()  # type: ignore[attr-defined]
             hk, f = np.empty(weak.scale_.shape), np.empty(self.n_labels)  # hk: (K, N)
             greedy = perceptron_votes_greedy_dense(weak.V_, weak.scale_, self.alpha_, x, hk, f)
+            ties = [greedy]
             if greedy < 0:  # a tie: drawn as randargmax draws
-                greedy = randargmax(f, rng)
-            label, p = gamma_mix_sample(greedy, self.n_labels, self.params.delta, rng.random())
-            return Decision(p, label, {"greedy": greedy, "h": hk[label].copy(), "f": float(f[label])})
+                greedy, ties = randargmax_ties(f, rng)
+            label, p = gamma_mix_sample(greedy, self.n_labels, delta, rng.random())
+            d = Decision(p, label, {"greedy": greedy, "h": hk[label].copy(), "f": float(f[label])})
+            return over_ties(d, ties, delta, "gamma", keep=True)
         h, f = weak.votes(x, self.alpha_)  # (N, K) and (K,)
-        greedy = randargmax(f, rng)
+        greedy, ties = randargmax_ties(f, rng)
         # gamma_mix + sample in one compiled call (the same floats and label, bit for bit)
-        label, p = gamma_mix_sample(greedy, self.n_labels, self.params.delta, rng.random())
-        return Decision(p, label, {"greedy": greedy, "h": h[:, label].copy(), "f": float(f[label])})
+        label, p = gamma_mix_sample(greedy, self.n_labels, delta, rng.random())
+        d = Decision(p, label, {"greedy": greedy, "h": h[:, label].copy(), "f": float(f[label])})
+        return over_ties(d, ties, delta, "gamma", keep=True)
 
     def relabel(self, x: np.ndarray | SparseVector, decision: Decision, label: int) -> Decision:
         """The memo holds the weak learners' votes ``h`` and the booster's score ``f`` of the drawn
@@ -301,7 +311,7 @@ class BanditBoost(Learner):
         kappa = decision.label
         y = 1.0 if reward else -1.0
         h = np.asarray(decision.memo["h"], dtype=np.float64)
-        p = float(decision.probs[kappa])
+        p = float(decision.conditional[kappa])  # given the greedy label, as seed 000's estimates
         f = float(decision.memo["f"])
         weak = self.weak_
         if type(weak) is PerceptronFamily and type(x) is np.ndarray:

@@ -24,11 +24,12 @@ from service.learners.base import (
     as_mask,
     gamma_mix,
     learners,
-    masked_argmax,
+    masked_argmax_ties,
     masked_decision,
-    randargmax,
+    over_ties,
+    randargmax_ties,
     sample,
-    sparse_greedy,
+    sparse_greedy_ties,
 )
 
 
@@ -87,8 +88,8 @@ class Banditron(Learner):
     >>> from service.learners import make_learner
     >>> m = make_learner("banditron", 3, 2, {"gamma": 0.1}, seed=0)
     >>> d = m.decide(np.array([1.0, 0.0, 1.0]), np.random.default_rng(0))
-    >>> round(float(d.probs[d.memo["greedy"]]), 6), round(float(d.probs.sum()), 6)
-    (0.95, 1.0)
+    >>> [float(p) for p in d.probs], round(float(d.conditional[d.memo["greedy"]]), 6)  # a new model: a tie
+    ([0.5, 0.5], 0.95)
     """
 
     name = "banditron"
@@ -108,39 +109,48 @@ class Banditron(Learner):
     def decide(
         self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
+        """Ties: with ``tie_break = "random"`` the greedy label is drawn uniformly among the tied
+        maximisers, then the label from ``P`` around it; the reported ``probs`` are the marginal
+        over that tie-break (``(1 - gamma) / t`` on each of t ties plus ``gamma / K``), the
+        probability each label was drawn with, and ``P`` given the greedy label, which the update
+        divides by, is kept in ``memo["conditional"]`` (:func:`~service.learners.base.over_ties`).
+        ``"first"`` draws nothing for a tie: ``P`` is then the distribution itself."""
+        gamma = self.params.gamma
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:
             scores = sparse_scores(self.W_, x.idx, x.val) if isinstance(x, SparseVector) else self.W_ @ x
-            greedy = masked_argmax(scores, mask, rng, first=self.params.tie_break == "first")
-            return masked_decision(greedy, mask, self.params.gamma, "gamma", rng, {"greedy": greedy})
+            greedy, ties = masked_argmax_ties(scores, mask, rng, first=self.params.tie_break == "first")
+            return masked_decision(greedy, mask, gamma, "gamma", rng, {"greedy": greedy}, ties, keep=True)
         if isinstance(x, SparseVector):
             # Compiled loops over the K x nnz weights of the non-zero features only; the same draws
             # as the dense path.
             if self.params.tie_break == "random":
-                greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
+                greedy, ties = sparse_greedy_ties(self.W_, x.idx, x.val, rng)
             else:
-                greedy = sparse_argmax(self.W_, x.idx, x.val)[0]
-            label, p = gamma_mix_sample(greedy, self.n_labels, self.params.gamma, rng.random())
-            return Decision(p, label, {"greedy": greedy})
+                greedy, ties = sparse_argmax(self.W_, x.idx, x.val)[0], []
+            label, p = gamma_mix_sample(greedy, self.n_labels, gamma, rng.random())
+            return over_ties(Decision(p, label, {"greedy": greedy}), ties, gamma, "gamma", keep=True)
         scores = self.W_ @ x
         if self.params.tie_break == "random":
-            greedy = randargmax(scores, rng)
+            greedy, ties = randargmax_ties(scores, rng)
         else:
-            greedy = int(np.argmax(scores))
-        p = gamma_mix(self.n_labels, greedy, self.params.gamma)
-        return Decision(p, sample(p, rng), {"greedy": greedy})
+            greedy, ties = int(np.argmax(scores)), []
+        p = gamma_mix(self.n_labels, greedy, gamma)
+        return over_ties(Decision(p, sample(p, rng), {"greedy": greedy}), ties, gamma, "gamma", keep=True)
 
     def learn(self, x: np.ndarray | SparseVector, decision: Decision, reward: bool) -> None:
         self.t_ += 1
         # Row yhat always loses x; row ytilde gains x / P(ytilde) on a click (seed 002, eq. of U~).
         # Sparse: the same element-wise arithmetic on the non-zero columns (w - 0 = w exactly).
+        # P is the distribution given yhat (Decision.conditional), as the paper's update conditions on it
         greedy, label = int(decision.memo["greedy"]), decision.label
+        p = decision.conditional
         if isinstance(x, SparseVector):
-            banditron_update(self.W_, x.idx, x.val, greedy, label, reward, float(decision.probs[label]))
+            banditron_update(self.W_, x.idx, x.val, greedy, label, reward, float(p[label]))
             return
         self.W_[greedy] -= x
         if reward:
-            self.W_[label] += x / decision.probs[label]
+            self.W_[label] += x / p[label]
 
     def learn_batch(
         self, xs: Sequence[np.ndarray | SparseVector], decisions: Sequence[Decision], rewards: Sequence[bool]
@@ -154,7 +164,7 @@ class Banditron(Learner):
             return
         greedy = np.fromiter((d.memo["greedy"] for d in decisions), dtype=np.int64, count=n)
         label = np.fromiter((d.label for d in decisions), dtype=np.int64, count=n)
-        p = np.fromiter((d.probs[d.label] for d in decisions), dtype=np.float64, count=n)
+        p = np.fromiter((d.conditional[d.label] for d in decisions), dtype=np.float64, count=n)
         click = np.fromiter(rewards, dtype=np.bool_, count=n)
         if isinstance(xs[0], SparseVector):
             start = np.zeros(n + 1, dtype=np.int64)

@@ -62,13 +62,18 @@ __all__ = [
     "learners",
     "make_learner",
     "masked_argmax",
+    "masked_argmax_ties",
     "masked_decision",
+    "over_ties",
     "randargmax",
+    "randargmax_ties",
     "randargmin",
     "rho_mix",
     "sample",
     "sample_list",
     "sparse_greedy",
+    "sparse_greedy_ties",
+    "tie_marginal",
 ]
 
 
@@ -103,15 +108,21 @@ def rho_mix(k: int, greedy: int, rho: float) -> np.ndarray:
 # cost more than the arithmetic: they work on Python lists (same results, same draws from ``rng``).
 
 
-def _pick(s: list[float], best: float, rng: np.random.Generator) -> int:
+def _pick(s: list[float], best: float, rng: np.random.Generator) -> tuple[int, list[int]]:
     if s.count(best) == 1:
-        return s.index(best)
+        i = s.index(best)
+        return i, [i]
     ties = [i for i, a in enumerate(s) if a == best]
-    return ties[int(rng.integers(len(ties)))]
+    return ties[int(rng.integers(len(ties)))], ties
 
 
 def randargmax(v: np.ndarray, rng: np.random.Generator) -> int:
     """Index of a maximum of ``v``, uniform among ties; draws from ``rng`` only when there is a tie."""
+    return randargmax_ties(v, rng)[0]
+
+
+def randargmax_ties(v: np.ndarray, rng: np.random.Generator) -> tuple[int, list[int]]:
+    """:func:`randargmax` (the same draw) and every maximiser of ``v``: the set it was drawn from."""
     s = v.tolist()
     return _pick(s, max(s), rng)
 
@@ -119,14 +130,21 @@ def randargmax(v: np.ndarray, rng: np.random.Generator) -> int:
 def sparse_greedy(W: np.ndarray, idx: np.ndarray, val: np.ndarray, rng: np.random.Generator) -> int:
     """:func:`randargmax` of the scores ``W[:, idx] @ val`` of a sparse input (compiled; the scores
     are built only on a tie, the one case that draws from ``rng``)."""
+    return sparse_greedy_ties(W, idx, val, rng)[0]
+
+
+def sparse_greedy_ties(
+    W: np.ndarray, idx: np.ndarray, val: np.ndarray, rng: np.random.Generator
+) -> tuple[int, list[int]]:
+    """:func:`sparse_greedy` (the same draw) and the tied maximisers it was drawn from."""
     greedy, count = sparse_argmax(W, idx, val)
-    return randargmax(sparse_scores(W, idx, val), rng) if count > 1 else greedy
+    return randargmax_ties(sparse_scores(W, idx, val), rng) if count > 1 else (greedy, [greedy])
 
 
 def randargmin(v: np.ndarray, rng: np.random.Generator) -> int:
     """Index of a minimum of ``v``, uniform among ties (see :func:`randargmax`)."""
     s = v.tolist()
-    return _pick(s, min(s), rng)
+    return _pick(s, min(s), rng)[0]
 
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
@@ -166,13 +184,21 @@ def as_mask(eligible: np.ndarray | None, k: int) -> np.ndarray | None:
 def masked_argmax(v: np.ndarray, mask: np.ndarray, rng: np.random.Generator, first: bool = False) -> int:
     """:func:`randargmax` of ``v`` over the eligible labels only (uniform among eligible ties, one
     draw from ``rng`` only on a tie; ``first``: the first eligible maximiser, no draw)."""
+    return masked_argmax_ties(v, mask, rng, first)[0]
+
+
+def masked_argmax_ties(
+    v: np.ndarray, mask: np.ndarray, rng: np.random.Generator, first: bool = False
+) -> tuple[int, list[int]]:
+    """:func:`masked_argmax` (the same draw) and the set it was drawn from: the tied eligible
+    maximisers, or the one label picked when nothing was drawn (``first``, a single maximiser)."""
     s = v.tolist()
     eligible = np.flatnonzero(mask).tolist()
     best = max(s[i] for i in eligible)
     ties = [i for i in eligible if s[i] == best] or eligible[:1]  # all NaN: the first eligible
     if len(ties) == 1 or first:
-        return ties[0]
-    return ties[int(rng.integers(len(ties)))]
+        return ties[0], ties[:1]
+    return ties[int(rng.integers(len(ties)))], ties
 
 
 def _masked_mix(mask: np.ndarray, greedy: int, rate: float, rule: str) -> np.ndarray:
@@ -196,16 +222,81 @@ def _masked_mix(mask: np.ndarray, greedy: int, rate: float, rule: str) -> np.nda
 
 
 def masked_decision(
-    greedy: int, mask: np.ndarray, rate: float, rule: str, rng: np.random.Generator, memo: dict[str, Any]
+    greedy: int,
+    mask: np.ndarray,
+    rate: float,
+    rule: str,
+    rng: np.random.Generator,
+    memo: dict[str, Any],
+    ties: Sequence[int] = (),
+    keep: bool = False,
 ) -> Decision:
     """The decision around the eligible ``greedy`` label: :func:`_masked_mix`'s distribution, the label
     drawn with one uniform as :func:`sample` draws (never an ineligible one: where ``sample``'s cap
-    at K - 1 would land outside the set, the last eligible label), and the mask in the memo."""
+    at K - 1 would land outside the set, the last eligible label), and the mask in the memo.
+    ``ties`` and ``keep``: the set ``greedy`` was drawn from, see :func:`over_ties`."""
     p = _masked_mix(mask, greedy, rate, rule)
     label = sample(p, rng)
     if p[label] == 0.0:
         label = int(np.flatnonzero(p)[-1])
-    return Decision(p, label, {**memo, "eligible": mask})
+    return over_ties(Decision(p, label, {**memo, "eligible": mask}), ties, rate, rule, mask, keep)
+
+
+# --------------------------------------------------------------------------------------------
+# Ties (issue 50): the reported distribution is the marginal over the tie-break
+# --------------------------------------------------------------------------------------------
+
+
+def tie_marginal(
+    k: int, ties: Sequence[int], rate: float, rule: str, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """The distribution of a label drawn in two stages: the greedy label uniform over ``ties``, then
+    the label from the rule's mix around it (``"gamma"``: :func:`gamma_mix`, ``"rho"``:
+    :func:`rho_mix`, or their forms over the eligible labels of ``mask``, :func:`_masked_mix`).
+
+    The mean of the mixes: ``gamma``: ``rate / m`` on the m eligible labels plus ``(1 - rate) / t``
+    on each of the t tied ones; ``rho``: ``rho / (m - 1)`` off the ties and ``(1 - rho) / t + rho /
+    (m - 1) (t - 1) / t`` on them. ``rate = 0`` under ``"gamma"`` is the greedy label alone, so the
+    uniform distribution over the ties."""
+    eligible = list(range(k)) if mask is None else np.flatnonzero(mask).tolist()
+    m, t = len(eligible), len(ties)
+    p = [0.0] * k
+    if rule == "gamma":
+        for i in eligible:
+            p[i] = rate / m
+        for g in ties:
+            p[g] += (1.0 - rate) / t
+    else:
+        rho = rate if mask is None else min(rate, (m - 1) / m)
+        off = rho / (m - 1) if m > 1 else 0.0
+        for i in eligible:
+            p[i] = off
+        for g in ties:
+            p[g] = (1.0 - rho) / t + off * (t - 1) / t
+    return np.array(p)
+
+
+def over_ties(
+    d: Decision,
+    ties: Sequence[int],
+    rate: float,
+    rule: str,
+    mask: np.ndarray | None = None,
+    keep: bool = False,
+) -> Decision:
+    """``d``, drawn around a greedy label that was itself drawn uniformly from ``ties``, with the
+    probabilities it reports replaced by the marginal over that tie-break (:func:`tie_marginal`):
+    the probability with which each label was really drawn, what the answer, the decision log and
+    off-policy evaluation need. Nothing changes with fewer than two ties, nor in the draws.
+
+    ``keep``: the distribution given the greedy label (``d.probs``) goes to ``memo["conditional"]``
+    for ``learn`` (:attr:`Decision.conditional`): the papers' importance weights condition on their
+    greedy label (Banditron's ``1 / P(y~)`` is defined given ``y^``; so are BanditBoost's and
+    estimator (4) of the tree boosters), and keeping it keeps every update what it was."""
+    if len(ties) < 2:
+        return d
+    memo = {**d.memo, "conditional": d.probs} if keep else d.memo
+    return Decision(tie_marginal(d.probs.size, ties, rate, rule, mask), d.label, memo)
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +311,8 @@ class Decision:
     Attributes
     ----------
     probs : ndarray of shape (K,)
-        The distribution the label was sampled from.
+        The distribution the label was sampled from: after a tie-break, the marginal over it (the
+        probability with which each label was really drawn, :func:`over_ties`).
     label : int
         The sampled label (0-based), shown to the user.
     memo : dict
@@ -236,6 +328,15 @@ class Decision:
     def probability(self) -> float:
         """Probability with which ``label`` was sampled."""
         return float(self.probs[self.label])
+
+    @property
+    def conditional(self) -> np.ndarray:
+        """The distribution the label was drawn from given the decision's greedy label: what an
+        importance-weighted ``learn`` divides by. It differs from :attr:`probs` (the marginal over
+        the tie-break) only after a tie, and is then kept in ``memo["conditional"]``
+        (:func:`over_ties`)."""
+        cond = self.memo.get("conditional")
+        return self.probs if cond is None else np.asarray(cond, dtype=np.float64)
 
     def to_state(self) -> State:
         """Flat dictionary for :mod:`service.serial` (decision records in the store)."""

@@ -30,11 +30,12 @@ from service.learners.base import (
     as_mask,
     gamma_mix,
     learners,
-    masked_argmax,
+    masked_argmax_ties,
     masked_decision,
-    randargmax,
+    over_ties,
+    randargmax_ties,
     sample,
-    sparse_greedy,
+    sparse_greedy_ties,
 )
 from service.learners.weak import BinaryFamily, weak_families
 
@@ -243,27 +244,35 @@ class ConservativeOVA(Learner):
     def decide(
         self, x: np.ndarray | SparseVector, rng: np.random.Generator, eligible: np.ndarray | None = None
     ) -> Decision:
+        """The greedy label is the best scorer, drawn uniformly among tied ones (a fresh model, or a
+        context of unseen features, ties every label); with ``epsilon > 0`` the label is then drawn
+        from the floor's mix around it. The reported ``probs`` are the marginal over the tie-break,
+        ``(1 - epsilon) / t`` on each of t tied labels plus ``epsilon / K`` (1/3 each for three
+        tied labels), the probability each label was really drawn with
+        (:func:`~service.learners.base.over_ties`); the update uses no probability."""
+        eps = self.params.epsilon
         mask = as_mask(eligible, self.n_labels)
         if mask is not None:
-            greedy = masked_argmax(self.scores(x), mask, rng)
-            return masked_decision(greedy, mask, self.params.epsilon, "gamma", rng, {"greedy": greedy})
+            greedy, ties = masked_argmax_ties(self.scores(x), mask, rng)
+            return masked_decision(greedy, mask, eps, "gamma", rng, {"greedy": greedy}, ties)
         if self._exact:
             idx, val, paired = self._nonzeros(x)
             if paired:
-                greedy, ties = pair_argmax(self.W_, idx, val, self.n_features)
-                if ties > 1:
-                    greedy = randargmax(pair_scores(self.W_, idx, val, self.n_features), rng)
+                greedy, count = pair_argmax(self.W_, idx, val, self.n_features)
+                ties = [greedy]
+                if count > 1:
+                    greedy, ties = randargmax_ties(pair_scores(self.W_, idx, val, self.n_features), rng)
             else:
-                greedy = sparse_greedy(self.W_, idx, val, rng)
-            return self._explore(greedy, rng)
+                greedy, ties = sparse_greedy_ties(self.W_, idx, val, rng)
+            return over_ties(self._explore(greedy, rng), ties, eps, "gamma")
         if self._pairs:
             x = expand_pairs(x, self._pairs, self._max_nnz)
         if self.params.base in LINEAR_BASES:
             idx, val = self._columns(x)
-            greedy = sparse_greedy(self.W_, idx, val, rng)
+            greedy, ties = sparse_greedy_ties(self.W_, idx, val, rng)
         else:
-            greedy = randargmax(self.weak_.scores(x)[0], rng)
-        return self._explore(greedy, rng)
+            greedy, ties = randargmax_ties(self.weak_.scores(x)[0], rng)
+        return over_ties(self._explore(greedy, rng), ties, eps, "gamma")
 
     def scores(self, x: np.ndarray | SparseVector) -> np.ndarray:
         """The K scorers' values ``f_s(x)`` (the masked decision's argmax; the unmasked one finds its

@@ -24,9 +24,10 @@ from service.learners.base import (
     as_mask,
     gamma_mix,
     learners,
-    masked_argmax,
+    masked_argmax_ties,
     masked_decision,
-    randargmax,
+    over_ties,
+    randargmax_ties,
     sample,
 )
 
@@ -91,7 +92,10 @@ class COVAADF(ActionLearner):
     """Conservative OVA over candidate actions (ours; after Chen et al. 2009's C-OVA).
 
     Decide: the scores ``<w, row_a>``, the greedy candidate (ties at random, from the decision's
-    generator: a new catalog's candidates all score 0), the ``epsilon`` floor mixed in, sample.
+    generator: a new catalog's candidates all score 0), the ``epsilon`` floor mixed in, sample. The
+    reported ``probs`` are the marginal over the tie-break, ``(1 - epsilon) / t`` on each of t tied
+    candidates plus ``epsilon / n`` (:func:`~service.learners.base.over_ties`): the probability each
+    candidate was really drawn with.
     Learn: a PA-I step on the shown candidate's row towards +1 (click) or -1 (no click). Graded
     rewards: the Bernoulli(reward) bit the runtime draws (``graded = False``), as C-OVA. Eligible
     candidates: the greedy one is the best eligible, the floor spreads over the m eligible ones
@@ -138,15 +142,15 @@ class COVAADF(ActionLearner):
         eps = self.params.epsilon
         mask = as_mask(eligible, x.n)
         if mask is not None:
-            greedy = masked_argmax(scores, mask, rng)
-            return masked_decision(greedy, mask, eps, "gamma", rng, {"greedy": greedy})
-        greedy = randargmax(scores, rng)
+            greedy, ties = masked_argmax_ties(scores, mask, rng)
+            return masked_decision(greedy, mask, eps, "gamma", rng, {"greedy": greedy}, ties)
+        greedy, ties = randargmax_ties(scores, rng)
         if eps == 0.0 or x.n == 1:
             p = np.zeros(x.n)
             p[greedy] = 1.0
-            return Decision(p, greedy, {"greedy": greedy})
+            return over_ties(Decision(p, greedy, {"greedy": greedy}), ties, 0.0, "gamma")
         p = gamma_mix(x.n, greedy, eps)
-        return Decision(p, sample(p, rng), {"greedy": greedy})
+        return over_ties(Decision(p, sample(p, rng), {"greedy": greedy}), ties, eps, "gamma")
 
     def learn(self, x: ActionInput, decision: Decision, reward: bool | float) -> None:
         idx, val = x.row(decision.label, self.params.context_block, self.params.context_pairs)

@@ -6,7 +6,15 @@ import numpy as np
 
 from service.features import SparseVector
 from service.kernels import perceptron_update
-from service.learners.base import Decision, Learner, as_mask, learners, randargmax, sparse_greedy
+from service.learners.base import (
+    Decision,
+    Learner,
+    as_mask,
+    learners,
+    over_ties,
+    randargmax_ties,
+    sparse_greedy_ties,
+)
 
 
 @learners.register("perceptron")
@@ -53,13 +61,15 @@ class Perceptron(Learner):
     ) -> Decision:
         if as_mask(eligible, self.n_labels) is not None:
             raise ValueError(f"{self.name}: a full-information learner decides over every label")
+        """The best row's label, drawn uniformly among ties and shown; the reported ``probs`` are the
+        marginal over the tie-break (1 / t on each of t tied labels)."""
         if isinstance(x, SparseVector):
-            greedy = sparse_greedy(self.W_, x.idx, x.val, rng)
+            greedy, ties = sparse_greedy_ties(self.W_, x.idx, x.val, rng)
         else:
-            greedy = randargmax(self.W_ @ x, rng)
+            greedy, ties = randargmax_ties(self.W_ @ x, rng)
         p = np.zeros(self.n_labels)
         p[greedy] = 1.0
-        return Decision(p, greedy, {"greedy": greedy})
+        return over_ties(Decision(p, greedy, {"greedy": greedy}), ties, 0.0, "gamma")
 
     def learn_full(self, x: np.ndarray | SparseVector, decision: Decision, y: int) -> None:
         self.t_ += 1

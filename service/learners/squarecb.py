@@ -10,6 +10,9 @@ scores are the ridge solution on every round it was served, not a gradient step 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from numba import njit
 from pydantic import Field
@@ -229,6 +232,13 @@ class SquareCB(Learner):
     kernels = ("service.learners.squarecb",)
     Params = SquareCBParams
     params: SquareCBParams
+
+    @classmethod
+    def event_steps(cls, n_features: int, n_labels: int, params: Mapping[str, Any] | None = None) -> int:
+        """A decision scores every label, ``K (d + 1)``; a learn updates one label's ``(d + 1)^2``
+        inverse (Sherman-Morrison: a product and a rank-one update)."""
+        n = n_features + 1
+        return n_labels * n + 2 * n * n
 
     def _init(self) -> None:
         n = self.n_features + int(self.params.constant)

@@ -111,7 +111,7 @@ def test_unclicked_label_rule(rule: str, car) -> None:
     rounds = 0
     for x in X[200:260]:
         d = m.decide(x, np.random.default_rng(rounds))
-        ell = loss_estimate(d.probs, d.label, int(d.memo["greedy"]), False)
+        ell = loss_estimate(d.conditional, d.label, int(d.memo["greedy"]), False)
         C = bbm_costs(np.asarray(d.memo["weak"]), ds.n_labels, 0.1, "random", 1.0 - ell, None)
         rng_copy = np.random.Generator(type(m.rng_.bit_generator)())
         rng_copy.bit_generator.state = m.rng_.bit_generator.state

@@ -11,6 +11,7 @@ import pytest
 from service.learners.base import Decision, Learner, ParamError, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
 from service.serial import StateFormatError, checksum, decode, encode
+from tests.service.learners.exact_draws import Replay, assert_honest, exact_draws
 
 D, K = 6, 3
 NAMES = [name for name, cls in learners.items() if not cls.actions]  # actions: test_action_contract.py
@@ -334,14 +335,16 @@ def test_a_bad_mask_is_refused(bad: np.ndarray) -> None:
 
 
 def _enumerate(m: Learner, x: np.ndarray, d: Decision, y: int, measure) -> np.ndarray:
-    """E over the sampled label ``l ~ d.probs`` (the eligible ones) of ``measure(learner after learning
+    """E over the sampled label ``l ~ d.conditional`` (the eligible ones; the distribution given the
+    decision's tie-break, which ``d.probs`` averages over) of ``measure(learner after learning
     (x, l, 1[l = y]), l)``, by exact enumeration on copies of ``m``."""
     total = None
-    for label in np.flatnonzero(d.probs):
+    q = d.conditional
+    for label in np.flatnonzero(q):
         trial = roundtrip(m)
         decision = Decision(d.probs, int(label), dict(d.memo))
         trial.learn(x, decision, bool(label == y))
-        value = d.probs[label] * np.asarray(measure(trial, decision), dtype=np.float64)
+        value = q[label] * np.asarray(measure(trial, decision), dtype=np.float64)
         total = value if total is None else total + value
     assert total is not None
     return total
@@ -388,7 +391,8 @@ def test_masked_estimates_are_unbiased_by_enumeration(seed: int) -> None:
         m = new(name, k=KM, params={"n_learners": 3, "rho": 0.3})
         d = m.decide(x, np.random.default_rng(seed), mask)
         mean = sum(
-            d.probs[a] * loss_estimate(d.probs, a, d.memo["greedy"], a == y) for a in np.flatnonzero(d.probs)
+            d.conditional[a] * loss_estimate(d.conditional, a, d.memo["greedy"], a == y)
+            for a in np.flatnonzero(d.conditional)
         )
         np.testing.assert_allclose(mean, 1.0 - e_y, atol=1e-12)
 
@@ -397,3 +401,118 @@ def test_masked_estimates_are_unbiased_by_enumeration(seed: int) -> None:
     d = m.decide(x, np.random.default_rng(seed), mask)
     share = np.where(mask, np.where(np.arange(KM) == y, 0.5, 0.5 / (KM - 1)), 0.0)
     np.testing.assert_allclose(_enumerate(m, x, d, y, lambda t, _: t.W_log_[0]), share, atol=1e-12)
+
+
+# -- honest propensities (issue 50): the reported distribution is the one the label is drawn from ----
+
+#: The tree boosters draw their trees' tie-breaks as a vector of uniforms (``rng.random(N K)``), which
+#: the enumeration of exact_draws does not cover; test_tree_boosters_report_... covers them.
+TREE_BOOSTERS = {"adabandit", "banditbbm", "adaboost-olm", "online-mbbm"}
+HONEST = [case for case, (name, _) in CASES.items() if learners.get(name).name not in TREE_BOOSTERS]
+
+
+def _tie(m: Learner, scores: list[float]) -> bool:
+    """Make the scores of the input ``e_0`` equal ``scores`` where the learner is linear in a weight
+    matrix we can set (C-OVA's, Banditron's, the Perceptron's ``W_``, SquareCB's ``theta_``)."""
+    for key in ("W_", "theta_"):
+        if hasattr(m, key) and getattr(m, key).ndim == 2:
+            w = getattr(m, key)
+            w[:] = 0.0
+            w[:, 0] = scores
+            return True
+    return False
+
+
+def _decide(m: Learner, x: np.ndarray, mask: np.ndarray | None):
+    return lambda rng: m.decide(x, rng) if mask is None else m.decide(x, rng, mask)
+
+
+@pytest.mark.parametrize("case", HONEST)
+def test_reported_probabilities_are_the_exact_draw_distribution(case: str) -> None:
+    """Tied scores (a fresh model: every label; an eligible set; a partial tie), and untied ones after
+    learning: the probabilities a decision reports are the label's exact distribution over the
+    decision's tie-break and its sampling draw, whichever way the tie was broken (exact_draws)."""
+    bandit = not learners.get(CASES[case][0]).full_information
+    X, y = stream(7, 40)
+    fresh = new(case, seed=1)
+    situations = [(fresh, X[0], None, K)]  # every label tied
+    if bandit:
+        fresh5 = new(case, k=KM, seed=1)
+        situations.append((fresh5, X[1], np.array([True, False, True, True, False]), KM))
+    partial = new(case, seed=1)
+    if _tie(partial, [1.0, 1.0, 0.0]):
+        situations.append((partial, np.eye(D)[0], None, K))
+        if bandit:
+            partial5 = new(case, k=KM, seed=1)
+            _tie(partial5, [1.0, 1.0, 1.0, 0.0, 0.0])
+            situations.append((partial5, np.eye(D)[0], np.array([True, False, True, True, True]), KM))
+    trained = new(case, seed=1)
+    run(trained, X[:30], y[:30], DecisionIds.for_seed(1))
+    situations += [(trained, X[t], None, K) for t in (30, 31)]
+    for i, (m, x, mask, k) in enumerate(situations):
+        found = exact_draws(_decide(m, x, mask), k)
+        assert_honest(found)
+        if i < 1 + bandit and found.paths > 1:  # a fresh model that tied: each label as likely
+            allowed = np.ones(k, dtype=bool) if mask is None else mask
+            np.testing.assert_allclose(found.reported[0], allowed / allowed.sum(), rtol=0, atol=1e-12)
+
+
+def _mix_over(ties: list[int], k: int, rho: float, mask: np.ndarray | None) -> np.ndarray:
+    """The textbook average of eq. (2)'s mix (over the eligible labels) around each tied label."""
+    allowed = np.ones(k, dtype=bool) if mask is None else mask
+    m = int(allowed.sum())
+    r = rho if mask is None else min(rho, (m - 1) / m)
+    out = np.zeros(k)
+    for g in ties:
+        p = np.where(allowed, r / (m - 1), 0.0)
+        p[g] = 1.0 - r
+        out += p / len(ties)
+    return out
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_tree_boosters_report_the_marginal_over_their_experts_and_ties(masked: bool) -> None:
+    """AdaBandit's ``probs`` average eq. (2)'s mix over the expert draw (``v / sum v``) and each
+    expert's tied maximisers; BanditBBM's over its majority's ties, the exact distribution of its
+    label given the trees' votes (exact_draws with the trees' uniforms fixed); both keep the mix
+    given their greedy label in ``memo["conditional"]`` (estimator (4)). A new AdaBandit (alpha 0)
+    ties every expert on every label: each label as likely."""
+    mask = np.array([True, False, True, True, True]) if masked else None
+    allowed = np.ones(KM, dtype=bool) if mask is None else mask
+    X, y = stream(9, 60)
+    for trained in (False, True):
+        m = new("adabandit", k=KM, params={"n_learners": 4, "rho": 0.3}, seed=1)
+        if trained:
+            run_masked(m, X[:40], y[:40] % KM, masks(3, 40), DecisionIds.for_seed(4))
+        for t in range(40, 50):
+            d = m.decide(X[t], np.random.default_rng(t), mask)
+            w = np.exp(m.log_v_) / np.exp(m.log_v_).sum()
+            want = sum(
+                w[i] * _mix_over(np.flatnonzero(row == row[allowed].max()).tolist(), KM, 0.3, mask)
+                for i, row in enumerate(np.where(allowed, d.memo["votes"], -np.inf))
+            )
+            np.testing.assert_allclose(d.probs, want, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(
+                d.conditional, _mix_over([d.memo["greedy"]], KM, 0.3, mask), atol=1e-15
+            )
+            if not trained:
+                np.testing.assert_allclose(d.probs, allowed / allowed.sum(), rtol=0, atol=1e-12)
+
+    class FixedTrees(Replay):
+        """The trees' tie-breaks from a fixed generator; the majority's and the sampling enumerated."""
+
+        def random(self, size: object = None) -> float:
+            if size is None:
+                return super().random()
+            return np.random.default_rng(5).random(size)
+
+    ties_seen = 0
+    for n_learners in (2, 4):  # a fresh model's trees all tie: their votes split, often evenly
+        m = new("banditbbm", k=KM, params={"n_learners": n_learners, "rho": 0.3}, seed=1)
+        for t in range(6):
+            found = exact_draws(
+                lambda rng, x=X[t], m=m: m.decide(x, rng, mask), KM, replay=lambda s, u: FixedTrees(s, u)
+            )
+            assert_honest(found)
+            ties_seen += found.paths > 1
+    assert ties_seen > 0

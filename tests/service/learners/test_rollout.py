@@ -101,7 +101,8 @@ def test_estimates_from_served_decisions_are_unbiased_by_enumeration(seed: int) 
         m = new(name, k=KM, params={"n_learners": 3, "rho": 0.3})
         _, own, d = serve(m, x, baseline=b, did=f"a{seed}", mask=mask)
         g = d.memo["greedy"]
-        mean = sum(d.probs[a] * loss_estimate(d.probs, a, g, a == y) for a in np.flatnonzero(d.probs))
+        q = d.conditional  # the served mix given the learner's greedy label: what estimator (4) takes
+        mean = sum(q[a] * loss_estimate(q, a, g, a == y) for a in np.flatnonzero(q))
         np.testing.assert_allclose(mean, 1.0 - e_y, atol=1e-12)
 
     # AdaBoost.MH: E of the logged weight row is the share-point weights on the eligible entries
@@ -218,3 +219,56 @@ def test_logging_bounds_the_learner_and_decisions_of_other_epochs_do_not_count()
     copy.load(r.to_state())
     assert copy.to_state()["rollout.sums"].tobytes() == r.sums.tobytes() and copy.changed == r.changed
     assert math.isclose(copy.epsilon, EPS)
+
+
+@pytest.mark.parametrize("name", ["banditron", "cova", "adaboost-mh"])
+def test_a_tied_learner_served_in_apprentice_mode_reports_the_true_probabilities(name: str) -> None:
+    """A new model ties every label: the served ``probs`` are the exact distribution of the served
+    label over the learner's tie-break and the serving draw (issue 50), whichever way the tie was
+    broken; a learner that keeps its mix given the greedy label (``memo["conditional"]``) finds
+    there the served mix of that one, and its importance-weighted estimate stays unbiased given the
+    tie-break (Banditron: the Perceptron update towards y, by enumeration over the served label)."""
+    from tests.service.learners.exact_draws import Replay, assert_honest, exact_draws
+
+    class Twice(Replay):
+        """The learner's own sampling draw is 0.5; the serving draw is the grid's."""
+
+        def random(self, size: object = None) -> float:
+            self.randoms += 1
+            return 0.5 if self.randoms == 1 else self.u
+
+    x, b, y = np.random.default_rng(4).random(D), 1, 3
+    m = new(name, k=KM, params={"banditron": {"gamma": 0.3}, "cova": {"epsilon": 0.02}}.get(name))
+    found = exact_draws(
+        lambda rng: served(m, x, m.decide(x, rng), "apprentice", b, EPS, 0, rng),
+        KM,
+        replay=lambda script, u: Twice(script, u),
+    )
+    assert found.paths == KM  # every label tied
+    assert_honest(found)
+    want = np.full(KM, EPS / KM)
+    want[b] += 1 - EPS
+    np.testing.assert_allclose(found.reported[0], want, rtol=0, atol=1e-15)
+    for tie in range(KM):
+        own = m.decide(x, Twice([tie], 0.5))
+        d = served(m, x, own, "apprentice", b, EPS, 0, Twice([tie], 0.5))
+        if "conditional" not in own.memo:
+            assert "conditional" not in d.memo
+            continue
+        q = EPS * own.conditional
+        q[b] += 1 - EPS
+        np.testing.assert_array_equal(d.conditional, q)
+        if name == "banditron":  # E over the served label ~ q of the update, given the tie-break
+            mean = sum(
+                q[a] * _update(m, x, Decision(d.probs, a, d.memo), a == y) for a in range(KM) if q[a] > 0
+            )
+            perceptron = np.outer(np.eye(KM)[y] - np.eye(KM)[tie], x)
+            np.testing.assert_allclose(mean, perceptron, atol=1e-12)
+
+
+def _update(m, x: np.ndarray, d: Decision, click: bool) -> np.ndarray:
+    from tests.service.learners.test_contract import roundtrip
+
+    trial = roundtrip(m)
+    trial.learn(x, d, click)
+    return trial.W_ - m.W_
