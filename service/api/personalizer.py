@@ -41,6 +41,8 @@ The mapping:
 - a reward ``value`` must be in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed [-1, 1], and a
   value outside is refused with 400, never clipped or rescaled behind the caller's back; a second
   reward for an event is 409 (learned once), an unknown event 404, one past its window 410;
+- a reward or an activation finds the events of its own loop only: an event ranked through another
+  is unknown there (404), on every store;
 - ``?wait=true`` on a reward or an activation (an extension, as on ``POST /feedback``) answers
   once this process's model has applied it.
 """
@@ -76,6 +78,7 @@ from service.store import (
     StoreUnavailableError,
     UnknownModelError,
 )
+from service.store.base import check_decision_id
 
 #: The versioned paths served; multi-slot exists from the v1.1 previews on.
 API_VERSIONS = ("v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3")
@@ -599,20 +602,25 @@ def _wait(request: Request) -> bool:
     return request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
 
 
-async def _event(request: Request) -> tuple[Runtime, str, str]:
+async def _event(request: Request) -> tuple[Runtime, str, str, str]:
     """The runtime, the decision id of the path's event (``store.route(model, eventId)``, as the
-    rank made it) and the event id."""
+    rank made it), the event id (400 unless it is one a rank takes: :func:`check_decision_id`) and
+    the model, which a reward or an activation names: an event of another loop is unknown there."""
     runtime, m = await _model(request)
     event_id = request.path_params["eventId"]
-    return runtime, runtime.store.route(m.name, event_id), event_id
+    try:
+        check_decision_id(event_id)
+    except ValueError as exc:
+        raise PersonalizerError(400, f"eventId: {exc}") from None
+    return runtime, runtime.store.route(m.name, event_id), event_id, m.name
 
 
 async def _learn(request: Request, value: float) -> Response:
     """Claim the event's decision with reward ``value``: 204, or 404 / 409 / 410 naming why not."""
     if not 0.0 <= value <= 1.0:  # NaN too
         raise PersonalizerError(400, f"reward value {value!r} is outside [0, 1]: {REWARD_RULE}")
-    runtime, decision_id, event_id = await _event(request)
-    out, _ = await runtime.feedback(decision_id, value, _wait(request))
+    runtime, decision_id, event_id, model = await _event(request)
+    out, _ = await runtime.feedback(decision_id, value, _wait(request), model)
     claim = out.claim
     held = out.status is ClaimStatus.HELD  # deferred, not activated yet: learned at the activation
     if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
@@ -645,9 +653,10 @@ async def reward_multi_slot(request: Request) -> Response:
     _checked(request, multislot=True)
     body = await _request(request, MultiSlotRewardRequest, {"reward": (1, f"reward: {ONE_SLOT}")})
     entry = body.reward[0]  # one (the count is checked before the parse)
-    runtime, decision_id, event_id = await _event(request)
+    runtime, decision_id, event_id, model = await _event(request)
     record = await runtime.store.get_decision(decision_id)
-    if record is not None:  # pending (else the claim below words why not: unknown, answered, expired)
+    # pending in this loop (else the claim below words why not: unknown, answered, expired)
+    if record is not None and record.model == model:
         slot = record.decision.get(f"memo.{SLOT_MEMO}")
         if slot != entry.slot_id:
             ranked = f"for slot {slot!r}" if slot is not None else "without slots (a single-slot rank)"
@@ -663,8 +672,8 @@ async def _activate(request: Request, multislot: bool) -> Response:
     now, else the reward to come, else the model's default reward at expiry). An event that was
     not deferred, or is active already, is a harmless 204 too."""
     _checked(request, multislot)
-    runtime, decision_id, event_id = await _event(request)
-    out = await runtime.activate(decision_id, _wait(request))
+    runtime, decision_id, event_id, model = await _event(request)
+    out = await runtime.activate(decision_id, _wait(request), model)
     metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
     if out.status is ActivateStatus.UNKNOWN:
         raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
