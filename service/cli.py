@@ -63,14 +63,15 @@ def lab_commands() -> dict[str, EntryPoint]:
 def _unavailable(name: str, reason: str) -> AddCommand:
     """A stand-in subcommand for one whose code cannot be imported: it says what to install."""
 
-    def run(args: argparse.Namespace) -> int:
-        raise CLIError(f"'{PROG} {name}' needs the lab ({reason}): {LAB_INSTALL}")
-
     def add(sub: argparse._SubParsersAction) -> None:
         # No option prefix: every argument, -h and --dataset included, is swallowed, so the one
         # line below is what the user sees (argparse's REMAINDER does not take leading options).
         p = sub.add_parser(name, help=f"(not installed: {LAB_INSTALL})", add_help=False, prefix_chars="\0")
         p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+
+        def run(args: argparse.Namespace) -> int:  # p.prog: "clickboost lab simulate"
+            raise CLIError(f"'{p.prog}' needs the lab ({reason}): {LAB_INSTALL}")
+
         p.set_defaults(func=run)
 
     return add

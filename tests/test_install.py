@@ -188,12 +188,16 @@ def test_server_console_script_help_lists_serve(server_venv: Venv) -> None:
 
 
 def test_server_lab_command_says_what_to_install_in_one_line(server_venv: Venv) -> None:
-    args = ["simulate", "--dataset", "car", "--learner", "banditron"]
+    args = ["lab", "simulate", "--dataset", "car", "--learner", "banditron"]
     out = server_venv.run([server_venv.bin / "clickboost", *args])
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert "pip install" in lines[0] and "[lab" in lines[0], lines[0]
+    assert "'clickboost lab simulate' needs the lab" in lines[0], lines[0]
+    # the spelling of the release before: the same line, after the note naming the new one
+    out = server_venv.run([server_venv.bin / "clickboost", *args[1:]])
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[1:] == lines, out.stderr
 
 
 # -- the SDK alone -----------------------------------------------------------------------------------
