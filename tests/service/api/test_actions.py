@@ -56,7 +56,7 @@ class Shop:
 async def test_predict_feedback_and_the_request_rules() -> None:
     async with app_client(make_app()) as c:
         r = await c.put("/models/shop", json={"actions": "features", "hashing_bits": 12})
-        assert r.status_code == 201 and r.json()["config"]["learner"] == "cova-adf"  # the default
+        assert r.status_code == 201 and r.json()["config"]["learner"] == "squarecb-adf"  # the default
         context, actions, _ = Shop(0).request()
         r = await c.post("/predict", json={"model": "shop", "features": context, "actions": actions})
         assert r.status_code == 200, r.text

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from service.actions import ActionFeaturiser, ActionInput
+from service.config import DEFAULT_ACTION_LEARNER
 from service.learners import make_learner
-from service.learners.base import Learner
+from service.learners.base import Learner, learners
 from service.sampling import DecisionIds, decision_rng
 from service.serial import decode, encode
 
@@ -61,7 +62,7 @@ def test_costs_and_distributions_are_vowpal_wabbits() -> None:
     scores_vw = vowpalwabbit.Workspace("--cb_adf -q ua --quiet")
     explore_vw = vowpalwabbit.Workspace("--cb_explore_adf --squarecb -q ua --quiet")
     f = ActionFeaturiser(BITS, 100, 10)
-    m = make_learner("squarecb-adf", 1 << BITS, 1, seed=0)
+    m = make_learner("squarecb-adf", 1 << BITS, 1, {"gamma_scale": 10.0}, seed=0)  # VW's default
     ids = DecisionIds.for_seed(0)
     cost_err, pmf_err, costs = [], [], []
     for t, (context, actions, p) in enumerate(_stream(0, 400)):
@@ -146,6 +147,28 @@ def _run(m: Learner, rounds: list, scales: dict[str, float], seed: int) -> float
         m.learn(x, d, float(p[d.label]))
         total += p[d.label]
     return total / len(rounds)
+
+
+@pytest.mark.parametrize("scale_seed", range(4))
+def test_the_action_default_learns_the_same_whatever_the_features_units(scale_seed: int) -> None:
+    """Issue 50: each numeric feature of the context and of the actions multiplied by its own
+    constant, drawn log-uniformly in [1e-3, 1e4] (four draws of scales, each on two streams), moves
+    the served action default's mean reward by at most 0.5 points."""
+    name, params = DEFAULT_ACTION_LEARNER
+    draw = np.random.default_rng(100 + scale_seed)
+    names = ("age", "visits", "vip", "price", "rating")
+    scales = {k: float(10 ** draw.uniform(-3, 4)) for k in names}
+    for stream_seed in (1, 2):
+        rounds = _stream(stream_seed, 1500)
+        plain = _run(make_learner(name, 1 << BITS, 1, params, seed=0), rounds, {}, stream_seed)
+        scaled = _run(make_learner(name, 1 << BITS, 1, params, seed=0), rounds, scales, stream_seed)
+        assert abs(scaled - plain) <= 0.005, (scales, plain, scaled)
+
+
+def test_the_action_default_learns_graded_rewards_as_values() -> None:
+    """Issue 50: the runtime hands a graded reward to a learner that declares ``graded`` as it is
+    (service.runtime's ``_reward``), and draws no Bernoulli coin: the served action default does."""
+    assert learners.get(DEFAULT_ACTION_LEARNER[0]).graded
 
 
 def test_save_and_resume_is_the_uninterrupted_run() -> None:
