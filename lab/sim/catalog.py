@@ -16,7 +16,19 @@ projections ``P_u, P_v`` (``4 x k``) group users into segments and items into ca
 structure (the inner product is linear in the products ``u_j v_l`` that the rows of
 :mod:`service.actions` and VW's ``-q`` hold) plus an item effect. Rewards are Bernoulli with common
 random numbers: round ``t`` has one uniform ``U_t`` and the shown item is clicked iff
-``U_t < P(click)``, so every system meets the same luck.
+``U_t < P(click)``, so every system meets the same luck. **Graded** (``graded``): the reward is
+``P(click)`` of the item shown itself, a value in (0, 1) (a dwell time or a basket's share, say).
+
+**Prices** (``prices``, issue 50): numbers in a raw unit. Each item also has ``price``, drawn from
+``prices`` (dollars), and each user ``budget``, ``round(2500 + 800 s_u)`` (dollars a month) with
+``s_u ~ N(0, 1)``; the logit gains ``-price_weight s_u (price - m) / sd`` (``m``, ``sd``: the mean
+and deviation of ``prices``): linear in ``budget x price``, ``price``, ``budget`` and the constant,
+so the rows can hold it, in units that span four orders of magnitude.
+
+**Dayparts** (``dayparts``, issue 50): a reward nonlinear in the features. Each round also has a
+``daypart``, ``"day"`` or ``"evening"`` (one half each), and in the evening a user's taste is
+``u.(R v_i)`` with ``R`` a cyclic shift of the latent coordinates: ``u_j [evening] v_l``, a product
+of two context features and an action feature, which no sum of context x action products holds.
 
 **Rounds.** A user drawn uniformly, then ``candidates`` items drawn without replacement from the
 items live in that round, in random order.
@@ -37,7 +49,23 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["CHURN_EVALUATION", "CHURN_TUNING", "EVALUATION", "TUNING", "Catalog", "CatalogStream"]
+__all__ = [
+    "CHURN_EVALUATION",
+    "CHURN_GRADED_EVALUATION",
+    "CHURN_GRADED_TUNING",
+    "CHURN_TUNING",
+    "EVALUATION",
+    "GRADED_EVALUATION",
+    "GRADED_TUNING",
+    "NONLINEAR_EVALUATION",
+    "NONLINEAR_TUNING",
+    "PRICE_EVALUATION",
+    "PRICE_TUNING",
+    "STREAMS",
+    "TUNING",
+    "Catalog",
+    "CatalogStream",
+]
 
 SEGMENTS = 4
 
@@ -70,6 +98,14 @@ class Catalog:
         Standard deviation of the noise on the observed latent features.
     bias, scale : float, default -1.5 and 1.5
         Of the click model.
+    graded : bool, default False
+        The reward is the shown item's ``P(click)``, not a click drawn from it.
+    prices : tuple of float, default ()
+        Items' prices (a ``price`` feature each, users a ``budget``); empty: none.
+    price_weight : float, default 1.0
+        Of the price term.
+    dayparts : bool, default False
+        Rounds have a ``daypart``; the evening's taste is shifted.
     """
 
     name: str
@@ -84,6 +120,10 @@ class Catalog:
     noise: float = 0.3
     bias: float = -1.5
     scale: float = 1.5
+    graded: bool = False
+    prices: tuple[float, ...] = ()
+    price_weight: float = 1.0
+    dayparts: bool = False
 
     def stream(self, seed: int, rounds: int | None = None) -> CatalogStream:
         """Stream ``seed`` (generator seed ``seed0 + seed``), cut at ``rounds`` if given."""
@@ -94,6 +134,29 @@ TUNING = Catalog("synthetic (tuning)", True, 1000, 5_000, n_users=300, live=150)
 EVALUATION = Catalog("synthetic", False, 2000, 10_000, n_users=1000, live=300)
 CHURN_TUNING = Catalog("churn (tuning)", True, 3000, 5_000, n_users=300, live=100, arrival=20)
 CHURN_EVALUATION = Catalog("churn", False, 4000, 10_000, n_users=1000, live=100, arrival=20)
+GRADED_TUNING = Catalog("synthetic, graded (tuning)", True, 5000, 5_000, n_users=300, live=150, graded=True)
+GRADED_EVALUATION = Catalog("synthetic, graded", False, 6000, 10_000, n_users=1000, live=300, graded=True)
+CHURN_GRADED_TUNING = Catalog(
+    "churn, graded (tuning)", True, 7000, 5_000, n_users=300, live=100, arrival=20, graded=True
+)
+CHURN_GRADED_EVALUATION = Catalog(
+    "churn, graded", False, 8000, 10_000, n_users=1000, live=100, arrival=20, graded=True
+)
+#: Prices as a shop's: dollars from 29 to 349.
+PRICES = (29.0, 49.0, 79.0, 119.0, 199.0, 349.0)
+PRICE_TUNING = Catalog("prices (tuning)", True, 9000, 5_000, n_users=300, live=150, prices=PRICES)
+PRICE_EVALUATION = Catalog("prices", False, 10_000, 10_000, n_users=1000, live=300, prices=PRICES)
+NONLINEAR_TUNING = Catalog("dayparts (tuning)", True, 11_000, 5_000, n_users=300, live=150, dayparts=True)
+NONLINEAR_EVALUATION = Catalog("dayparts", False, 12_000, 10_000, n_users=1000, live=300, dayparts=True)
+#: Every kind of stream as (tuning variant, evaluation variant).
+STREAMS: tuple[tuple[Catalog, Catalog], ...] = (
+    (TUNING, EVALUATION),
+    (CHURN_TUNING, CHURN_EVALUATION),
+    (GRADED_TUNING, GRADED_EVALUATION),
+    (CHURN_GRADED_TUNING, CHURN_GRADED_EVALUATION),
+    (PRICE_TUNING, PRICE_EVALUATION),
+    (NONLINEAR_TUNING, NONLINEAR_EVALUATION),
+)
 
 
 class CatalogStream:
@@ -107,6 +170,8 @@ class CatalogStream:
         Round ``t``'s candidate items (ids ``0 .. n_items - 1`` in order of arrival).
     uniform : ndarray of shape (T,)
         ``U_t`` (click iff ``U_t < P(click)``).
+    evening : ndarray of shape (T,)
+        Whether round ``t`` is in the evening (all False without ``dayparts``).
     n_items : int
         Items in the whole stream.
     """
@@ -133,6 +198,18 @@ class CatalogStream:
         ]
         for a in self._actions:
             a["features"]["item"] = a["id"]
+        # Drawn after everything above, so that a stream without prices or dayparts is the same
+        # stream it was before they existed.
+        self._price_term = np.zeros((c.n_users, self.n_items))
+        if c.prices:
+            s_u = rng.standard_normal(c.n_users)
+            price = rng.choice(np.asarray(c.prices), size=self.n_items)
+            z = (price - np.mean(c.prices)) / np.std(c.prices)
+            self._price_term = -c.price_weight * np.outer(s_u, z)
+            for x, s in zip(self._contexts, s_u, strict=True):
+                x["budget"] = float(np.round(2500 + 800 * s))
+            for a, p in zip(self._actions, price, strict=True):
+                a["features"]["price"] = float(p)
         # the label models' dense context: the observed latent vector and the segment one-hot
         self._dense = np.hstack([u_obs, np.eye(SEGMENTS)[seg]])
         self.users = rng.integers(c.n_users, size=rounds)
@@ -141,17 +218,21 @@ class CatalogStream:
             first = t // c.arrival if c.arrival else 0  # the oldest live item
             self.cands[t] = first + rng.choice(c.live, size=c.candidates, replace=False)
         self.uniform = rng.random(rounds)
+        self.evening = rng.random(rounds) < 0.5 if c.dayparts else np.zeros(rounds, dtype=np.bool_)
 
     @property
     def rounds(self) -> int:
         return int(self.users.size)
 
     def context(self, t: int) -> dict[str, float | str]:
-        """Round ``t``'s named context features."""
-        return self._contexts[self.users[t]]
+        """Round ``t``'s named context features (the user's, and the daypart with ``dayparts``)."""
+        named = self._contexts[self.users[t]]
+        if self.catalog.dayparts:
+            return {**named, "daypart": "evening" if self.evening[t] else "day"}
+        return named
 
     def context_of(self, user: int) -> dict[str, float | str]:
-        """User ``user``'s named features."""
+        """User ``user``'s named features (without the round's daypart)."""
         return self._contexts[user]
 
     def actions(self, t: int) -> list[dict]:
@@ -163,19 +244,30 @@ class CatalogStream:
         return self._actions[item]
 
     def dense_context(self, t: int) -> np.ndarray:
-        """Round ``t``'s context as a label model's dense input (``latent + 4`` values)."""
-        return self._dense[self.users[t]]
+        """Round ``t``'s context as a label model's dense input: ``latent + 4`` values, then the
+        budget with ``prices`` and the evening's indicator with ``dayparts``."""
+        x = self._dense[self.users[t]]
+        named = self.context(t)
+        extra = [named["budget"]] if self.catalog.prices else []
+        extra += [float(self.evening[t])] if self.catalog.dayparts else []
+        return np.append(x, extra) if extra else x
 
     def prob(self, t: int) -> np.ndarray:
         """``P(click)`` of each of round ``t``'s candidates."""
         c = self.catalog
         v = self._v[self.cands[t]]
-        logit = c.bias + self._q[self.cands[t]] + c.scale * (v @ self._u[self.users[t]]) / np.sqrt(c.latent)
+        if self.evening[t]:
+            v = np.roll(v, 1, axis=1)  # R: the evening's taste
+        user = self.users[t]
+        taste = c.scale * (v @ self._u[user]) / np.sqrt(c.latent)
+        logit = c.bias + self._q[self.cands[t]] + taste + self._price_term[user, self.cands[t]]
         return 1.0 / (1.0 + np.exp(-logit))
 
-    def reward(self, t: int, a: int) -> bool:
-        """Whether candidate ``a`` (an index into round ``t``'s candidates) is clicked."""
-        return bool(self.uniform[t] < self.prob(t)[a])
+    def reward(self, t: int, a: int) -> bool | float:
+        """Candidate ``a``'s reward (an index into round ``t``'s candidates): whether it is clicked,
+        or with ``graded`` its ``P(click)``."""
+        p = float(self.prob(t)[a])
+        return p if self.catalog.graded else bool(self.uniform[t] < p)
 
     @cached_property
     def appearance(self) -> np.ndarray:
