@@ -25,9 +25,9 @@ The mapping:
 - ``contextFeatures`` (a list of objects) become named features (:func:`context_features`), so the
   model must hash named features (``hashing_bits``);
 - on a label model ``actions[].id`` are the model's labels (an unknown id: 400 naming it) and the
-  action features are not read; on an action-feature model (``"actions": "features"``) any ids are
-  taken and each action's ``features`` (flattened as ``contextFeatures``) are scored; the request's
-  actions less ``excludedActions`` are the eligible ones of the decision;
+  action features are checked, not scored; on an action-feature model (``"actions": "features"``)
+  any ids are taken and each action's ``features`` (flattened as ``contextFeatures``) are scored;
+  the request's actions less ``excludedActions`` are the eligible ones of the decision;
 - the answer's ``ranking`` lists every action with its probability, the eligible ones most probable
   first (ties in label order), then the excluded ones with probability 0; ``rewardActionId`` is
   the sampled label; the first action not excluded (a multi-slot rank: the slot's
@@ -38,9 +38,16 @@ The mapping:
   ``store.route(model, eventId)`` and seeds the sampling as any drawn id does;
   ``deferActivation`` defers the decision (:meth:`Runtime.predict`), ``activate`` activates it
   (204; 404 unknown; 410 dropped), and a reward before the activation is held for it (204);
-- a reward ``value`` must be in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed [-1, 1], and a
-  value outside is refused with 400, never clipped or rescaled behind the caller's back; a second
-  reward for an event is 409 (learned once), an unknown event 404, one past its window 410;
+- a reward ``value`` must be a JSON number in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed
+  [-1, 1], and a value outside, or a string or a bool, is refused with 400, never converted,
+  clipped or rescaled behind the caller's back; a multi-slot reward names the slot its event was
+  ranked for (another ``slotId``: 400); a second reward for an event is 409 (learned once), an
+  unknown event 404, one past its window 410;
+- limits, 400 naming them: a feature name or string value of at most
+  :data:`~service.features.MAX_FEATURE_CHARS` characters (as on ``POST /predict``), at most
+  ``CLICKBOOST_MAX_NAMED_FEATURES`` features per context or action; at most as many actions (and
+  ``excludedActions``) as the model has labels, or ``CLICKBOOST_MAX_ACTIONS`` on an action-feature
+  model, and one slot, counted before the body is parsed (:func:`_count_lists`);
 - a reward or an activation finds the events of its own loop only: an event ranked through another
   is unknown there (404), on every store;
 - ``?wait=true`` on a reward or an activation (an extension, as on ``POST /feedback``) answers
