@@ -29,7 +29,7 @@ COPY clients ./clients
 RUN pip install --no-cache-dir --no-deps . ./clients
 
 USER 10001:10001
-ENTRYPOINT ["python", "-m", "clients.replay"]
+ENTRYPOINT ["python", "-m", "clickboost_client.replay"]
 
 FROM base AS server
 

@@ -158,7 +158,7 @@ def test_compose_topology(compose: dict[str, Any]) -> None:
     # the service image is the server alone; the replay runs from the Dockerfile's replay stage
     assert s["api1"]["build"] == {"context": ".", "target": "server"}
     assert s["replay"]["build"] == {"context": ".", "target": "replay"}
-    assert s["replay"]["entrypoint"] == ["python", "-m", "clients.replay"]
+    assert s["replay"]["entrypoint"] == ["python", "-m", "clickboost_client.replay"]
     assert s["replay"]["command"][s["replay"]["command"].index("--url") + 1] == "http://lb:8000"
 
 
