@@ -211,3 +211,22 @@ async def test_a_reward_or_activation_for_an_event_of_another_loop_is_404_on_eve
     await elsewhere()  # claimed now: still unknown elsewhere, not "already answered"
     assert [e.decision_id for e in await store.read_log("loop-a", after=0)] == [store.route("loop-a", "e1")]
     assert await store.log_position(twin) == 0 and await store.log_position("loop-c") == 0
+
+
+async def test_one_id_predicted_50_times_at_once_is_one_200_and_409s_on_every_store(
+    served: tuple[httpx.AsyncClient, Store],
+) -> None:
+    """Issue 51 item 1 on every store: 50 concurrent predicts with one decision id beside 20 with drawn
+    ids are one 200 and 49 x 409, and every drawn one 200 (on Redis the refused decisions wrote an
+    entry and deleted it, and decisions behind them failed inside Redis: 500s for others too)."""
+    client, store = served
+    await create(client, "m")
+    same = {"model": "m", "features": FEATURES, "decision_id": "reused"}
+    drawn = {"model": "m", "features": FEATURES}
+    kinds = [drawn if i % 7 in (0, 3) else same for i in range(70)]  # 20 drawn among 50 of one id
+    answers = await asyncio.gather(*(client.post("/predict", json=body) for body in kinds))
+    codes = [r.status_code for body, r in zip(kinds, answers, strict=True) if body is same]
+    assert sorted(codes) == [200] + [409] * 49, codes
+    assert all(r.status_code == 200 for body, r in zip(kinds, answers, strict=True) if body is drawn)
+    c = await store.counts("m")
+    assert (c.decisions, c.pending) == (21, 21)
