@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.learners.adabandit import expert_marginal
 from service.learners.base import Decision, as_mask, learners, randargmax, randargmin, sample
 from service.learners.booster_costs import (
     TreeBooster,
@@ -28,7 +29,10 @@ class AdaboostOLM(TreeBooster):
     Decide: for ``i = 1..N`` the cost matrix ``C^i = Gamma^i^T`` of eq. (10) at ``s^{i-1}``; tree
     ``i`` predicts the label of least expected cost under its class distribution (§3.3);
     ``s^i = s^{i-1} + alpha^i e_{l^i}``, expert ``i`` predicts ``randargmax s^i``; the prediction is
-    expert ``i_t ~ v``, shown with probability 1. Learn with the truth ``y``: tree ``i`` gets
+    expert ``i_t ~ v``, shown. Its ``probs`` are that label's distribution over the expert draw and
+    the experts' tie-breaks given the trees' votes (:func:`~service.learners.adabandit.expert_marginal`
+    without exploration); the trees' own tie-breaks are conditioned on (a reference: never served).
+    Learn with the truth ``y``: tree ``i`` gets
     ``C^i[y, :]`` (label ``y``, weight ``sum_l (c[l] - c[y])``); projected SGD on
     ``L^y(s^{i-1} + alpha e_{l^i})`` with ``eta_t = 2 sqrt 2 / ((k-1) sqrt t)`` (correct derivative);
     Hedge with rate 1 on ``1[y != yhat^i]``.
@@ -82,7 +86,8 @@ class AdaboostOLM(TreeBooster):
             "expert": expert,
             **where,
         }
-        return Decision(np.eye(k)[greedy], greedy, memo)
+        # the label's distribution over the expert draw and the experts' ties, given the trees' votes
+        return Decision(expert_marginal(votes, v, 0.0), greedy, memo)
 
     def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
         self.t_ += 1

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from service.learners.banditbbm import bbm_costs
-from service.learners.base import Decision, as_mask, learners, randargmax, randargmin
+from service.learners.base import Decision, as_mask, learners, over_ties, randargmax_ties, randargmin
 from service.learners.bbm_kernels import bbm_gamma_matrix
 from service.learners.booster_costs import Ties, TreeBooster, TreeBoosterParams, bbm_cost_matrix
 
@@ -45,7 +45,9 @@ class OnlineMBBM(TreeBooster):
     Decide: for ``i = 1..N`` the cost matrix ``C^i = Gamma^i^T`` at ``s^{i-1}`` (eq. (9)); tree ``i``
     predicts the label of least expected cost under its class distribution (§3.3,
     ``randargmin_l sum_r pi(r) C[r, l]``); ``s^i = s^{i-1} + e_{l^i}``. The prediction is
-    ``randargmax s^N``, shown with probability 1. Learn: tree ``i`` gets ``C^i[y, :]`` through the
+    ``randargmax s^N``, shown; its ``probs`` are uniform over a tied majority (the marginal over that
+    draw), the trees' own tie-breaks conditioned on (a reference: never served).
+    Learn: tree ``i`` gets ``C^i[y, :]`` through the
     (label, weight) reduction, i.e. label ``y`` with weight ``sum_l (c[l] - c[y])``.
 
     References
@@ -75,8 +77,9 @@ class OnlineMBBM(TreeBooster):
             )
             weak[i] = randargmin(G @ dist[i], rng)
             s[weak[i]] += 1
-        greedy = randargmax(s, rng)
-        return Decision(np.eye(k)[greedy], greedy, {"greedy": greedy, "weak": weak, **where})
+        greedy, ties = randargmax_ties(s, rng)
+        d = Decision(np.eye(k)[greedy], greedy, {"greedy": greedy, "weak": weak, **where})
+        return over_ties(d, ties, 0.0, "gamma")  # 1 / t on each of t tied majorities
 
     def learn_full(self, x: np.ndarray, decision: Decision, y: int) -> None:
         self.t_ += 1

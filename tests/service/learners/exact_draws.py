@@ -86,6 +86,35 @@ def exact_draws(
     return Exact(freq, reported, paths)
 
 
+def exact_draws_given(
+    decide: Callable[[Replay], Decision], k: int, given: Callable[[Decision], object], grid: int = 500
+) -> dict[object, Exact]:
+    """:func:`exact_draws` conditioned on ``given(decision)`` (a part of the decision's randomness
+    that its probabilities condition on, e.g. the trees' votes): each value's label frequencies,
+    normalised by its probability, and what the runs with that value reported."""
+    runs: dict[object, list[tuple[float, Decision]]] = {}
+    pending: list[list[int]] = [[]]
+    while pending:
+        script = pending.pop()
+        probe = Replay(script, 0.5)
+        decide(probe)  # type: ignore[arg-type]
+        if len(probe.asked) > len(script):
+            pending.extend([*script, c] for c in range(probe.asked[len(script)]))
+            continue
+        weight = 1.0 / float(np.prod(probe.asked)) if probe.asked else 1.0
+        n = grid if probe.randoms else 1
+        for j in range(n):
+            d = decide(Replay(script, (j + 0.5) / grid))  # type: ignore[arg-type]
+            runs.setdefault(given(d), []).append((weight / n, d))
+    out = {}
+    for key, rs in runs.items():
+        freq = np.zeros(k)
+        for w, d in rs:
+            freq[d.label] += w
+        out[key] = Exact(freq / freq.sum(), [np.asarray(d.probs, dtype=np.float64) for _, d in rs], len(rs))
+    return out
+
+
 def assert_honest(found: Exact, grid: int = 2000) -> None:
     """Every run reported the same distribution, and it is the exact one (within the grid's 1 / N)."""
     first = found.reported[0]

@@ -11,7 +11,7 @@ import pytest
 from service.learners.base import Decision, Learner, ParamError, learners, make_learner
 from service.sampling import DecisionIds, decision_rng
 from service.serial import StateFormatError, checksum, decode, encode
-from tests.service.learners.exact_draws import Replay, assert_honest, exact_draws
+from tests.service.learners.exact_draws import Replay, assert_honest, exact_draws, exact_draws_given
 
 D, K = 6, 3
 NAMES = [name for name, cls in learners.items() if not cls.actions]  # actions: test_action_contract.py
@@ -516,3 +516,19 @@ def test_tree_boosters_report_the_marginal_over_their_experts_and_ties(masked: b
             assert_honest(found)
             ties_seen += found.paths > 1
     assert ties_seen > 0
+
+
+@pytest.mark.parametrize("name", ["adaboost-olm", "online-mbbm"])
+def test_full_information_tree_boosters_report_the_distribution_given_their_trees(name: str) -> None:
+    """The references draw every tie-break with ``integers`` and the expert with ``random()``: by exact
+    enumeration (a 200-point grid), given the trees' weak predictions (which ``probs`` condition
+    on), the shown label's distribution is the one reported."""
+    X, _ = stream(10, 2)
+    m = new(name, params={"n_learners": 2}, seed=1)
+    for x in X:
+        found = exact_draws_given(
+            lambda rng, x=x: m.decide(x, rng), K, lambda d: d.memo["weak"].tobytes(), grid=200
+        )
+        assert len(found) > 1  # a new model's trees tie: their votes vary
+        for part in found.values():
+            assert_honest(part, grid=200)
