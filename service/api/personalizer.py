@@ -57,9 +57,7 @@ The mapping:
 from __future__ import annotations
 
 import functools
-import json
-import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -73,6 +71,7 @@ from service.api import metrics
 from service.api.auth import HEADER, SUBSCRIPTION_HEADER, check_api_key
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.hygiene import _is_json
+from service.api.json_scan import Caps, count_lists
 from service.api.predict import parse
 from service.features import MAX_FEATURE_CHARS, FeatureError, FeatureValue
 from service.learners.base import ParamError
@@ -341,9 +340,6 @@ def _checked(request: Request, multislot: bool) -> None:
 
 
 #: Lists read item by item before a body is parsed (:func:`_count_lists`): key -> (most, message).
-Caps = Mapping[str, tuple[int, str]]
-
-
 async def _request(request: Request, model: type[M], caps: Caps) -> M:
     """The body: refused (415) unless JSON, as on clickboost's own JSON routes (a ``text/plain``
     body would let a page post cross-origin without a CORS preflight), its ``caps`` lists counted
@@ -358,72 +354,12 @@ async def _request(request: Request, model: type[M], caps: Caps) -> M:
     return parse(model, body)
 
 
-_WS = re.compile(r"[ \t\n\r]*")
-_SCAN = json.JSONDecoder()
-
-
 def _count_lists(body: bytes, caps: Caps) -> None:
     """400 with the cap's message when a top-level list of ``caps`` in the JSON object ``body`` has
-    more items than its cap, found before anything is parsed into models (issue 51: a rank of
-    10,000 actions, refused anyway, held the event loop for about 200 ms of parsing).
-
-    The top level is read here and each of its values handed to the C scanner of :mod:`json`, but a
-    capped list is read item by item and left at the item past its cap. A body this cannot read
-    is refused as malformed JSON here, so the full parse that follows only ever sees a body read
-    whole (no way around the count).
-    """
-    try:
-        text = body.decode()
-        i = _WS.match(text).end()
-        if not text.startswith("{", i):
-            raise PersonalizerError(400, "body: expected a JSON object")
-        i = _WS.match(text, i + 1).end()
-        if not text.startswith("}", i):
-            while True:
-                if not text.startswith('"', i):
-                    raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
-                key, i = _SCAN.raw_decode(text, i)
-                i = _past(text, _WS.match(text, i).end(), ":")
-                if key in caps and text.startswith("[", i):
-                    i = _list_within(text, i, *caps[key])
-                else:
-                    _, i = _SCAN.raw_decode(text, i)
-                i = _WS.match(text, i).end()
-                if not text.startswith(",", i):
-                    break
-                i = _WS.match(text, i + 1).end()
-        i = _past(text, i, "}")
-        if i != len(text):
-            raise json.JSONDecodeError("Extra data", text, i)
-    except RecursionError:
-        raise PersonalizerError(400, "malformed JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of 4,300 digits
-        raise PersonalizerError(400, f"malformed JSON: {exc}") from None
-
-
-def _past(text: str, i: int, char: str) -> int:
-    """Where the JSON ``text`` goes on after ``char`` at ``i`` and its whitespace."""
-    if not text.startswith(char, i):
-        raise json.JSONDecodeError(f"Expecting {char!r}", text, i)
-    return _WS.match(text, i + 1).end()
-
-
-def _list_within(text: str, i: int, most: int, message: str) -> int:
-    """Where the JSON ``text`` goes on after the list at ``i``, read item by item: 400 ``message``
-    at the item past ``most``."""
-    i = _WS.match(text, i + 1).end()
-    if text.startswith("]", i):
-        return i + 1
-    n = 0
-    while True:
-        _, i = _SCAN.raw_decode(text, i)
-        n += 1
-        if n > most:
-            raise PersonalizerError(400, message)
-        i = _WS.match(text, i).end()
-        if not text.startswith(",", i):
-            return _past(text, i, "]")
-        i = _WS.match(text, i + 1).end()
+    more items than its cap, found before anything is parsed into models
+    (:func:`service.api.json_scan.count_lists`; issue 51: a rank of 10,000 actions, refused anyway,
+    held the event loop for about 200 ms of parsing)."""
+    count_lists(body, caps, lambda message: PersonalizerError(400, message))
 
 
 def _validation_message(exc: RequestValidationError) -> str:
