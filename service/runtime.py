@@ -751,9 +751,11 @@ class Runtime:
             if name not in self.models:
                 await self._load_isolated(name, config)
 
-    async def sync_model(self, name: str) -> ModelRuntime | None:
+    async def sync_model(self, name: str, now: bool = False) -> ModelRuntime | None:
         """Read-your-writes for one name: load it if the store has it (and, with placement, this
-        replica's group holds it), forget it if not."""
+        replica's group holds it), forget it if not. ``now``: load it even while a failed load of it
+        backs off (the model's own creation: a background sync may have listed the name before the
+        store held the rest of it, and the creating request must not answer 503 for that)."""
         try:
             config = await self.store.get_model(name)
         except UnknownModelError:
@@ -775,16 +777,17 @@ class Runtime:
         m = self.models.get(name)
         if m is None or m.incarnation != config["incarnation"]:
             self.models.pop(name, None)
-            await self._load_isolated(name, config)
+            await self._load_isolated(name, config, now)
         return self.models.get(name)
 
-    async def _load_isolated(self, name: str, config: Mapping[str, Any]) -> None:
-        """Load a model; a model this process cannot load is skipped (logged, retried later)."""
+    async def _load_isolated(self, name: str, config: Mapping[str, Any], now: bool = False) -> None:
+        """Load a model; a model this process cannot load is skipped (logged, retried later, or at
+        once with ``now``)."""
         incarnation = config.get("incarnation")
         failed = self._load_failures.get(name)
         if failed is not None and failed.incarnation != incarnation:
             failed = None  # a new model of that name: a fresh start
-        if failed is not None and time.monotonic() < failed.retry_at:
+        if failed is not None and not now and time.monotonic() < failed.retry_at:
             return  # backing off
         try:
             self.models[name] = await self._load(name, config)
@@ -1521,7 +1524,7 @@ class Runtime:
             if not self.placement.holds(name, override):
                 raise self.placement.misdirected(name, override)
         await self.store.create_model(name, self._config(spec))
-        m = await self.sync_model(name)
+        m = await self.sync_model(name, now=True)
         return m if m is not None else self.get(name)  # raises: deleted meanwhile, or not loadable
 
     async def delete_model(self, name: str) -> None:
