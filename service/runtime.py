@@ -342,6 +342,12 @@ class ModelRuntime:
         self.trimmed_at = -math.inf
         self.trim_due = True
 
+    def config(self) -> dict[str, Any]:
+        """The model's spec as the API shows it (``GET /models``, the dashboard's stats): the stored
+        spec, whose ``rollout`` is the mode the log is replayed from, with ``rollout`` the mode now
+        (changed since by the admin route or a promotion): one value wherever it is shown."""
+        return {**self.spec.model_dump(mode="json", exclude_none=True), "rollout": self.rollout.mode}
+
     @property
     def learner(self) -> Learner:
         """The model's learner; one assigned here takes the layout of sparse input when the model

@@ -240,7 +240,7 @@ async def model_stats(
     )
     return ModelStats(
         name=m.name,
-        config=m.spec.model_dump(mode="json", exclude_none=True),
+        config=m.config(),
         replica=runtime.replica_id,
         version=m.position,
         counts=model_counts(c),

@@ -69,10 +69,7 @@ def model_counts(c: Counts) -> ModelCounts:
 
 async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
     counts = model_counts(await runtime.store.counts(m.name))
-    config = m.spec.model_dump(mode="json", exclude_none=True)
-    # The spec keeps the mode the model was created in (its log is replayed from it); the mode now is
-    # the rollout's, changed since by the admin route or a promotion: one value for both fields.
-    config["rollout"] = m.rollout.mode
+    config = m.config()
     return ModelInfo(
         name=m.name,
         config=config,

@@ -143,3 +143,5 @@ async def test_after_an_automatic_promotion_the_config_and_the_rollout_say_onlin
         assert after["config"]["rollout"] == after["rollout"]["mode"] == "online", after
         listed = (await c.get("/models", headers=ADMIN)).json()["models"]
         assert [i["config"]["rollout"] for i in listed] == ["online"]
+        stats = (await c.get("/models/m/stats", headers=ADMIN)).json()  # the dashboard's data
+        assert stats["config"]["rollout"] == "online", stats["config"]
