@@ -836,9 +836,9 @@ class Client(_Base):
             Learn from the decision only if :meth:`activate` is called within its reward window (the
             page really showed it); otherwise it is dropped, not given the default reward.
         decision_id : str, optional
-            A client-chosen id (1 to 256 of ``A-Za-z0-9_.:-``) instead of a drawn one; taken once
-            (:class:`Conflict` when taken). Send the feedback for the answer's ``decision_id`` (a
-            Redis-backed server appends ``.{slot tag}``).
+            A client-chosen id (1 to 256 of ``A-Za-z0-9_.:-``, not ``.`` or ``..``) instead of a
+            drawn one; taken once (:class:`Conflict` when taken). Send the feedback for the
+            answer's ``decision_id`` (a Redis-backed server appends ``.{slot tag}``).
         eligible, excluded : sequence of str or int, optional
             Only these labels may be served, or all but these (names or 0-based indices; one of the
             two): the answer's probabilities are 0 outside the set, its ``ranking`` lists the set.

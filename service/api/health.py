@@ -19,12 +19,17 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    responses={503: {"description": "Starting (compiling kernels, loading models) or store unreachable"}},
+    responses={
+        503: {
+            "description": "Not ready: starting (compiling kernels, loading models), the default model "
+            "missing, or the store unreachable; `detail` says which"
+        }
+    },
 )
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
     ready, doing = runtime.status()
     if not ready:
-        return JSONResponse({"status": "starting", "detail": doing}, status_code=503)
+        return JSONResponse({"status": "not ready", "detail": doing}, status_code=503)
     try:
         await runtime.store.ping()
     except Exception as exc:
