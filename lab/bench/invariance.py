@@ -28,13 +28,14 @@ import numpy as np
 
 from lab.bench import benches, report
 from lab.bench.actions import BITS, run_label_set
-from lab.bench.quality import learner_files
+from lab.bench.quality import version as quality_version
 from lab.runcache import cached, lookup, progress
 from lab.sim.datasets import Dataset, load_dataset
 from lab.sim.metrics import online_error
 from lab.sim.simulate import run_seeds
 from service.actions import ActionFeaturiser
 from service.config import DEFAULT_ACTION_LEARNER, DEFAULT_LEARNER
+from service.learners.base import learners
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "docs" / "repro" / "invariance-runs.jsonl"
@@ -100,9 +101,12 @@ PROTOCOL = "1"
 
 
 def _version(learner: str) -> str:
-    h = hashlib.sha256(PROTOCOL.encode())
-    for path in [*learner_files(learner), ROOT / "service" / "actions.py"]:
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    """What a run's numbers depend on: ``bench quality``'s version of the learner (the pinned results
+    version where the learner has one, so an edit that moves no number keeps the runs; else its
+    sources) and, for an action learner, the action featuriser's source."""
+    h = hashlib.sha256(f"{PROTOCOL} {quality_version('ours', learner)}".encode())
+    if learners.get(learner).actions:
+        h.update((ROOT / "service" / "actions.py").read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -68,6 +68,11 @@ def expert_marginal(
 class AdaBandit(TreeBooster):
     """Adaptive online boosting from bandit feedback with Hoeffding-tree weak learners.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Decide (Algorithm 1 with Algorithm 3's settings): tree ``i`` predicts ``l^i`` (randargmax of its
     class distribution); votes ``s^i = sum_{j <= i} alpha^j e_{l^j}``; expert ``i`` predicts
     ``randargmax s^i``; an expert index ``i_t`` is drawn with probability ``v^i / sum v``; its

@@ -70,6 +70,11 @@ def log_rows(params: AdaBoostMHParams, n_features: int, n_labels: int) -> int:
 class AdaBoostMH(Learner):
     """ε-greedy over an AdaBoost.MH stump ensemble retrained from importance-weighted click logs.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Any
+    feature scale: a stump splits one feature at a threshold, which moves with the feature's unit
+    (``bench invariance``, docs/BENCHMARKS.md).
+
     Logging. Decision t shows label ``l`` with probability ``p = P(l)``. The click bit reveals one
     entry of the AdaBoost.MH label matrix: ``Y[t, l] = +1`` on a click, ``-1`` otherwise; nothing
     about the other labels. That entry gets the weight ``c / p`` with the share-point constant

@@ -26,6 +26,10 @@ class AdaboostOLMParams(TreeBoosterParams):
 class AdaboostOLM(TreeBooster):
     """Adaptive online multiclass boosting with the logistic loss; reads the true label (a reference).
 
+    Input and rewards: A full-information reference: it learns the true label, not a reward. Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Decide: for ``i = 1..N`` the cost matrix ``C^i = Gamma^i^T`` of eq. (10) at ``s^{i-1}``; tree
     ``i`` predicts the label of least expected cost under its class distribution (§3.3);
     ``s^i = s^{i-1} + alpha^i e_{l^i}``, expert ``i`` predicts ``randargmax s^i``; the prediction is

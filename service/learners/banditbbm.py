@@ -105,6 +105,11 @@ def bbm_costs(
 class BanditBBM(TreeBooster):
     """Boost-by-majority from bandit feedback with Hoeffding-tree weak learners.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     ``alpha^i = 1`` and the greedy label is the plain majority vote ``randargmax s^N``, explored with
     eq. (2). Reported probabilities (issue 50): a tied majority is broken uniformly and ``probs`` is
     the marginal over that draw (:func:`~service.learners.base.over_ties`); eq. (2)'s mix given the

@@ -116,6 +116,11 @@ class BanditBoostParams(Params):
 class BanditBoost(Learner):
     """BanditBoost (seed 000, Algorithm 1): OSBoost weights turned into unbiased estimates.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Round t:
 
     1. ``f_k = sum_i alpha_k^(i) h_k^(i)(x)``, ``H = argmax_k f_k`` (ties at random);

@@ -53,6 +53,11 @@ class BanditronParams(Params):
 class Banditron(Learner):
     """Banditron: a multiclass Perceptron fed an unbiased estimate of its update.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Round t (seed 002, Algorithm 1 with the erratum of ALGORITHMS.md §5 applied):
 
     1. ``yhat = argmax_r (W x)_r``;

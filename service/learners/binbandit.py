@@ -29,6 +29,11 @@ class BinBanditParams(BanditBoostParams):
 class BinBandit(BanditBoost):
     """The BinBandit column of seed 001 Table 1: BanditBoost over binary Hoeffding trees.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Exactly seed 000's Algorithm 1 as :class:`~service.learners.banditboost.BanditBoost` implements
     it, so none of the reference re-implementation's deviations (ALGORITHMS.md §4.4: the dropped
     learner in ``z``, the missing ``/2``, gradient ascent without ``1/p``) are copied. The weak

@@ -42,6 +42,10 @@ class OnlineMBBMParams(TreeBoosterParams):
 class OnlineMBBM(TreeBooster):
     """Optimal online multiclass boost-by-majority; reads the true label (a reference, not a bandit).
 
+    Input and rewards: A full-information reference: it learns the true label, not a reward. Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Decide: for ``i = 1..N`` the cost matrix ``C^i = Gamma^i^T`` at ``s^{i-1}`` (eq. (9)); tree ``i``
     predicts the label of least expected cost under its class distribution (§3.3,
     ``randargmin_l sum_r pi(r) C[r, l]``); ``s^i = s^{i-1} + e_{l^i}``. The prediction is

@@ -21,6 +21,10 @@ from service.learners.base import (
 class Perceptron(Learner):
     """Multiclass Perceptron; reads the true label, so it is a reference, never served.
 
+    Input and rewards: A full-information reference: it learns the true label, not a reward. Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     ``yhat = argmax_r (W x)_r`` (ties at random); on a mistake ``W[y] += x`` and ``W[yhat] -= x``.
     The Banditron's update is an unbiased estimate of exactly this update (seed 002, Lemma 4).
 

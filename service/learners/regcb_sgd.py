@@ -93,6 +93,10 @@ class RegCBSGD(SquareCBSGD):
     """RegCB over VW's SGD regression of the click's cost, with hashed pairs (ours; Foster et al.
     2018, Algorithms 2 and 3, with VW's ``--regcb`` bounds).
 
+    Input and rewards: Learns a graded reward as a value (``graded = True``), no coin (issue 50).
+    Any feature scale: its updates are normalised per feature (VW's), so multiplying a feature by a
+    constant changes nothing it learns (``bench invariance``, docs/BENCHMARKS.md).
+
     Each label's predicted cost ``c_a`` comes from :class:`SquareCBSGD`'s table, raw (unclipped, as
     VW's bounds take its regressor's scores). Round t (``t`` events applied),
     ``delta = c_0 log(K t)`` (minus infinity at ``t = 0``: every bound is the prediction). Label
