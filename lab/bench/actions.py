@@ -68,7 +68,7 @@ import numpy as np
 
 from lab.bench import benches, report
 from lab.bench.http import CONNECTIONS, _hashed_bodies, _load, _pair, _servers
-from lab.bench.quality import learner_files, mean_se
+from lab.bench.quality import code_digest, learner_files, mean_se
 from lab.bench.vw import vw_version
 from lab.runcache import cached, progress
 from lab.sim.catalog import CHURN_EVALUATION, STREAMS, Catalog, CatalogStream
@@ -153,9 +153,11 @@ CONTEXT_FEATURES, ACTION_FEATURES, CANDIDATES = 30, 10, 10
 
 
 def _fingerprint(paths: list[Path]) -> str:
+    """The code of ``paths`` and of the stream generator (:func:`lab.bench.quality.code_digest`:
+    docstrings and comments left out)."""
     h = hashlib.sha256()
     for path in [*paths, ROOT / "lab" / "sim" / "catalog.py"]:
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + code_digest(path))
     return h.hexdigest()[:16]
 
 

@@ -145,6 +145,11 @@ def pa_step(loss: np.ndarray | float, sqnorm: float, base: str, C: float) -> np.
 class ConservativeOVA(Learner):
     """Conservative OVA: K binary linear scorers updated only from what a click reveals.
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Prediction is loss-based decoding with the hinge loss, ``argmin_r d_L(M(r), f(x))``, which
     equals ``argmax_r f_r(x)`` (ALGORITHMS.md §6, verified identity); ties at random. Seed 004 does
     not explore: the greedy label is shown with probability 1 (``epsilon = 0``, the default of this

@@ -91,6 +91,11 @@ class COVAADFParams(Params):
 class COVAADF(ActionLearner):
     """Conservative OVA over candidate actions (ours; after Chen et al. 2009's C-OVA).
 
+    Input and rewards: Learns a click bit: a graded reward reaches it as a Bernoulli(reward) bit
+    (:func:`service.sampling.reward_bit`), unbiased but noisier than the value (issue 50). Needs
+    input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw number
+    (a price, a count) beside one-hot features hurts it (``bench invariance``, docs/BENCHMARKS.md).
+
     Decide: the scores ``<w, row_a>``, the greedy candidate (ties at random, from the decision's
     generator: a new catalog's candidates all score 0), the ``epsilon`` floor mixed in, sample. The
     reported ``probs`` are the marginal over the tie-break, ``(1 - epsilon) / t`` on each of t tied

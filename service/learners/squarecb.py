@@ -188,6 +188,11 @@ class SquareCBParams(Params):
 class SquareCB(Learner):
     """SquareCB (ours): inverse gap weighting over per-label ridge regressions of the click.
 
+    Input and rewards: Learns a graded reward as a value (``graded = True``), no coin (issue 50).
+    Needs input scaled to about [-1, 1]: what it learns changes with a feature's unit, so one raw
+    number (a price, a count) beside one-hot features hurts it (``bench invariance``,
+    docs/BENCHMARKS.md). Its ridge penalty weighs every feature's weight alike.
+
     Round t: each label's predicted click ``r_a = <theta_a, x>``, the greedy label ``b`` (first
     maximiser), ``p(a) = 1 / (K + gamma_t (r_b - r_a))`` for ``a != b`` and ``p(b)`` the rest
     (Foster & Rakhlin 2020, Algorithm 1, with predicted rewards instead of losses); sample. Learn:

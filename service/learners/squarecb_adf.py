@@ -63,6 +63,12 @@ class SquareCBADF(ActionLearner):
     """SquareCB over candidate actions on VW's regressor (ours as a service learner; Foster & Rakhlin
     2020 as VW's ``--cb_explore_adf --squarecb`` runs it).
 
+    Input and rewards: Learns a graded reward as a value (``graded = True``), no coin (issue 50).
+    Any feature scale but for hash collisions: its updates are normalised per column (VW's), so
+    multiplying a feature by a constant changes nothing it learns unless the feature shares its
+    hashed column with another of another unit (``bench invariance``: data sets posed as actions at
+    2**18 columns; more ``hashing_bits`` make that rarer).
+
     Decide: each candidate's predicted cost ``c_a = <w, row_a>`` (:mod:`service.actions`, the rows
     with their context-only block, as VW's shared features are in every action's line), the greedy
     candidate ``b`` (first minimiser), ``p(a) = 1 / (n + gamma_t (c_a - c_b))`` for ``a != b``

@@ -254,6 +254,10 @@ class SquareCBSGD(Learner):
     """SquareCB over VW's SGD regression of the click's cost, with hashed pairs (ours; Foster &
     Rakhlin 2020 with VW's ``--cbify K --cb_explore_adf --squarecb -q ::`` regressor).
 
+    Input and rewards: Learns a graded reward as a value (``graded = True``), no coin (issue 50).
+    Any feature scale: its updates are normalised per feature (VW's), so multiplying a feature by a
+    constant changes nothing it learns (``bench invariance``, docs/BENCHMARKS.md).
+
     The input ``x`` (dense or hashed, dimension d) is expanded to ``z``: its non-zeros, then with
     ``interactions="pairs"`` each product ``x_i x_j`` at its pair's rank (``d + rank``), with
     ``"quadratic"`` also each square ``x_i^2`` (at ``d + P + i``, ``P`` the pairs), then the
