@@ -19,14 +19,16 @@ import numpy as np
 
 from lab.bench import benches, report
 from lab.sim.datasets import load_dataset
-from service.config import ModelSpec, Settings
+from service.config import DEFAULT_LEARNER, ModelSpec, Settings
 from service.runtime import Runtime
 from service.store import MemoryStore
 
-#: The learners of the table: the default (C-OVA with its exploration floor), which beats the
-#: majority baseline, and C-OVA exploring uniformly (epsilon = 1: a random label), which does not.
-GOOD: dict[str, Any] = {"epsilon": 0.02}
-UNIFORM: dict[str, Any] = {"epsilon": 1.0}
+#: The learners of the table, (learner, params): the served default, which beats the majority
+#: baseline, the default before issue 50 (C-OVA with its exploration floor), and C-OVA exploring
+#: uniformly (epsilon = 1: a random label), which does not beat it.
+GOOD: tuple[str, dict[str, Any]] = DEFAULT_LEARNER
+OLD: tuple[str, dict[str, Any]] = ("cova", {"epsilon": 0.02})
+UNIFORM: tuple[str, dict[str, Any]] = ("cova", {"epsilon": 1.0})
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class RolloutRun:
 
 async def _run(
     seed: int,
-    params: dict[str, Any],
+    system: tuple[str, dict[str, Any]],
     baseline: str,
     epsilon: float,
     n: int,
@@ -74,7 +76,8 @@ async def _run(
         spec = ModelSpec(
             n_features=data.d,
             n_labels=data.n_labels,
-            params=params,
+            learner=system[0],
+            params=system[1],
             seed=seed,
             rollout="apprentice",
             apprentice_epsilon=epsilon,
@@ -107,17 +110,16 @@ async def _run(
 
 def simulate(
     seed: int,
-    params: dict[str, Any] | None = None,
+    system: tuple[str, dict[str, Any]] | None = None,
     baseline: str = "majority",
     epsilon: float = 0.2,
     n: int = 5000,
     min_decisions: int = 1000,
     check_every: int = 50,
 ) -> RolloutRun:
-    """One rollout of the learner C-OVA with ``params`` (default: the served default's) against
-    ``baseline`` ("majority" or "oracle"), until promoted or ``n`` decisions."""
-    params = GOOD if params is None else params
-    return asyncio.run(_run(seed, params, baseline, epsilon, n, min_decisions, check_every))
+    """One rollout of ``system`` (learner, params; default: the served default) against ``baseline``
+    ("majority" or "oracle"), until promoted or ``n`` decisions."""
+    return asyncio.run(_run(seed, system or GOOD, baseline, epsilon, n, min_decisions, check_every))
 
 
 @benches.register("rollout")
@@ -125,13 +127,15 @@ def bench_rollout(quick: bool) -> str:
     """Decisions until promotion and the reward in apprentice mode, over seeds, per setting."""
     seeds = range(3) if quick else range(10)
     n = 3000 if quick else 8000
-    settings = [("C-OVA epsilon=0.02 (default)", GOOD, "majority", eps) for eps in (0.1, 0.2, 0.3)] + [
+    default = f"{GOOD[0]} (the default)"
+    settings = [(default, GOOD, "majority", eps) for eps in (0.1, 0.2, 0.3)] + [
+        ("C-OVA epsilon=0.02 (the default before issue 50)", OLD, "majority", 0.2),
         ("C-OVA epsilon=1 (uniform)", UNIFORM, "majority", 0.2),
-        ("C-OVA epsilon=0.02 (default)", GOOD, "oracle", 0.2),
+        (default, GOOD, "oracle", 0.2),
     ]
     rows = []
-    for name, params, baseline, eps in settings:
-        runs = [simulate(s, params, baseline, eps, n) for s in seeds]
+    for name, system, baseline, eps in settings:
+        runs = [simulate(s, system, baseline, eps, n) for s in seeds]
         promoted = [r.promoted_at for r in runs if r.promoted_at is not None]
         until = f"{int(np.median(promoted)):,} ({min(promoted):,}-{max(promoted):,})" if promoted else "never"
         served = np.mean([r.served for r in runs])
