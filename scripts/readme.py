@@ -186,8 +186,8 @@ def sh(command: str, url: str, env: dict[str, str]) -> str:
 # What each learner's exploration is and when to pick it (the numbers come from the stored runs).
 LEARNERS = {
     "cova": (
-        "none (seed 004); the default adds a floor of epsilon / K",
-        "the default (with epsilon 0.02): small one-hot or hashed inputs",
+        "none (seed 004); `epsilon` adds a floor of epsilon / K",
+        "small one-hot or hashed inputs of strings and booleans (the default until issue 50)",
     ),
     "squarecb": (
         "inverse gap weighting, 1 / (K + gamma_t gap): fades as it learns",
@@ -195,7 +195,7 @@ LEARNERS = {
     ),
     "squarecb-sgd": (
         "inverse gap weighting over VW's SGD regression with hashed pairs (VW's `--squarecb -q ::`)",
-        "wide or hashed inputs whose pairs matter, where `squarecb`'s exact ridge does not fit",
+        "any input: numbers in their own units, strings, wide or hashed inputs; graded rewards as values",
     ),
     "regcb-sgd": (
         "uniform over the labels whose cost bounds overlap the best (VW's `--regcb -q ::`)",
@@ -233,11 +233,15 @@ def choosing_table() -> str:
     # the data sets where every learner of the table has runs (bench quality resumes across sessions)
     sets = [d for d in every if all(d in mean.get(s, {}) for s in LEARNERS)]
     best = {d: min(LEARNERS, key=lambda s: mean[s][d]) for d in sets}
+    from lab.bench.invariance import BOUND, largest_difference
+    from service.config import DEFAULT_LEARNER
+
+    scale = largest_difference()
     rows = [
         f"| learner | online error, mean of the {len(sets)} data sets | best of ours at defaults on | "
         "examples/s (median, one core) | state: car (d=21, K=4) | state: hashed 2^16, K=10 | "
-        "exploration | pick it for |",
-        "|---|---:|---|---:|---:|---:|---|---|",
+        "any feature scale | exploration | pick it for |",
+        "|---|---:|---|---:|---:|---:|---|---|---|",
     ]
     speeds = {
         n: float(np.median([r["T"] / r["seconds"] for r in runs if r["system"] == n])) for n in LEARNERS
@@ -247,6 +251,14 @@ def choosing_table() -> str:
         speed = speeds[name]
         if name == fastest:
             when += "; the fastest of the table"
+        if name == DEFAULT_LEARNER[0]:
+            when = "**the default** (no `learner` given): " + when
+        if name not in scale:
+            any_scale = "not measured"
+        elif scale[name] <= BOUND:
+            any_scale = f"yes ({scale[name]:.2f})"
+        else:
+            any_scale = f"no ({scale[name]:.1f}): scale its input"
         cls = learners.get(name)
         small = human(cls.state_nbytes(21, 4))
         try:
@@ -256,7 +268,8 @@ def choosing_table() -> str:
         won = ", ".join(d for d in sets if best[d] == name) or "none"
         err = 100 * float(np.mean([mean[name][d] for d in sets]))
         rows.append(
-            f"| `{name}` | {err:.1f} % | {won} | {speed:,.0f} | {small} | {hashed} | {explore} | {when} |"
+            f"| `{name}` | {err:.1f} % | {won} | {speed:,.0f} | {small} | {hashed} | {any_scale} | {explore} "
+            f"| {when} |"
         )
     missing = [d for d in every if d not in sets]
     lacking = (
@@ -267,10 +280,15 @@ def choosing_table() -> str:
     return "\n".join(rows) + (
         f"\n\nOnline error and speed: `bench quality`'s stored runs ({len(sets)} data sets, up to five "
         "shuffles, whole "
-        "streams, [docs/BENCHMARKS.md](docs/BENCHMARKS.md#quality-vs-vowpal-wabbit)), C-OVA there without "
-        "the default's floor. State: each learner's `state_nbytes`, what a new model of that shape "
+        "streams, [docs/BENCHMARKS.md](docs/BENCHMARKS.md#quality-vs-vowpal-wabbit)), each learner at its "
+        "own defaults (C-OVA without a floor). State: each learner's `state_nbytes`, what a new model of "
+        "that shape "
         "allocates (the tree boosters and AdaBoost.MH then grow as they learn, within bounds: "
-        "docs/ARCHITECTURE.md); the budget is 512 MiB per model (`CLICKBOOST_MAX_MODEL_BYTES`)." + lacking
+        "docs/ARCHITECTURE.md); the budget is 512 MiB per model (`CLICKBOOST_MAX_MODEL_BYTES`). Any "
+        "feature scale: `bench invariance` ([docs/BENCHMARKS.md]"
+        "(docs/BENCHMARKS.md#invariance-to-the-unit-of-a-feature)), the largest change of online error, "
+        "in points, on car, dna, nursery and digits when "
+        f"every column is multiplied by its own constant in [1e-3, 1e4] (yes: at most {BOUND})." + lacking
     )
 
 
