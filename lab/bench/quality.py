@@ -724,15 +724,15 @@ def default_table(results: list[Result], protocol: str, compared: list[System]) 
     main = default_margins(results, protocol, compared)
     rows, ahead, within = [], 0, 0
     for m in main:
-        se = "" if math.isnan(m.se) else f" ± {m.se:.1f}"
+        se = "" if math.isnan(m.se) else f" ± {m.se:.2f}"  # 2 decimals: synsep's margins are tenths
         if not m.lost and round(m.diff, 1) != 0:
             verdict, ahead = "ahead", ahead + 1
         elif not math.isnan(m.se) and abs(m.diff) <= m.se:
             verdict, within = "within one standard error", within + 1
         else:
             verdict = "behind"
-        ours, vw = f"{m.ours} {m.ours_mean:.1f}", f"{m.vw} {m.vw_mean:.1f}"
-        rows.append([m.dataset, _role(m.dataset), ours, vw, f"{m.diff:+.1f}{se}", m.n, verdict])
+        ours, vw = f"{m.ours} {m.ours_mean:.2f}", f"{m.vw} {m.vw_mean:.2f}"
+        rows.append([m.dataset, _role(m.dataset), ours, vw, f"{m.diff:+.2f}{se}", m.n, verdict])
     header = ["dataset", "role", "served label default", "best VW (defaults)", "default − VW", "seeds", ""]
     behind = len(main) - ahead - within
     return (
