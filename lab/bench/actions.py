@@ -72,7 +72,7 @@ from lab.bench.quality import code_digest, learner_files, mean_se
 from lab.bench.vw import vw_version
 from lab.runcache import cached, progress
 from lab.sim.catalog import CHURN_EVALUATION, STREAMS, Catalog, CatalogStream
-from lab.sim.datasets import load_dataset
+from lab.sim.datasets import Dataset, load_dataset
 from lab.sim.metrics import online_error
 from lab.sim.simulate import run_seeds
 from lab.sim.stream import ready
@@ -459,8 +459,13 @@ def catalog_tables(
 
 def _label_inputs(name: str) -> tuple[list, np.ndarray]:
     """Every row of data set ``name`` as an action input (its labels the candidates), and the labels."""
-    data = load_dataset(name)
-    f = ActionFeaturiser(BITS, max(1000, data.d), max(1000, data.n_labels))
+    return dataset_inputs(load_dataset(name))
+
+
+def dataset_inputs(data: Dataset, bits: int = BITS) -> tuple[list, np.ndarray]:
+    """Every row of ``data`` as an action input (its labels the candidates, the row's non-zero
+    columns the context as named numbers), and the labels."""
+    f = ActionFeaturiser(bits, max(1000, data.d), max(1000, data.n_labels))
     actions = [{"id": str(k), "features": {"label": str(k)}} for k in range(data.n_labels)]
     inputs = []
     for x in data.X:

@@ -27,13 +27,12 @@ from typing import Any
 import numpy as np
 
 from lab.bench import benches, report
-from lab.bench.actions import BITS, run_label_set
+from lab.bench.actions import BITS, dataset_inputs, run_label_set
 from lab.bench.quality import version as quality_version
 from lab.runcache import cached, lookup, progress
 from lab.sim.datasets import Dataset, load_dataset
 from lab.sim.metrics import online_error
 from lab.sim.simulate import run_seeds
-from service.actions import ActionFeaturiser
 from service.config import DEFAULT_ACTION_LEARNER, DEFAULT_LEARNER
 from service.learners.base import learners
 
@@ -61,16 +60,8 @@ def rescaled(data: Dataset, scale_seed: int | None) -> Dataset:
 
 
 def _action_inputs(data: Dataset) -> tuple[list, np.ndarray]:
-    """Every row of ``data`` as an action input, as :func:`lab.bench.actions._label_inputs` builds
-    it, from the (possibly rescaled) matrix given."""
-    f = ActionFeaturiser(BITS, max(1000, data.d), max(1000, data.n_labels))
-    actions = [{"id": str(k), "features": {"label": str(k)}} for k in range(data.n_labels)]
-    inputs = []
-    for x in data.X:
-        nz = np.flatnonzero(x)
-        a = f({f"f{j}": float(x[j]) for j in nz.tolist()}, actions)
-        inputs.append((a.ids, a.context, a.a_ptr, a.a_idx, a.a_val, a.bits))
-    return inputs, data.y
+    """Every row of ``data`` (possibly rescaled) as an action input, as ``bench actions`` poses it."""
+    return dataset_inputs(data, BITS)
 
 
 #: Every served learner at its defaults, for the README's "any feature scale" column: the label
