@@ -25,10 +25,23 @@ SERVICE = ROOT / "service"
 OWN = {"service", "lab", "clients", "tests"}
 
 
+#: Functions that import a module named by a string.
+IMPORTERS = {"import_module", "__import__", "find_spec", "import_string"}
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import statement and every string constant that names a lab module."""
+    """(line, module) of every import statement and every string constant that names a lab module:
+    a dotted ``lab.x`` anywhere, and ``lab`` itself where an importer takes it (the bare word is also
+    the command line's ``clickboost lab``, a command's name, not a module)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    imported: set[int] = set()  # ids of the constants an importer takes
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in IMPORTERS:
+                imported |= {id(a) for a in node.args}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -38,7 +51,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif (  # a module-name string, as importlib.import_module("lab...") would take
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
-            and (node.value == "lab" or node.value.startswith("lab."))
+            and (node.value.startswith("lab.") or (node.value == "lab" and id(node) in imported))
         ):
             found.append((node.lineno, node.value))
     return found
