@@ -10,11 +10,46 @@ can expect when a client misbehaves.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import pkgutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 from lab.bench import benches, report
+from lab.bench.http import _server
+
+#: The Personalizer scenarios' server: one label model, the default, behind an API key.
+KEY = "bench-key"
+LABELS = ["pasta", "bao", "hummus", "salad"]
+MODELS = f"""
+[models.grocery]
+hashing_bits = 16
+labels = {json.dumps(LABELS)}
+"""
+
+
+@contextlib.contextmanager
+def grocery_server(**extra: str) -> Iterator[tuple[str, int]]:
+    """``python -m service serve`` (memory store) whose default model is :data:`MODELS`' grocery,
+    with API key :data:`KEY` and the settings ``extra``; yields (url, pid)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        models = Path(tmp) / "models.toml"
+        models.write_text(MODELS)
+        settings = {
+            "CLICKBOOST_STORE": "memory",
+            "CLICKBOOST_CONFIG_FILE": str(models),
+            "CLICKBOOST_DEFAULT_MODEL": "grocery",
+            "CLICKBOOST_API_KEY": KEY,
+            **extra,
+        }
+        cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
+        with _server(cmd, settings) as up:
+            yield up
 
 
 def scenarios() -> list[ModuleType]:

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from lab.bench.http import _cpu_seconds, _server
+from lab.bench.failure_modes import KEY, grocery_server
+from lab.bench.http import _cpu_seconds
 
 TITLE = "Ranks of 10,000 candidate actions beside predicts (one server, memory store)"
 BEFORE = (
@@ -30,13 +28,6 @@ BEFORE = (
     "200 ms of parsing; two such senders pushed a concurrent predict's p99 to 489 ms"
 )
 
-KEY = "bench-key"
-LABELS = ["pasta", "bao", "hummus", "salad"]
-MODELS = f"""
-[models.grocery]
-hashing_bits = 16
-labels = {json.dumps(LABELS)}
-"""
 ACTIONS = 10_000
 SENDERS = 2
 START_TIMEOUT = 120.0  # seconds a sender process may take to start posting (imports, a loaded machine)
@@ -84,42 +75,32 @@ def _ms(latencies: list[float], q: float) -> str:
 def run(quick: bool) -> list[tuple[str, str]]:
     """Predicts alone, then beside the senders, 20 s each (5 with ``quick``): rows of what was measured."""
     seconds = 5.0 if quick else 20.0
-    with tempfile.TemporaryDirectory() as tmp:
-        models = Path(tmp) / "models.toml"
-        models.write_text(MODELS)
-        settings = {
-            "CLICKBOOST_STORE": "memory",
-            "CLICKBOOST_CONFIG_FILE": str(models),
-            "CLICKBOOST_DEFAULT_MODEL": "grocery",
-            "CLICKBOOST_API_KEY": KEY,
-        }
-        cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
-        with _server(cmd, settings) as (url, pid), httpx.Client(base_url=url, timeout=30) as client:
-            client.headers["X-API-Key"] = KEY
-            _predicts(client, 1.0)  # warm
-            alone, failed_alone = _predicts(client, seconds)
-            spawn = multiprocessing.get_context("spawn")
-            results, stop = spawn.Queue(), spawn.Event()
-            ready = [spawn.Event() for _ in range(SENDERS)]
-            senders = [spawn.Process(target=_send, args=(url, r, stop, results)) for r in ready]
+    with grocery_server() as (url, pid), httpx.Client(base_url=url, timeout=30) as client:
+        client.headers["X-API-Key"] = KEY
+        _predicts(client, 1.0)  # warm
+        alone, failed_alone = _predicts(client, seconds)
+        spawn = multiprocessing.get_context("spawn")
+        results, stop = spawn.Queue(), spawn.Event()
+        ready = [spawn.Event() for _ in range(SENDERS)]
+        senders = [spawn.Process(target=_send, args=(url, r, stop, results)) for r in ready]
+        for p in senders:
+            p.start()
+        try:
+            for r in ready:  # every sender posting before the clock starts
+                if not r.wait(timeout=START_TIMEOUT):
+                    raise RuntimeError("a sender did not start")
+            cpu = _cpu_seconds(pid)
+            beside, failed_beside = _predicts(client, seconds)
+            cpu_beside = _cpu_seconds(pid) - cpu
+            stop.set()
+            sent = [results.get(timeout=60) for _ in senders]
+        finally:
+            stop.set()
             for p in senders:
-                p.start()
-            try:
-                for r in ready:  # every sender posting before the clock starts
-                    if not r.wait(timeout=START_TIMEOUT):
-                        raise RuntimeError("a sender did not start")
-                cpu = _cpu_seconds(pid)
-                beside, failed_beside = _predicts(client, seconds)
-                cpu_beside = _cpu_seconds(pid) - cpu
-                stop.set()
-                sent = [results.get(timeout=60) for _ in senders]
-            finally:
-                stop.set()
-                for p in senders:
-                    p.join(timeout=30)
-                    if p.is_alive():
-                        p.kill()
-                        p.join()
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
     statuses: Counter[int] = Counter()
     rank_latencies: list[float] = []
     for counts, latencies in sent:

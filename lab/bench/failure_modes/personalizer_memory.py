@@ -14,15 +14,13 @@ value is new, and the server's resident memory (``VmRSS`` of its process) is rea
 from __future__ import annotations
 
 import json
-import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 
-from lab.bench.http import _server
+from lab.bench.failure_modes import KEY, LABELS, grocery_server
 from service.features import CACHE_BYTES, MAX_FEATURE_CHARS
 
 TITLE = "Unique long strings through the Personalizer rank (one server, memory store)"
@@ -31,13 +29,6 @@ BEFORE = (
     "only an API key: RSS 314 -> 1,003 MB in 19 s, never released"
 )
 
-KEY = "bench-key"
-LABELS = ["pasta", "bao", "hummus", "salad"]
-MODELS = f"""
-[models.grocery]
-hashing_bits = 16
-labels = {json.dumps(LABELS)}
-"""
 HUGE = 900 * 1024  # characters of the attack's one unique value per rank
 PER_RANK = 100  # unique values at the limit per served rank
 
@@ -72,39 +63,31 @@ def _counts(statuses: Counter[int]) -> str:
 def run(quick: bool) -> list[tuple[str, str]]:
     """800 attack ranks then 800 served ones (200 each with ``quick``): rows of what was measured."""
     n = 200 if quick else 800
-    with tempfile.TemporaryDirectory() as tmp:
-        models = Path(tmp) / "models.toml"
-        models.write_text(MODELS)
-        settings = {
-            "CLICKBOOST_STORE": "memory",
-            "CLICKBOOST_CONFIG_FILE": str(models),
-            "CLICKBOOST_DEFAULT_MODEL": "grocery",
-            "CLICKBOOST_API_KEY": KEY,
-            "CLICKBOOST_ADMIN_KEY": KEY + "-admin",
-        }
-        cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
-        with _server(cmd, settings) as (url, pid), httpx.Client(base_url=url, timeout=30) as client:
-            client.headers["Ocp-Apim-Subscription-Key"] = KEY
-            warm, _ = _post(client, [_rank(-1 - i, {"user": f"warm-{i}"}) for i in range(20)])
-            assert warm == {201: 20}, warm
-            start = _rss_mb(pid)
-            # one body a time: the client holds one 900 KB string, not n of them
-            attack: Counter[int] = Counter()
-            seconds = 0.0
-            for i in range(n):
-                got, took = _post(client, [_rank(i, {"note": f"{i:08d}" + "x" * (HUGE - 8)})])
-                attack += got
-                seconds += took
-            after_attack = _rss_mb(pid)
-            served: Counter[int] = Counter()
-            served_seconds = 0.0
-            for i in range(n):
-                pad = "y" * (MAX_FEATURE_CHARS - 12)
-                context = {f"f{k}": f"{i:06d}{k:06d}{pad}" for k in range(PER_RANK)}
-                got, took = _post(client, [_rank(n + i, context)])
-                served += got
-                served_seconds += took
-            after_served = _rss_mb(pid)
+    with (
+        grocery_server(CLICKBOOST_ADMIN_KEY=KEY + "-admin") as (url, pid),
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        client.headers["Ocp-Apim-Subscription-Key"] = KEY
+        warm, _ = _post(client, [_rank(-1 - i, {"user": f"warm-{i}"}) for i in range(20)])
+        assert warm == {201: 20}, warm
+        start = _rss_mb(pid)
+        # one body a time: the client holds one 900 KB string, not n of them
+        attack: Counter[int] = Counter()
+        seconds = 0.0
+        for i in range(n):
+            got, took = _post(client, [_rank(i, {"note": f"{i:08d}" + "x" * (HUGE - 8)})])
+            attack += got
+            seconds += took
+        after_attack = _rss_mb(pid)
+        served: Counter[int] = Counter()
+        served_seconds = 0.0
+        for i in range(n):
+            pad = "y" * (MAX_FEATURE_CHARS - 12)
+            context = {f"f{k}": f"{i:06d}{k:06d}{pad}" for k in range(PER_RANK)}
+            got, took = _post(client, [_rank(n + i, context)])
+            served += got
+            served_seconds += took
+        after_served = _rss_mb(pid)
     new_mb = n * PER_RANK * MAX_FEATURE_CHARS / 1e6
     return [
         ("server RSS after start (and 20 ranks)", f"{start:,.0f} MB"),
