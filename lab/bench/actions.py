@@ -476,13 +476,20 @@ def dataset_inputs(data: Dataset, bits: int = BITS) -> tuple[list, np.ndarray]:
 
 
 def run_label_set(
-    learner: str, params: dict[str, Any], seed: int, limit: int | None, inputs: list, y: np.ndarray
+    learner: str,
+    params: dict[str, Any],
+    seed: int,
+    limit: int | None,
+    inputs: list,
+    y: np.ndarray,
+    bits: int = BITS,
 ) -> dict:
     """Online error of our action learner on a data set posed as an action problem (``inputs``,
-    ``y``: :func:`_label_inputs`; the shuffle of ``seed``, as :meth:`Dataset.stream`), its seconds
-    and the share of events whose rows held context pairs (:meth:`ActionInput.pairs`)."""
+    ``y``: :func:`dataset_inputs` at the same ``bits``; the shuffle of ``seed``, as
+    :meth:`Dataset.stream`), its seconds and the share of events whose rows held context pairs
+    (:meth:`ActionInput.pairs`)."""
     order = np.random.default_rng(seed).permutation(len(inputs))[:limit]
-    model = make_learner(learner, 1 << BITS, 1, params, seed=seed)
+    model = make_learner(learner, 1 << bits, 1, params, seed=seed)
     ids = DecisionIds.for_seed(seed)
     correct = np.empty(order.size, dtype=bool)
     pairs, block = getattr(model.params, "context_pairs", 0), getattr(model.params, "context_block", True)

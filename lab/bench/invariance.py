@@ -12,8 +12,11 @@ Systems: the served label default (:data:`service.config.DEFAULT_LEARNER`) and t
 default (:data:`service.config.DEFAULT_ACTION_LEARNER`, each data set posed as an action problem:
 the labels are the candidates, the context the row's non-zero columns as named numbers, as ``bench
 actions`` poses them), beside the label default before issue 50 (C-OVA with the floor 0.02), which
-is not invariant. Runs are stored in ``docs/repro/invariance-runs.jsonl`` (resumable), keyed by the
-learner's sources.
+is not invariant. The action default runs at ``hashing_bits`` 18 (:data:`lab.bench.actions.BITS`,
+VW's ``-b`` default) and, as a diagnosis, at :data:`WIDE_BITS`: a learner normalised per column is
+invariant per column, and two features of different units hashed into one column share its
+normalisation, so collisions (rarer with more bits) are what can still move the error. Runs are
+stored in ``docs/repro/invariance-runs.jsonl`` (resumable), keyed by the learner's sources.
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ def rescaled(data: Dataset, scale_seed: int | None) -> Dataset:
     return dataclasses.replace(data, X=data.X * scales(data.d, scale_seed))
 
 
-def _action_inputs(data: Dataset) -> tuple[list, np.ndarray]:
+def _action_inputs(data: Dataset, bits: int = BITS) -> tuple[list, np.ndarray]:
     """Every row of ``data`` (possibly rescaled) as an action input, as ``bench actions`` poses it."""
-    return dataset_inputs(data, BITS)
+    return dataset_inputs(data, bits)
 
 
 #: Every served learner at its defaults, for the README's "any feature scale" column: the label
@@ -73,11 +76,20 @@ LABEL_LEARNERS = (
 ACTION_LEARNERS = ("cova-adf", "squarecb-adf")
 
 
-def _systems() -> list[tuple[str, str, str, dict[str, Any]]]:
-    """The served defaults (label, kind, learner, params): kind ``label`` or ``action``."""
+#: ``hashing_bits`` of the action rows beside :data:`BITS` (VW's ``-b`` default, what ``bench
+#: actions`` uses): at 2**18 columns two of dna's crossed features share a column, and a shared
+#: column's normalisation sees both features' scales; the row at 2**20 shows the learner's own
+#: invariance once they no longer collide.
+WIDE_BITS = 20
+
+
+def _systems() -> list[tuple[str, str, str, dict[str, Any], int]]:
+    """The served defaults (label, kind, learner, params, hashing bits of action rows): kind
+    ``label`` or ``action``."""
     return [
-        ("label default", "label", *DEFAULT_LEARNER),
-        ("action default (data set as actions)", "action", *DEFAULT_ACTION_LEARNER),
+        ("label default", "label", *DEFAULT_LEARNER, BITS),
+        ("action default (data set as actions)", "action", *DEFAULT_ACTION_LEARNER, BITS),
+        (f"action default, hashing_bits {WIDE_BITS}", "action", *DEFAULT_ACTION_LEARNER, WIDE_BITS),
     ]
 
 
@@ -109,14 +121,16 @@ def run_one(
     scale_seed: int | None,
     seed: int,
     limit: int | None,
+    bits: int = BITS,
 ) -> float:
-    """Online error of one system on one shuffle of one copy of data set ``name``."""
+    """Online error of one system on one shuffle of one copy of data set ``name`` (``bits``: the
+    action rows' hashing bits)."""
     data = rescaled(load_dataset(name), scale_seed)
     if kind == "label":
         runs = run_seeds(learner, params, data, [seed], limit=limit)
         return float(online_error(runs.correct[0]))
-    inputs, y = _action_inputs(data)
-    return float(run_label_set(learner, params, seed, limit, inputs, y)["error"])
+    inputs, y = _action_inputs(data, bits)
+    return float(run_label_set(learner, params, seed, limit, inputs, y, bits)["error"])
 
 
 def _cell(
@@ -129,11 +143,11 @@ def _cell(
     seed: int,
     limit,
     lookup_only: bool = False,
+    bits: int = BITS,
 ) -> float:
-    key = json.dumps(
-        [kind, learner, params, name, scale_seed, list(LOG10_RANGE), seed, limit, _version(learner)],
-        sort_keys=True,
-    )
+    parts = [kind, learner, params, name, scale_seed, list(LOG10_RANGE), seed, limit, _version(learner)]
+    # Runs at the default bits keep the key they were stored under.
+    key = json.dumps(parts if bits == BITS else [*parts, bits], sort_keys=True)
 
     if store is not None and lookup_only:
         got = lookup(store, key)
@@ -142,8 +156,10 @@ def _cell(
         return float(got["error"])
 
     def compute() -> dict[str, Any]:
-        error = run_one(kind, learner, params, name, scale_seed, seed, limit)
-        progress(f"invariance {kind} {learner} {name} scale={scale_seed} seed={seed}: {100 * error:.2f}")
+        error = run_one(kind, learner, params, name, scale_seed, seed, limit, bits)
+        progress(
+            f"invariance {kind} {learner} b={bits} {name} scale={scale_seed} seed={seed}: {100 * error:.2f}"
+        )
         return {"error": error}
 
     return float(cached(store, key, compute)["error"])
@@ -159,6 +175,7 @@ def _differences(
     copies,
     limit,
     lookup_only=False,
+    bits: int = BITS,
 ) -> tuple[float, list[float]]:
     """The published mean over ``shuffles`` and each rescaled copy's mean minus it (``lookup_only``:
     from stored runs only, :class:`_NotStored` if one is missing)."""
@@ -166,7 +183,10 @@ def _differences(
     def mean(copy: int | None) -> float:
         return float(
             np.mean(
-                [_cell(store, kind, learner, params, name, copy, s, limit, lookup_only) for s in shuffles]
+                [
+                    _cell(store, kind, learner, params, name, copy, s, limit, lookup_only, bits)
+                    for s in shuffles
+                ]
             )
         )
 
@@ -199,9 +219,11 @@ def bench_invariance(quick: bool) -> str:
     limit, shuffles, copies = (400, SHUFFLES[:1], SCALE_SEEDS[:1]) if quick else (None, SHUFFLES, SCALE_SEEDS)
     store = None if quick else STORE
     rows, worst = [], {}
-    for label, kind, learner, params in _systems():
+    for label, kind, learner, params, bits in _systems():
         for name in TUNING:
-            published, diffs = _differences(store, kind, learner, params, name, shuffles, copies, limit)
+            published, diffs = _differences(
+                store, kind, learner, params, name, shuffles, copies, limit, bits=bits
+            )
             largest = max(diffs, key=abs)
             worst[label] = max(worst.get(label, 0.0), abs(largest))
             rows.append(
@@ -245,7 +267,10 @@ def bench_invariance(quick: bool) -> str:
         f"published and rescaled: every column multiplied by its own 10^u, u uniform in [-3, 4], one draw "
         f"per scale seed ({', '.join(map(str, copies))}). The difference is a rescaled copy's mean over "
         f"the shuffles minus the published mean, in points; issue 50 bounds it by {BOUND} for the served "
-        "defaults. The module's docstring (lab/bench/invariance.py) describes the protocol.\n\n"
+        "defaults. The module's docstring (lab/bench/invariance.py) describes the protocol. The action "
+        f"rows hash into 2^{BITS} columns (VW's default) and, to show what a collision does, 2^{WIDE_BITS}: "
+        "the learner is normalised per column, so two features of different units that share a column "
+        "share its normalisation.\n\n"
         f"### The served defaults\n\n{table}\n\n{verdicts}\n\n"
         "### Every learner at its defaults\n\n"
         "The largest difference over the four data sets and the copies (action learners: the data sets "
