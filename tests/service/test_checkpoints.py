@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import numpy as np
 import pytest
 
-import service.runtime
+import service.runtime.checkpoints
 from service.config import ModelSpec, Settings
 from service.runtime import INLINE_CHECKPOINT_BYTES, ModelRuntime, Runtime
 from service.serial import MAGIC_SPARSE, State, checksum, decode, encode, encode_sparse
@@ -59,7 +59,7 @@ def encodes(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
         time.sleep(ENCODE_SECONDS)
         return encode_sparse(state)
 
-    monkeypatch.setattr(service.runtime, "encode_sparse", slow)
+    monkeypatch.setattr(service.runtime.checkpoints, "encode_sparse", slow)
     return threads
 
 
@@ -77,8 +77,8 @@ async def traffic(runtime: Runtime, n: int, seed: int, wait: bool = True) -> Non
 
 async def in_flight(runtime: Runtime) -> None:
     """Until the checkpoints in flight are done."""
-    if runtime._checkpoints:
-        await asyncio.wait(list(runtime._checkpoints.values()))
+    if runtime.checkpoints.in_flight:
+        await asyncio.wait(list(runtime.checkpoints.in_flight.values()))
 
 
 async def test_a_big_checkpoint_is_encoded_in_a_thread_while_decisions_go_on(
@@ -91,7 +91,7 @@ async def test_a_big_checkpoint_is_encoded_in_a_thread_while_decisions_go_on(
     await traffic(r, 20, seed=0)  # event 20 starts the checkpoint, and that round returns at once
     t0 = time.monotonic()
     await traffic(r, 30, seed=1, wait=False)  # the loop answers meanwhile
-    assert time.monotonic() - t0 < ENCODE_SECONDS / 2 and "h" in r._checkpoints
+    assert time.monotonic() - t0 < ENCODE_SECONDS / 2 and "h" in r.checkpoints.in_flight
     assert m.position == 20 and m.frozen is not None  # nothing is applied to the arrays being encoded
     events = await r.store.read_log("h", after=0)
     assert [e.position for e in events] == list(range(1, 51))  # not trimmed before it is stored
@@ -117,10 +117,10 @@ async def test_stop_waits_for_the_checkpoint_in_flight(start: Start, encodes: li
     r = await start(checkpoint_every=20, checkpoint_interval_seconds=3600)
     await r.create_model("h", SPEC)
     await traffic(r, 20, seed=0)
-    assert "h" in r._checkpoints
+    assert "h" in r.checkpoints.in_flight
     await r.stop()
     cp = await r.store.get_checkpoint("h")
-    assert cp is not None and cp.position == 20 and not r._checkpoints
+    assert cp is not None and cp.position == 20 and not r.checkpoints.in_flight
 
 
 async def test_a_model_re_created_meanwhile_does_not_get_the_old_ones_checkpoint(
@@ -129,7 +129,7 @@ async def test_a_model_re_created_meanwhile_does_not_get_the_old_ones_checkpoint
     r = await start(checkpoint_every=20, checkpoint_interval_seconds=3600)
     await r.create_model("h", SPEC)
     await traffic(r, 20, seed=0)
-    assert "h" in r._checkpoints
+    assert "h" in r.checkpoints.in_flight
     await r.delete_model("h")
     await r.create_model("h", SPEC)
     await in_flight(r)

@@ -210,7 +210,7 @@ async def test_decisions_of_a_day_ago_are_exportable_after_10000_checkpoints(sto
             clock.t += 1.0
             await runtime.sweep()  # the retention runs in every sweep
     assert runtime.checkpoints_written >= 10_000
-    # trimmed up to the last checkpoint, whose own event stays (Runtime._checkpoint)
+    # trimmed up to the last checkpoint, whose own event stays (Checkpoints._write)
     cp = await store.get_checkpoint("m")
     assert cp is not None and [e.position for e in await store.read_log("m", after=0)] == [cp.position]
     await runtime.sweep()

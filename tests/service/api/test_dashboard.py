@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-import service.runtime
+import service.runtime.reports
 from service.store import ACTIVITY_MINUTES
 from tests.service.api.conftest import app_client, make_app, uvicorn_server
 
@@ -143,7 +143,7 @@ async def test_the_cumulative_click_rate_is_the_history_s_own(monkeypatch: pytes
     runtime's next flush (about a second later), so answers are nearly always counted in one and not
     yet in the other. Mixing the two drew the difference as a click rate (75-100 %) in every minute
     before the model's first decision. Here the report loop is held off, so that moment lasts."""
-    monkeypatch.setattr(service.runtime, "ACTIVITY_FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(service.runtime.reports, "ACTIVITY_FLUSH_SECONDS", 3600.0)
     app = make_app()
     async with app_client(app) as client:
         assert (await client.put("/models/m", json=SPEC)).status_code == 201

@@ -86,7 +86,7 @@ async def test_a_model_that_cannot_apply_its_log_fails_alone() -> None:
         runtime = app.state.runtime
         # a corrupted log entry, as a store could hold: an import whose state is not a state
         await runtime.store.append("bad", Event(0, "import", at=time.time(), state=b"not a state"))
-        runtime._wake.set()
+        runtime.shared.wake.set()
         await _wait_for(lambda: runtime.models["bad"].failure is not None)
         info = (await client.get("/models/bad")).json()
         assert info["version"] == 0 and "event 1 cannot be applied" in info["failure"]

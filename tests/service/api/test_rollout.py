@@ -129,7 +129,7 @@ async def test_a_restart_from_a_checkpoint_keeps_the_mode_and_the_evidence() -> 
 
 async def test_after_an_automatic_promotion_the_config_and_the_rollout_say_online() -> None:
     """Issue 51, item 9: ``config.rollout`` said apprentice while ``rollout.mode`` said online. The
-    promotion is the sweep's (``Runtime._promote``, called when the evidence is due); the stored
+    promotion is the sweep's (``Sweeper.promote``, called when the evidence is due); the stored
     spec keeps the mode the log is replayed from."""
     spec = {**SPEC, "rollout": "apprentice", "promote": "auto"}
     async with app_client(keyed(sweep_interval_seconds=3600)) as c:
@@ -137,7 +137,7 @@ async def test_after_an_automatic_promotion_the_config_and_the_rollout_say_onlin
         before = (await c.get("/models/m", headers=ADMIN)).json()
         assert before["config"]["rollout"] == before["rollout"]["mode"] == "apprentice"
         runtime = c._transport.app.state.runtime  # type: ignore[attr-defined]
-        await runtime._promote(runtime.models["m"])
+        await runtime.sweeper.promote(runtime.models["m"])
         after = (await c.get("/models/m", headers=ADMIN)).json()
         assert after["rollout"]["changed"]["reason"] == "auto", after["rollout"]
         assert after["config"]["rollout"] == after["rollout"]["mode"] == "online", after

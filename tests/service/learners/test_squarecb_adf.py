@@ -167,7 +167,7 @@ def test_the_action_default_learns_the_same_whatever_the_features_units(scale_se
 
 def test_the_action_default_learns_graded_rewards_as_values() -> None:
     """Issue 50: the runtime hands a graded reward to a learner that declares ``graded`` as it is
-    (service.runtime's ``_reward``), and draws no Bernoulli coin: the served action default does."""
+    (``ModelRuntime._reward``), and draws no Bernoulli coin: the served action default does."""
     assert learners.get(DEFAULT_ACTION_LEARNER[0]).graded
 
 

@@ -81,7 +81,7 @@ async def test_one_lease_holder_checkpoints_every_n_and_a_new_replica_starts_fro
     # every 10 events or more: a follower applies what one read brings, and checkpoints at the end
     # of the batch that reached 10 since the last one (60 when each read brought one event)
     assert cp is not None and 65 - 10 < cp.position <= 65
-    # trimmed up to the checkpoint, whose own event stays (Runtime._checkpoint says why)
+    # trimmed up to the checkpoint, whose own event stays (Checkpoints._write says why)
     tail = list(range(cp.position, 66))
     assert [e.position for e in await store.read_log("cp", after=0)] == tail
     r3 = await replicas(checkpoint_every=10, checkpoint_interval_seconds=3600)
@@ -173,7 +173,7 @@ async def test_checkpoints_are_validated_on_load_and_never_unpickled(replicas: S
         # the replica starts (its other models are served); this one is refused and reported
         r = await replicas()
         assert "cp" not in r.models
-        assert "StateFormatError" in r._load_failures["cp"].reason
+        assert "StateFormatError" in r.registry.load_failures["cp"].reason
         with pytest.raises(ModelUnavailableError, match="cannot be loaded on this replica"):
             r.get("cp")
     assert not sentinel.exists()
