@@ -34,8 +34,9 @@ click; graded: 0), since the user has seen it. The page's reward is the sum of i
 **Rounds.** A user drawn uniformly, then ``n_t`` candidates, ``n_t`` uniform in ``[min_candidates,
 max_candidates]`` (5 to 20), drawn without replacement from the items, in random order.
 
-The tuning and evaluation variants (:data:`TUNING`, :data:`EVALUATION`) differ in generator seeds
-and sizes; only the tuning one is used to choose settings.
+The tuning and evaluation variants (:data:`TUNING`, :data:`EVALUATION`, and graded:
+:data:`GRADED_TUNING`, :data:`GRADED_EVALUATION`) differ in generator seeds and sizes; only the
+tuning ones are used to choose settings.
 """
 
 from __future__ import annotations
@@ -44,7 +45,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EVALUATION", "POSITIONS", "TUNING", "PageStream", "Pages"]
+__all__ = [
+    "EVALUATION",
+    "GRADED_EVALUATION",
+    "GRADED_TUNING",
+    "POSITIONS",
+    "STREAMS",
+    "TUNING",
+    "PageStream",
+    "Pages",
+]
 
 SEGMENTS = 4
 #: The slots' positions, in page order.
@@ -112,6 +122,10 @@ class Pages:
 
 TUNING = Pages("pages (tuning)", True, 21_000, 5_000, n_users=300, n_items=150)
 EVALUATION = Pages("pages", False, 22_000, 10_000, n_users=1000, n_items=300)
+GRADED_TUNING = Pages("pages, graded (tuning)", True, 23_000, 5_000, n_users=300, n_items=150, graded=True)
+GRADED_EVALUATION = Pages("pages, graded", False, 24_000, 10_000, n_users=1000, n_items=300, graded=True)
+#: Every kind of page stream as (tuning variant, evaluation variant).
+STREAMS: tuple[tuple[Pages, Pages], ...] = ((TUNING, EVALUATION), (GRADED_TUNING, GRADED_EVALUATION))
 
 
 class PageStream:
