@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from service.actions import ActionFeaturiser, ActionInput, unpack_actions
+from service.actions import MAX_ROW_ENTRIES, ActionFeaturiser, ActionInput, unpack_actions
 from service.features import CACHE_BYTES, FeatureError, FeatureValue, Featuriser, SparseVector
 from service.kernels import merge_buckets
 
-__all__ = ["MAX_SLOTS", "SLOT_TAG", "PageFeaturiser", "PageInput", "slot_buckets"]
+__all__ = ["MAX_SLOTS", "SLOT_TAG", "PageFeaturiser", "PageInput", "page_entries", "slot_buckets"]
 
 #: Most slots a page may have (Personalizer's multi-slot rank takes up to 50 actions; pages have few slots).
 MAX_SLOTS = 50
@@ -152,6 +152,13 @@ class PageFeaturiser:
             assert isinstance(v, SparseVector)
             moved, val = merge_buckets(slot_buckets(v.idx, self.hashing_bits), v.val)
             vectors.append(SparseVector(moved, val, v.dim))
+        entries = page_entries(x, vectors)
+        if entries > MAX_ROW_ENTRIES:
+            raise FeatureError(
+                f"slots: {n_slots} slots over {x.n} candidates with {x.context.nnz} context features make "
+                f"{entries:,} interaction entries, at most {MAX_ROW_ENTRIES:,} per request (send fewer "
+                "slots, candidates or features)"
+            )
         return PageInput(x, vectors, ids)
 
     def pack(self, page: PageInput) -> np.ndarray:
@@ -170,6 +177,16 @@ class PageFeaturiser:
     def unpack(self, stored: np.ndarray) -> PageInput:
         """Inverse of :meth:`pack`: the page ``decide`` saw, bit for bit."""
         return unpack_page(stored, self.hashing_bits)
+
+
+def page_entries(x: ActionInput, slots: list[SparseVector]) -> int:
+    """At most how many row entries the page's slot inputs build in all (the rows of each distinct
+    slot input once; :func:`service.actions.action_rows` builds ``(nc + 1)(na + 1)`` per candidate,
+    merging can only lower it): one request's bound, :data:`service.actions.MAX_ROW_ENTRIES`,
+    holds for a whole page, so a learner's per-event budget holds for a page's decision."""
+    per_context = int(np.sum(np.diff(x.a_ptr) + 1))
+    distinct = {(v.idx.tobytes(), v.val.tobytes()): v.nnz for v in slots}
+    return sum((x.context.nnz + nnz + 1) * per_context for nnz in distinct.values())
 
 
 def unpack_page(stored: np.ndarray, bits: int) -> PageInput:

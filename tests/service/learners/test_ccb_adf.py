@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from lab.sim.pages import Pages, PageStream
-from service.actions import ActionFeaturiser
+from service.actions import MAX_ROW_ENTRIES, ActionFeaturiser
 from service.features import FeatureError
 from service.learners.base import learner_from_state, learners, make_learner
 from service.learners.ccb_adf import CCB, PageDecision
 from service.sampling import DecisionIds, decision_rng
 from service.serial import decode, encode
-from service.slots import PageFeaturiser, PageInput, slot_buckets
+from service.slots import PageFeaturiser, PageInput, page_entries, slot_buckets
 from tests.service.learners.exact_draws import assert_honest, exact_draws
 
 BITS = 12
@@ -274,6 +274,15 @@ def test_fewer_candidates_than_slots_is_a_clear_error() -> None:
         ccb.decide(page, np.random.default_rng(0), [only_a, only_a])
     with pytest.raises(FeatureError, match=r"slots\.1\.id: 'hero' is given twice"):
         f({"u": "x"}, [*actions, {"id": "c"}], [{"id": "hero"}, {"id": "hero"}])
+    # a page's rows in all stay within one request's bound (distinct slot inputs counted once)
+    context = {f"f{j}": f"v{j}" for j in range(30)}
+    many = [{"id": f"a{a}", "features": {f"g{j}": f"w{j}" for j in range(40)}} for a in range(100)]
+    one = f(context, many, [{"id": "s"}])
+    assert page_entries(one.actions, one.slots) == 31 * 41 * 100 < MAX_ROW_ENTRIES
+    same = f(context, many, [{"id": f"s{s}"} for s in range(10)])  # no slot features: one input
+    assert page_entries(same.actions, same.slots) == 31 * 41 * 100
+    with pytest.raises(FeatureError, match=r"slots: 3 slots over 100 candidates .* at most 200,000"):
+        f(context, many, [{"id": p, "features": {"position": p}} for p in ("a", "b", "c")])
 
 
 def test_slot_features_have_their_own_namespace_and_cross_the_actions() -> None:
