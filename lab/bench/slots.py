@@ -27,8 +27,10 @@ uniform per slot and round).
   stream's seed) and every slot labelled with its action, cost ``1 - reward`` and probability.
 
 **Defaults**: ours runs ``squarecb-adf`` at the defaults ``bench actions`` chose on its tuning
-catalog streams; nothing is chosen on these pages' evaluation seeds (the tuning table shows the same
-systems on the tuning streams).
+catalog streams; nothing is chosen on these pages' evaluation seeds. The tuning streams show the same
+systems and ours with ``gamma_scale`` swept (:data:`GAMMAS`): whether pages would want another
+setting (the reduction has none of its own, and the learner's defaults serve single-slot requests
+too).
 
 Runs are stored as they finish in :data:`STORE` (:mod:`lab.runcache`, keyed by the stream, seed,
 system and a fingerprint of the code they ran), so the command resumes; ``--quick`` runs short
@@ -68,6 +70,9 @@ TUNE_SEEDS = 2
 VW_EXPLORERS: dict[str, str] = {"squarecb": "--squarecb", "epsilon": "--epsilon 0.05"}
 VW_Q = "-q ua -q sa"
 OURS = "ours"
+#: SquareCB-ADF's ``gamma_scale`` tried under the reduction on the page tuning streams only (its
+#: default, 300, was chosen on ``bench actions``' tuning catalog streams): whether pages want another.
+GAMMAS = (100.0, 300.0, 1000.0, 3000.0)
 INDEPENDENT = "independent"
 #: The systems in table order: name -> row label.
 SYSTEMS: dict[str, str] = {
@@ -103,17 +108,18 @@ def _score(stream: PageStream, rewards: np.ndarray, repeats: int, seconds: float
     }
 
 
-def _learner(seed: int) -> Any:
-    name, params = DEFAULT_ACTION_LEARNER
-    model = make_learner(name, 1 << BITS, 1, params, seed=seed)
+def _learner(seed: int, params: dict[str, Any] | None = None) -> Any:
+    """The served action default, at its defaults or with ``params``."""
+    name, defaults = DEFAULT_ACTION_LEARNER
+    model = make_learner(name, 1 << BITS, 1, defaults if params is None else params, seed=seed)
     ready(model)  # kernels loaded before the clock
     return model
 
 
-def run_ours(stream: PageStream, seed: int) -> dict[str, Any]:
-    """The CCB reduction over the default action learner: one decision per page."""
+def run_ours(stream: PageStream, seed: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The CCB reduction over the default action learner (with ``params``): one decision per page."""
     f = PageFeaturiser(BITS, 1000, 1000)
-    ccb = CCB(_learner(seed))
+    ccb = CCB(_learner(seed, params))
     ids = DecisionIds.for_seed(seed)
     rewards = np.empty((stream.rounds, stream.n_slots))
     start = time.perf_counter()
@@ -183,20 +189,24 @@ def run_vw(args: str, stream: PageStream, seed: int) -> dict[str, Any]:
     return _score(stream, rewards, 0, seconds)
 
 
-def _run(store: Path | None, pages: Pages, rounds: int, seed: int, system: str) -> dict[str, Any]:
-    """A stored run (computed and stored if missing) of ``system`` (a key of :data:`SYSTEMS`)."""
-    key = json.dumps(["slots", pages.name, rounds, seed, system, _version(system)], sort_keys=True)
+def _run(
+    store: Path | None, pages: Pages, rounds: int, seed: int, system: str, params: dict | None = None
+) -> dict[str, Any]:
+    """A stored run (computed and stored if missing) of ``system`` (a key of :data:`SYSTEMS`; ours
+    with the learner's ``params`` if given: the tuning sweep)."""
+    named = [system] if params is None else [system, params]
+    key = json.dumps(["slots", pages.name, rounds, seed, *named, _version(system)], sort_keys=True)
 
     def compute() -> dict[str, Any]:
         stream = pages.stream(seed, rounds)
         if system == OURS:
-            got = run_ours(stream, seed)
+            got = run_ours(stream, seed, params)
         elif system == INDEPENDENT:
             got = run_independent(stream, seed)
         else:
             got = run_vw(f"{VW_EXPLORERS[system.removeprefix('vw ')]} {VW_Q}", stream, seed)
         slots = " ".join(f"{100 * r:.2f}" for r in got["slots"])
-        progress(f"{pages.name} seed {seed} {system}: slots {slots}, page {got['page']:.4f}")
+        progress(f"{pages.name} seed {seed} {system} {params or ''}: slots {slots}, page {got['page']:.4f}")
         return got
 
     return cached(store, key, compute)
@@ -258,6 +268,7 @@ def bench_slots(quick: bool, log: Callable[[str], None] = progress) -> str:
     rounds, seeds, tune_seeds = (600, 2, 1) if quick else (None, SEEDS, TUNE_SEEDS)
     sections, verdicts = [], []
     tuning_tables = []
+    sweep: dict[float, list[float]] = {}
     for tuning, evaluation in STREAMS:
         log(f"{evaluation.name}")
         n_slots = evaluation.slots
@@ -281,6 +292,12 @@ def bench_slots(quick: bool, log: Callable[[str], None] = progress) -> str:
             for system in SYSTEMS
         }
         tuning_tables.append(f"#### {tuning.name}\n\n{results_table(tune, tuning.slots)}")
+        for gamma in GAMMAS:
+            params = None if gamma == _default_gamma() else {"gamma_scale": gamma}  # None: the runs above
+            sweep[gamma] = sweep.get(gamma, []) + [
+                _run(store, tuning, rounds or tuning.rounds, s, OURS, params)["page"]
+                for s in range(tune_seeds)
+            ]
     command = "python -m service lab bench slots" + (" --quick" if quick else "")
     size = f" `--quick`: {rounds} pages per stream, {seeds} seeds." if quick else ""
     body = "\n\n".join(sections)
@@ -298,8 +315,24 @@ def bench_slots(quick: bool, log: Callable[[str], None] = progress) -> str:
         "### Must show\n\n" + "\n".join(verdicts) + f"\n\n{body}\n\n"
         f"### Tuning streams ({tune_seeds} seed{'s' if tune_seeds > 1 else ''} each)\n\n"
         "Other generator seeds and sizes than the evaluation streams'; the same systems at their "
-        "defaults.\n\n" + "\n\n".join(tuning_tables) + "\n"
+        "defaults.\n\n" + "\n\n".join(tuning_tables) + "\n\n"
+        f"Ours with `{DEFAULT_ACTION_LEARNER[0]}`'s `gamma_scale` swept (the tuning streams only; "
+        f"mean reward per page over both and {tune_seeds} seed{'s' if tune_seeds > 1 else ''}):\n\n"
+        f"{gamma_table(sweep)}\n"
     )
+
+
+def _default_gamma() -> float:
+    return make_learner(DEFAULT_ACTION_LEARNER[0], 1, 1, DEFAULT_ACTION_LEARNER[1]).params.gamma_scale
+
+
+def gamma_table(sweep: dict[float, list[float]]) -> str:
+    """The sweep's mean reward per page per ``gamma_scale``, the default's row marked."""
+    rows = [
+        [f"{g:g}" + (" (default)" if g == _default_gamma() else ""), f"{np.mean(v):.4f}"]
+        for g, v in sweep.items()
+    ]
+    return report.table(["gamma_scale", "reward per page"], rows)
 
 
 benches.register("slots")(bench_slots)

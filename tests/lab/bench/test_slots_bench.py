@@ -59,10 +59,11 @@ def test_the_quick_report_has_the_must_show_lines_and_resumes(
     monkeypatch.setattr(slots, "STREAMS", small)
     markdown = benches.get("slots")(True)
     assert "### Must show" in markdown and markdown.count("ahead of the independent slots on the page") == 2
-    assert "vw --ccb_explore_adf --squarecb -q ua -q sa" in markdown
+    assert "vw --ccb_explore_adf --squarecb -q ua -q sa" in markdown and "| 300 (default) |" in markdown
     store = tmp_path / "bench" / "slots-runs.jsonl"
     stored = store.read_text().count("\n")
-    assert stored == 2 * 4 * (2 + 1)  # two kinds of stream, four systems, two seeds plus one tuning seed
+    # two kinds of stream: four systems on two seeds and one tuning seed, and three more gamma_scale
+    assert stored == 2 * (4 * (2 + 1) + 3)
     monkeypatch.setattr(slots, "run_vw", None)  # every run is stored: nothing runs again
     assert (
         benches.get("slots")(True).split("Machine:")[1].split("\n", 1)[1]
