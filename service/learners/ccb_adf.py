@@ -106,6 +106,15 @@ class CCB:
         An action learner (``learner.actions``), e.g. ``make_learner("squarecb-adf", 2**b, 1)``, the
         served default of action models.
 
+    References
+    ----------
+    Vowpal Wabbit's ``--ccb_explore_adf``: ``vowpalwabbit/core/src/reductions/
+    conditional_contextual_bandit.cc`` (``learn_or_predict``, ``build_cb_example``,
+    ``inject_slot_features``) and its wiki page "Conditional Contextual Bandit"; it has no paper of
+    its own. The default action learner: D. Foster, A. Rakhlin, Beyond UCB: optimal and efficient
+    contextual bandits with regression oracles, ICML 2020. The per-slot estimate is inverse
+    propensity scoring (D. Horvitz, D. Thompson, JASA 1952) with each slot's conditional probability.
+
     Examples
     --------
     >>> import numpy as np
