@@ -139,10 +139,11 @@ def test_learning_from_a_catalog_decision_is_learning_from_the_item_sent_alone()
     assert checksum(a.state()) == checksum(b.state())
 
 
-def test_gamma_grows_as_sqrt_k_above_the_reference() -> None:
+def test_gamma_grows_as_a_power_of_k_above_the_reference() -> None:
     e = CatalogExploration()
     assert e.gamma(300.0, 10) == 300.0 and e.gamma(300.0, 3) == 300.0
-    assert e.gamma(300.0, 10_000) == pytest.approx(300.0 * 1000**0.5)
+    assert e.gamma(300.0, 10_000) == pytest.approx(300.0 * 1000**0.25)
+    assert CatalogExploration(k_exponent=0.5).gamma(300.0, 40) == pytest.approx(600.0)
     with pytest.raises(ValueError):
         CatalogExploration(top_k=0)
 
