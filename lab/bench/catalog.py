@@ -434,6 +434,7 @@ def bench_catalog(quick: bool, log: Callable[[str], None] = progress) -> str:
             "system",
             "reward %",
             "new items' fair-share ratio",
+            "new items' clicks ÷ the oracle's",
             "their clicks % / catalog %",
             "seconds per run",
         ],
