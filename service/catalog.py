@@ -28,14 +28,15 @@ the same bytes, hold the same items in the same order and score them alike bit f
 **Order.** The whole catalog is selected in slot order, which is registration order (a replaced
 item keeps its place): a decision's tie-breaking and sampling read candidates in that order.
 
-Measured memory per item: ``python -m service lab bench catalog`` (``Catalog.nbytes`` and
-tracemalloc of a 100,000-item registration).
+Memory per item: :meth:`Catalog.nbytes` for a budget, and ``python -m service lab bench catalog``
+(tracemalloc of a 100,000-item registration beside it).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -60,6 +61,8 @@ FORMAT = 1
 #: catalogs never compact, large ones when half of a pool is holes.
 SLACK = 1024
 _CATEGORICAL = (str, bool)
+#: A Python int beyond the small ones, as a dictionary keeps a bucket (``sys.getsizeof(2**40)``).
+_INT_BYTES = 32
 _PAIR_TAG = np.uint64(1) << np.uint64(63)  # service.actions' tag of a context pair's id
 
 
@@ -106,7 +109,7 @@ def context_side(
 
 @kernel(
     "float64[::1](float64[::1], uint64[::1], float64[::1], int64[::1], int64[::1], int64[::1], int32[::1],"
-    " float64[::1], int64[::1], int64[::1], int64)"
+    " float64[::1], int64[::1], int64[::1], int64[::1], int64)"
 )
 def catalog_scores(
     w: np.ndarray,
@@ -119,6 +122,7 @@ def catalog_scores(
     val: np.ndarray,
     bucket: np.ndarray,
     col0: np.ndarray,
+    refs: np.ndarray,
     bits: int,
 ) -> np.ndarray:
     """``<w, row_a>`` of every item ``a`` of ``slots``, ``row_a`` the row :func:`service.actions.action_rows`
@@ -131,8 +135,9 @@ def catalog_scores(
         <w, row_a> = u_1 + sum_{j in a} a_j u_j,   u_j = w[h(0, j)] + sum_{i in c} c_i w[h(i, j)],
 
     ``u_1`` the constant's (``j`` = 0). ``u_j`` depends on the context and the bucket only: it is
-    computed once per call for every bucket the selected items use, and an item then costs one
-    product per entry, not ``(nc + 1)(na + 1)`` hashed products. ``h(0, j)`` is
+    computed once per call for every bucket the selected items use (``refs``: how many entries
+    use each bucket), and an item then costs one product per entry, not ``(nc + 1)(na + 1)`` hashed
+    products. ``h(0, j)`` is
     ``col0`` (computed at registration). Columns as in ``action_rows``: ``mix(i (2**b + 1) + j) mod
     2**b`` with ids ``bucket + 1``.
 
@@ -153,13 +158,20 @@ def catalog_scores(
     u1 = w[0]  # (0, 0) hashes to column 0
     for i in range(nc):
         u1 += ctx_val[i] * w[np.int64(_mix(base[i]) & mask)]
-    # The buckets the selected items use, then their projections, context entry by context entry
-    # (independent reads of w, which the processor overlaps), then one product per item entry.
-    used = np.zeros(bucket.size, np.bool_)
+    # The buckets the selected items use (every bucket a live item uses when the selection has as
+    # many entries: cheaper than marking them), then their projections, context entry by context
+    # entry (independent reads of w, which the processor overlaps), then one product per entry.
+    entries = 0
     for a in range(slots.size):
-        s = slots[a]
-        for e in range(start[s], start[s] + count[s]):
-            used[voc[e]] = True
+        entries += count[slots[a]]
+    if entries >= bucket.size:
+        used = refs > 0
+    else:
+        used = np.zeros(bucket.size, np.bool_)
+        for a in range(slots.size):
+            s = slots[a]
+            for e in range(start[s], start[s] + count[s]):
+                used[voc[e]] = True
     which = np.flatnonzero(used)
     u = np.zeros(bucket.size)
     for v in which:
@@ -215,6 +227,7 @@ class Catalog:
 
     def _reset(self) -> None:
         self._ids: list[str | None] = []
+        self._id_bytes = 0  # sys.getsizeof of the live ids
         self._slot: dict[str, int] = {}
         self._n = 0  # slots used (live and dead)
         self._alive = np.zeros(0, np.bool_)
@@ -250,14 +263,27 @@ class Catalog:
         """Hashed entries of the registered items (holes not counted)."""
         return self._live
 
-    def nbytes(self) -> int:
-        """Bytes of the arrays (capacity included; the ids' strings and dictionaries are not counted:
-        the benchmark measures those with tracemalloc)."""
+    def array_bytes(self) -> int:
+        """Bytes of the arrays, capacity included."""
         arrays = (
             self._alive, self._active, self._expires, self._start, self._count, self._voc, self._val,
             self._bucket, self._col0, self._refs, self._cat_codes,
         )  # fmt: skip
         return int(sum(a.nbytes for a in arrays))
+
+    def nbytes(self) -> int:
+        """What the catalog holds, for a memory budget: the arrays, the ids' strings (kept count of)
+        and the containers indexing ids and buckets (``sys.getsizeof``, O(1)), each bucket's int
+        key counted at :data:`_INT_BYTES`. The categorical values and the featuriser's cache (its
+        own bound) are left out. ``bench catalog`` compares it with tracemalloc's count."""
+        return (
+            self.array_bytes()
+            + self._id_bytes
+            + sys.getsizeof(self._ids)
+            + sys.getsizeof(self._slot)
+            + sys.getsizeof(self._voc_of)
+            + _INT_BYTES * len(self._voc_of)
+        )
 
     # -- registration ----------------------------------------------------------------------------
 
@@ -391,6 +417,7 @@ class Catalog:
         self._cat_codes = _grow(self._cat_codes, n, -1)
         self._alive[slot] = True
         self._ids.append(item_id)
+        self._id_bytes += sys.getsizeof(item_id)
         self._slot[item_id] = slot
         return slot
 
@@ -406,6 +433,7 @@ class Catalog:
             self._alive[slot] = False
             self._active[slot] = False
             del self._slot[self._ids[slot]]  # type: ignore[arg-type]
+            self._id_bytes -= sys.getsizeof(self._ids[slot])
             self._ids[slot] = None
 
     def _categorise(self, slot: int, name: str, value: str | bool) -> None:
@@ -497,6 +525,7 @@ class Catalog:
         raw = np.asarray(state["ids"], np.uint8).tobytes()
         ends = np.cumsum(lengths).tolist()
         self._ids = [raw[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        self._id_bytes = sum(sys.getsizeof(i) for i in self._ids)
         n = self._n = len(self._ids)
         self._slot = {item_id: s for s, item_id in enumerate(self._ids)}
         self._alive = np.ones(n, np.bool_)
@@ -608,7 +637,7 @@ class Catalog:
         ids, vals = context_side(context.idx, context.val, self.hashing_bits, pairs)
         return catalog_scores(
             w, ids, vals, np.ascontiguousarray(slots, np.int64), self._start, self._count, self._voc,
-            self._val, self._bucket, self._col0, self.hashing_bits,
+            self._val, self._bucket, self._col0, self._refs, self.hashing_bits,
         )  # fmt: skip
 
     def entry_counts(self, slots: np.ndarray) -> np.ndarray:

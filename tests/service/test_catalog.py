@@ -121,8 +121,10 @@ def test_put_replace_remove_and_version() -> None:
     assert cat.version == 3 and len(cat) == 2
     assert [cat.id_of(int(s)) for s in cat.select_all()] == ["a", "b"]
     assert cat.features(int(cat.select(["a"])[0])).nnz == 3
+    size = cat.nbytes()
+    assert size > cat.array_bytes() > 0
     cat.remove("b")
-    assert "b" not in cat and cat.version == 4 and cat.entries == 3
+    assert "b" not in cat and cat.version == 4 and cat.entries == 3 and cat.nbytes() < size
     with pytest.raises(CatalogError, match="'b' is not in the catalog"):
         cat.remove("b")
 
