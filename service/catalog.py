@@ -210,6 +210,10 @@ class Catalog:
     max_named : int, default 1000
         Most named features of an item (the model's ``CLICKBOOST_MAX_NAMED_FEATURES``).
 
+    Not safe across threads: the kernels release the GIL and read the arrays a mutation writes in
+    place (a replaced item's ``start`` and ``count``), so a caller mutates and scores on one thread,
+    or scores a copy (:meth:`from_bytes`) while another one changes.
+
     Attributes
     ----------
     version : int
