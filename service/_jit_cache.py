@@ -39,6 +39,8 @@ from typing import Any
 #: The modules with ``@njit(cache=True)`` kernels (tests/service/test_jit_cache.py checks the list).
 KERNEL_MODULES = (
     "actions.py",
+    "catalog.py",
+    "catalog_explore.py",
     "kernels.py",
     "interactions.py",
     "learners/banditboost.py",

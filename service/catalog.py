@@ -1,0 +1,669 @@
+"""A catalog of items kept on the server for one action-feature model (issue 54): registered once,
+hashed once, scored for a context in one compiled call.
+
+An action-feature model (:mod:`service.actions`) scores the candidates a request carries; every
+request parses and hashes the same items again. A :class:`Catalog` holds them instead: an item is
+registered once with its named features (as a candidate's ``features``), an ``active`` flag and an
+optional ``expires_at``, and is hashed then, by a featuriser that hashes exactly as
+:class:`service.actions.ActionFeaturiser`'s action featuriser does (same buckets, values and order),
+so weights learned from candidates sent with features score catalog items and the reverse.
+
+**Layout** (arrays, one row per slot; a slot is an item's place, kept while it lives):
+
+- ``start``, ``count``: the item's entries ``voc[start:start + count]``, ``val[...]`` (CSR without
+  a pointer array, so a replaced item's new entries go to the pool's end and its old ones become a
+  hole); ``voc`` is an int32 index into the **vocabulary**, the distinct buckets the items use
+  (``bucket``, with ``col0`` the column of the constant x bucket product, which does not depend on
+  the context), so a bucket shared by many items (``category=shoes``, a numeric ``price``) is
+  projected on the context once per request, not once per item (:func:`catalog_scores`);
+- ``active``, ``expires`` (``inf``: never) and ``alive`` per slot; the ids in a list and a dict;
+- for each categorical feature name (string and boolean values), an int32 code per slot (-1: the
+  item has none) and the values, for filters (:meth:`Catalog.select_all`).
+
+Holes are reclaimed by :meth:`Catalog._compact` when they outnumber what lives (deterministic: a
+function of the operations applied). The compact layout is the canonical state: :meth:`to_bytes`
+writes it (:func:`service.serial.encode`), so replicas that applied the same operations, or loaded
+the same bytes, hold the same items in the same order and score them alike bit for bit.
+
+**Order.** The whole catalog is selected in slot order, which is registration order (a replaced
+item keeps its place): a decision's tie-breaking and sampling read candidates in that order.
+
+Memory per item: :meth:`Catalog.nbytes` for a budget, and ``python -m service lab bench catalog``
+(tracemalloc of a 100,000-item registration beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from service import serial
+from service._jit_cache import kernel
+from service.actions import MAX_ACTION_ID, ActionInput
+from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
+from service.interactions import _mix
+
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "catalog_scores",
+    "context_side",
+]
+
+#: Format of :meth:`Catalog.to_bytes`.
+FORMAT = 1
+#: Holes tolerated beyond what lives before a compaction (slots, entries, vocabulary): small
+#: catalogs never compact, large ones when half of a pool is holes.
+SLACK = 1024
+_CATEGORICAL = (str, bool)
+#: A Python int beyond the small ones, as a dictionary keeps a bucket (``sys.getsizeof(2**40)``).
+_INT_BYTES = 32
+_PAIR_TAG = np.uint64(1) << np.uint64(63)  # service.actions' tag of a context pair's id
+
+
+class CatalogError(ValueError):
+    """A catalog operation or lookup that cannot be done; the message names the item or the field."""
+
+
+@kernel("int64[::1](int64[::1], int64)")
+def _constant_columns(bucket: np.ndarray, bits: int) -> np.ndarray:
+    """Column of the constant x bucket product of each bucket among ``2**bits``
+    (:func:`service.actions.action_rows`: the pair of ids ``(0, bucket + 1)``)."""
+    mask = np.uint64((1 << bits) - 1)
+    out = np.empty(bucket.size, np.int64)
+    for v in range(bucket.size):
+        out[v] = np.int64(_mix(np.uint64(bucket[v] + 1)) & mask)
+    return out
+
+
+@kernel("Tuple((uint64[::1], float64[::1]))(int64[:], float64[:], int64, boolean)")
+def context_side(
+    c_idx: np.ndarray, c_val: np.ndarray, bits: int, pairs: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The context's ids and values as :func:`service.actions.action_rows` pairs them with an
+    action's: the context's buckets (id ``c + 1``) and, with ``pairs``, every context pair ``p < q``
+    in row-major order, id ``mix((c_p + 1)(2**b + 1) + c_q + 1) | 2**63``, value ``c_p c_q``. The
+    constant (id 0) is not in it (:func:`catalog_scores` adds it)."""
+    nc = c_idx.size
+    n = nc + (nc * (nc - 1) // 2 if pairs else 0)
+    ids = np.empty(n, np.uint64)
+    vals = np.empty(n)
+    m = np.uint64((1 << bits) + 1)
+    for i in range(nc):
+        ids[i] = np.uint64(c_idx[i] + 1)
+        vals[i] = c_val[i]
+    t = nc
+    if pairs:
+        for p in range(nc):
+            for q in range(p + 1, nc):
+                ids[t] = _mix(np.uint64(c_idx[p] + 1) * m + np.uint64(c_idx[q] + 1)) | _PAIR_TAG
+                vals[t] = c_val[p] * c_val[q]
+                t += 1
+    return ids, vals
+
+
+@kernel(
+    "float64[::1](float64[::1], uint64[::1], float64[::1], int64[::1], int64[::1], int64[::1], int32[::1],"
+    " float64[::1], int64[::1], int64[::1], int64[::1], int64)"
+)
+def catalog_scores(
+    w: np.ndarray,
+    ctx_id: np.ndarray,
+    ctx_val: np.ndarray,
+    slots: np.ndarray,
+    start: np.ndarray,
+    count: np.ndarray,
+    voc: np.ndarray,
+    val: np.ndarray,
+    bucket: np.ndarray,
+    col0: np.ndarray,
+    refs: np.ndarray,
+    bits: int,
+) -> np.ndarray:
+    """``<w, row_a>`` of every item ``a`` of ``slots``, ``row_a`` the row :func:`service.actions.action_rows`
+    builds for the context ``(ctx_id, ctx_val)`` (:func:`context_side`) and the item's entries, with
+    the context-only block (as ``squarecb-adf`` scores).
+
+    The row is ``sum_{i in c+1, j in a+1} c_i a_j e_{h(i, j)}``, so its score factors by the action's
+    entries (ours, issue 54):
+
+        <w, row_a> = u_1 + sum_{j in a} a_j u_j,   u_j = w[h(0, j)] + sum_{i in c} c_i w[h(i, j)],
+
+    ``u_1`` the constant's (``j`` = 0). ``u_j`` depends on the context and the bucket only: it is
+    computed once per call for every bucket the selected items use (``refs``: how many entries
+    use each bucket), and an item then costs one product per entry, not ``(nc + 1)(na + 1)`` hashed
+    products. ``h(0, j)`` is
+    ``col0`` (computed at registration). Columns as in ``action_rows``: ``mix(i (2**b + 1) + j) mod
+    2**b`` with ids ``bucket + 1``.
+
+    **Rounding.** The real number is ``row_scores``' exactly (a colliding column's merged value
+    ``w (v + v')`` is ``w v + w v'``; a dropped zero adds nothing), only the order of the sums
+    differs. Both are sums of the ``n = (nc' + 1)(na + 1)`` products ``w c_i a_j`` (``nc'``: context
+    entries, pairs included) with at most ``n + 2`` roundings on any term's path, so each is within
+    ``gamma_{n+2} B`` of it (Higham 2002, eq. 3.5 and Lemma 3.3; ``gamma_k = k u / (1 - k u)``,
+    ``u = 2**-53``, ``B = sum |w c_i a_j|``): they differ by at most ``2 gamma_{n+2} B``
+    (``tests/service/test_catalog.py`` checks it against ``row_scores``).
+    """
+    m = np.uint64((1 << bits) + 1)
+    mask = np.uint64((1 << bits) - 1)
+    nc = ctx_id.size
+    base = np.empty(nc, np.uint64)
+    for i in range(nc):
+        base[i] = ctx_id[i] * m
+    u1 = w[0]  # (0, 0) hashes to column 0
+    for i in range(nc):
+        u1 += ctx_val[i] * w[np.int64(_mix(base[i]) & mask)]
+    # The buckets the selected items use (every bucket a live item uses when the selection has as
+    # many entries: cheaper than marking them), then their projections, context entry by context
+    # entry (independent reads of w, which the processor overlaps), then one product per entry.
+    entries = 0
+    for a in range(slots.size):
+        entries += count[slots[a]]
+    if entries >= bucket.size:
+        used = refs > 0
+    else:
+        used = np.zeros(bucket.size, np.bool_)
+        for a in range(slots.size):
+            s = slots[a]
+            for e in range(start[s], start[s] + count[s]):
+                used[voc[e]] = True
+    which = np.flatnonzero(used)
+    u = np.zeros(bucket.size)
+    for v in which:
+        u[v] = w[col0[v]]
+    for i in range(nc):
+        b, c = base[i], ctx_val[i]
+        for v in which:
+            u[v] += c * w[np.int64(_mix(b + np.uint64(bucket[v] + 1)) & mask)]
+    out = np.empty(slots.size)
+    for a in range(slots.size):
+        s = slots[a]
+        acc = u1
+        for e in range(start[s], start[s] + count[s]):
+            acc += val[e] * u[voc[e]]
+        out[a] = acc
+    return out
+
+
+def _grow(arr: np.ndarray, need: int, fill: Any = 0) -> np.ndarray:
+    """``arr`` with room for ``need`` rows (doubling), new rows set to ``fill``."""
+    if need <= arr.shape[-1]:
+        return arr
+    size = max(need, 2 * arr.shape[-1], 16)
+    out = np.full((*arr.shape[:-1], size), fill, dtype=arr.dtype)
+    out[..., : arr.shape[-1]] = arr
+    return out
+
+
+class Catalog:
+    """The items of one action-feature model, hashed once (module docstring).
+
+    Parameters
+    ----------
+    hashing_bits : int
+        ``b`` of the model: items hash into ``2**b`` buckets, as its candidates do.
+    max_named : int, default 1000
+        Most named features of an item (the model's ``CLICKBOOST_MAX_NAMED_FEATURES``).
+
+    Not safe across threads: the kernels release the GIL and read the arrays a mutation writes in
+    place (a replaced item's ``start`` and ``count``), so a caller mutates and scores on one thread,
+    or scores a copy (:meth:`from_bytes`) while another one changes.
+
+    Attributes
+    ----------
+    version : int
+        Mutating calls applied (:meth:`put`, :meth:`put_many`, :meth:`remove`, :meth:`expire`),
+        kept through :meth:`to_bytes`.
+    """
+
+    def __init__(self, hashing_bits: int, max_named: int = 1000) -> None:
+        self.hashing_bits = hashing_bits
+        self.max_named = max_named
+        # Hashes exactly as ActionFeaturiser.action (the cache changes nothing computed)
+        self._featuriser = Featuriser(None, hashing_bits, max_named)
+        self.version = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ids: list[str | None] = []
+        self._id_bytes = 0  # sys.getsizeof of the live ids
+        self._slot: dict[str, int] = {}
+        self._n = 0  # slots used (live and dead)
+        self._alive = np.zeros(0, np.bool_)
+        self._active = np.zeros(0, np.bool_)
+        self._expires = np.zeros(0)
+        self._start = np.zeros(0, np.int64)
+        self._count = np.zeros(0, np.int64)
+        self._voc = np.zeros(0, np.int32)
+        self._val = np.zeros(0)
+        self._n_entries = 0  # entries used (live and holes)
+        self._live = 0  # entries of registered items
+        self._bucket = np.zeros(0, np.int64)
+        self._col0 = np.zeros(0, np.int64)
+        self._refs = np.zeros(0, np.int64)
+        self._voc_of: dict[int, int] = {}
+        self._cat_names: list[str] = []
+        self._cat_index: dict[str, int] = {}
+        self._cat_codes = np.zeros((0, 0), np.int32)  # name x slot
+        self._cat_values: list[list[str | bool]] = []
+        self._cat_code_of: list[dict[tuple[type, str | bool], int]] = []
+
+    # -- size ------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Items registered (active or not)."""
+        return len(self._slot)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._slot
+
+    @property
+    def entries(self) -> int:
+        """Hashed entries of the registered items (holes not counted)."""
+        return self._live
+
+    def array_bytes(self) -> int:
+        """Bytes of the arrays, capacity included."""
+        arrays = (
+            self._alive, self._active, self._expires, self._start, self._count, self._voc, self._val,
+            self._bucket, self._col0, self._refs, self._cat_codes,
+        )  # fmt: skip
+        return int(sum(a.nbytes for a in arrays))
+
+    def nbytes(self) -> int:
+        """What the catalog holds, for a memory budget: the arrays, the ids' strings (kept count of)
+        and the containers indexing ids and buckets (``sys.getsizeof``, O(1)), each bucket's int
+        key counted at :data:`_INT_BYTES`. The categorical values and the featuriser's cache (its
+        own bound) are left out. ``bench catalog`` compares it with tracemalloc's count."""
+        return (
+            self.array_bytes()
+            + self._id_bytes
+            + sys.getsizeof(self._ids)
+            + sys.getsizeof(self._slot)
+            + sys.getsizeof(self._voc_of)
+            + _INT_BYTES * len(self._voc_of)
+        )
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def put(
+        self,
+        item_id: str,
+        features: Mapping[str, FeatureValue],
+        active: bool = True,
+        expires_at: float | None = None,
+    ) -> bool:
+        """Register item ``item_id`` (or replace it, keeping its place); whether it was replaced.
+        :class:`CatalogError` naming what does not fit, and then nothing changed."""
+        return bool(
+            self.put_many([{"id": item_id, "features": features, "active": active, "expires_at": expires_at}])
+        )
+
+    def put_many(self, items: Iterable[Mapping[str, Any]]) -> int:
+        """Register or replace every item of ``items`` (``{"id", "features", "active"?,
+        "expires_at"?}`` each), in order, as one change; how many replaced one already there.
+
+        All or nothing: every item is checked and hashed first, and a :class:`CatalogError` naming
+        ``items.{i}`` leaves the catalog as it was. An id given twice is refused.
+        """
+        ids: list[str] = []
+        seen: set[str] = set()
+        vectors: list[SparseVector] = []
+        cats: list[list[tuple[str, str | bool]]] = []
+        flags: list[tuple[bool, float]] = []
+        for i, item in enumerate(items):
+            item_id, features, active, expires = _item_fields(item, i)
+            if item_id in seen:
+                raise CatalogError(f"items.{i}.id: {item_id!r} is given twice")
+            seen.add(item_id)
+            try:
+                v = self._featuriser(features)
+            except FeatureError as exc:
+                raise CatalogError(f"items.{i}.{exc}") from None
+            ids.append(item_id)
+            vectors.append(v)  # type: ignore[arg-type]  # a hashed featuriser gives a SparseVector
+            cats.append([(k, x) for k, x in features.items() if isinstance(x, _CATEGORICAL)])
+            flags.append((active, expires))
+        if not ids:
+            return 0
+        counts = np.fromiter((v.nnz for v in vectors), np.int64, len(vectors))
+        buckets = np.concatenate([v.idx for v in vectors])
+        values = np.concatenate([v.val for v in vectors])
+        voc = self._vocabulary(buckets)
+        replaced = 0
+        for slot_item_id in ids:  # released first, so a replaced item's vocabulary refs stay counted
+            if slot_item_id in self._slot:
+                replaced += 1
+                self._release(self._slot[slot_item_id], keep_slot=True)
+        at = self._n_entries
+        self._n_entries += int(buckets.size)
+        self._voc = _grow(self._voc, self._n_entries)
+        self._val = _grow(self._val, self._n_entries)
+        self._voc[at : self._n_entries] = voc
+        self._val[at : self._n_entries] = values
+        np.add.at(self._refs, voc, 1)
+        self._live += int(buckets.size)
+        starts = at + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        for k, item_id in enumerate(ids):
+            slot = self._slot.get(item_id)
+            if slot is None:
+                slot = self._new_slot(item_id)
+            self._start[slot] = starts[k]
+            self._count[slot] = counts[k]
+            self._active[slot], self._expires[slot] = flags[k]
+            for name, value in cats[k]:
+                self._categorise(slot, name, value)
+        self.version += 1
+        self._maybe_compact()
+        return replaced
+
+    def remove(self, item_id: str) -> None:
+        """Remove item ``item_id``; :class:`CatalogError` if it is not registered."""
+        slot = self._slot.get(item_id)
+        if slot is None:
+            raise CatalogError(f"item {item_id!r} is not in the catalog")
+        self._release(slot, keep_slot=False)
+        self.version += 1
+        self._maybe_compact()
+
+    def expire(self, now: float) -> list[str]:
+        """Remove the items whose ``expires_at`` is at or before ``now`` (one change, if any); their ids."""
+        n = self._n
+        due = np.flatnonzero(self._alive[:n] & (self._expires[:n] <= now))
+        gone = [self._ids[s] for s in due.tolist()]
+        for s in due.tolist():
+            self._release(s, keep_slot=False)
+        if gone:
+            self.version += 1
+            self._maybe_compact()
+        return gone  # type: ignore[return-value]
+
+    def _vocabulary(self, buckets: np.ndarray) -> np.ndarray:
+        """Vocabulary indices of ``buckets``, new buckets appended (in order of first appearance)."""
+        uniq, first, inverse = np.unique(buckets, return_index=True, return_inverse=True)
+        codes = np.empty(uniq.size, np.int32)
+        new = []
+        for u, b in enumerate(uniq.tolist()):
+            v = self._voc_of.get(b)
+            if v is None:
+                new.append(u)
+            else:
+                codes[u] = v
+        if new:
+            fresh = np.asarray(new)[np.argsort(first[new], kind="stable")]  # first appearance
+            at = len(self._voc_of)
+            n = at + fresh.size
+            self._bucket = _grow(self._bucket, n)
+            self._col0 = _grow(self._col0, n)
+            self._refs = _grow(self._refs, n)
+            added = uniq[fresh]
+            self._bucket[at:n] = added
+            self._col0[at:n] = _constant_columns(np.ascontiguousarray(added), self.hashing_bits)
+            codes[fresh] = np.arange(at, n, dtype=np.int32)
+            for v, b in zip(range(at, n), added.tolist(), strict=True):
+                self._voc_of[b] = v
+        return codes[inverse.reshape(-1)]
+
+    def _new_slot(self, item_id: str) -> int:
+        slot = self._n
+        self._n += 1
+        n = self._n
+        self._alive = _grow(self._alive, n)
+        self._active = _grow(self._active, n)
+        self._expires = _grow(self._expires, n, math.inf)
+        self._start = _grow(self._start, n)
+        self._count = _grow(self._count, n)
+        self._cat_codes = _grow(self._cat_codes, n, -1)
+        self._alive[slot] = True
+        self._ids.append(item_id)
+        self._id_bytes += sys.getsizeof(item_id)
+        self._slot[item_id] = slot
+        return slot
+
+    def _release(self, slot: int, keep_slot: bool) -> None:
+        """Turn ``slot``'s entries into a hole (and the slot too unless ``keep_slot``)."""
+        lo = int(self._start[slot])
+        voc = self._voc[lo : lo + int(self._count[slot])]
+        np.add.at(self._refs, voc, -1)
+        self._live -= voc.size
+        self._count[slot] = 0
+        self._cat_codes[:, slot] = -1
+        if not keep_slot:
+            self._alive[slot] = False
+            self._active[slot] = False
+            del self._slot[self._ids[slot]]  # type: ignore[arg-type]
+            self._id_bytes -= sys.getsizeof(self._ids[slot])
+            self._ids[slot] = None
+
+    def _categorise(self, slot: int, name: str, value: str | bool) -> None:
+        k = self._cat_index.get(name)
+        if k is None:
+            k = self._cat_index[name] = len(self._cat_names)
+            self._cat_names.append(name)
+            self._cat_values.append([])
+            self._cat_code_of.append({})
+            codes = np.full((k + 1, max(self._cat_codes.shape[1], self._n)), -1, np.int32)
+            codes[:k] = self._cat_codes
+            self._cat_codes = codes
+        key = (type(value), value)
+        code = self._cat_code_of[k].get(key)
+        if code is None:
+            code = self._cat_code_of[k][key] = len(self._cat_values[k])
+            self._cat_values[k].append(value)
+        self._cat_codes[k, slot] = code
+
+    # -- compaction and serialisation ------------------------------------------------------------
+
+    def _maybe_compact(self) -> None:
+        # Unused vocabulary comes from released entries only, so the entries' rule bounds it too.
+        live = len(self._slot)
+        if self._n - live > live + SLACK or self._n_entries - self._live > self._live + 16 * SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the arrays without holes: the canonical layout (:meth:`to_state`)."""
+        version = self.version
+        self._load(self.to_state())
+        self.version = version
+
+    def to_state(self) -> dict[str, Any]:
+        """The canonical state (:func:`service.serial.encode` takes it): live items in slot order,
+        their entries in that order, the vocabulary in order of first use, each categorical name's
+        values in order of first use, without holes. Independent of the holes and capacities."""
+        n = self._n
+        live = np.flatnonzero(self._alive[:n])
+        counts = self._count[live]
+        starts = self._start[live]
+        take = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(
+            int(counts.sum())
+        )
+        voc = self._voc[take]
+        used, first, inverse = np.unique(voc, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(used.size, np.int32)
+        rank[order] = np.arange(used.size, dtype=np.int32)
+        raw = [self._ids[s].encode() for s in live.tolist()]  # type: ignore[union-attr]
+        cats: dict[str, list[str | bool]] = {}
+        codes = np.full((len(self._cat_names), live.size), -1, np.int32)
+        for k, name in enumerate(self._cat_names):
+            col = self._cat_codes[k, live]
+            present = col >= 0
+            if not present.any():
+                continue
+            used_c, first_c, inv_c = np.unique(col[present], return_index=True, return_inverse=True)
+            order_c = np.argsort(first_c, kind="stable")
+            rank_c = np.empty(used_c.size, np.int32)
+            rank_c[order_c] = np.arange(used_c.size, dtype=np.int32)
+            codes[len(cats), present] = rank_c[inv_c.reshape(-1)]
+            cats[name] = [self._cat_values[k][c] for c in used_c[order_c].tolist()]
+        return {
+            "format": FORMAT,
+            "hashing_bits": self.hashing_bits,
+            "version": self.version,
+            "id_lengths": np.array([len(r) for r in raw], np.int64),
+            "ids": np.frombuffer(b"".join(raw), np.uint8).copy(),
+            "active": self._active[live].copy(),
+            "expires": self._expires[live].copy(),
+            "count": counts.astype(np.int64),
+            "voc": rank[inverse.reshape(-1)] if voc.size else np.zeros(0, np.int32),
+            "val": self._val[take].copy(),
+            "vocabulary": self._bucket[used[order]].copy(),
+            "categorical": json.dumps(list(cats.items()), separators=(",", ":")),
+            "categorical_codes": codes[: len(cats)].copy(),
+        }
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        """Take the arrays of a canonical state (:meth:`to_state`)."""
+        if state.get("format") != FORMAT or state.get("hashing_bits") != self.hashing_bits:
+            raise CatalogError(
+                f"a catalog of format {state.get('format')} at {state.get('hashing_bits')} hashing bits "
+                f"cannot be loaded here (format {FORMAT}, {self.hashing_bits} bits)"
+            )
+        self._reset()
+        lengths = np.asarray(state["id_lengths"], np.int64)
+        raw = np.asarray(state["ids"], np.uint8).tobytes()
+        ends = np.cumsum(lengths).tolist()
+        self._ids = [raw[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        self._id_bytes = sum(sys.getsizeof(i) for i in self._ids)
+        n = self._n = len(self._ids)
+        self._slot = {item_id: s for s, item_id in enumerate(self._ids)}
+        self._alive = np.ones(n, np.bool_)
+        self._active = np.asarray(state["active"], np.bool_).copy()
+        self._expires = np.asarray(state["expires"], np.float64).copy()
+        self._count = np.asarray(state["count"], np.int64).copy()
+        self._start = np.concatenate(([0], np.cumsum(self._count)[:-1])).astype(np.int64)
+        self._voc = np.asarray(state["voc"], np.int32).copy()
+        self._val = np.asarray(state["val"], np.float64).copy()
+        self._n_entries = self._live = int(self._voc.size)
+        self._bucket = np.asarray(state["vocabulary"], np.int64).copy()
+        self._col0 = _constant_columns(self._bucket, self.hashing_bits)
+        self._refs = np.bincount(self._voc, minlength=self._bucket.size).astype(np.int64)
+        self._voc_of = {b: v for v, b in enumerate(self._bucket.tolist())}
+        cats = json.loads(state["categorical"])
+        self._cat_codes = np.asarray(state["categorical_codes"], np.int32).reshape(len(cats), n).copy()
+        for name, values in cats:
+            self._cat_index[name] = len(self._cat_names)
+            self._cat_names.append(name)
+            self._cat_values.append(list(values))
+            self._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
+        self.version = int(state["version"])
+
+    def to_bytes(self) -> bytes:
+        """The canonical state's bytes (:func:`service.serial.encode`): the same items registered by
+        the same operations give the same bytes, whatever holes either side had."""
+        return serial.encode(self.to_state())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, max_named: int = 1000) -> Catalog:
+        """The catalog :meth:`to_bytes` wrote (compact; its :meth:`to_bytes` gives ``data`` back)."""
+        state = serial.decode(data)
+        out = cls(int(state["hashing_bits"]), max_named)
+        out._load(state)
+        return out
+
+    # -- lookup ----------------------------------------------------------------------------------
+
+    def select(self, ids: Sequence[str], now: float | None = None) -> np.ndarray:
+        """The slots of the items ``ids``, in that order; :class:`CatalogError` naming
+        ``candidates.{i}`` for an unknown, inactive or expired id or one given twice."""
+        slots = np.empty(len(ids), np.int64)
+        seen: set[str] = set()
+        for i, item_id in enumerate(ids):
+            slot = self._slot.get(item_id)
+            if slot is None:
+                raise CatalogError(f"candidates.{i}: item {item_id!r} is not in the catalog")
+            if not self._active[slot]:
+                raise CatalogError(f"candidates.{i}: item {item_id!r} is inactive")
+            if now is not None and self._expires[slot] <= now:
+                raise CatalogError(f"candidates.{i}: item {item_id!r} expired")
+            if item_id in seen:
+                raise CatalogError(f"candidates.{i}: item {item_id!r} is given twice")
+            seen.add(item_id)
+            slots[i] = slot
+        return slots
+
+    def select_all(
+        self,
+        where: Mapping[str, str | bool | Sequence[str | bool]] | None = None,
+        now: float | None = None,
+    ) -> np.ndarray:
+        """The slots of every active, unexpired item (at ``now``) whose categorical features match
+        ``where`` (``name: value`` or ``name: [values]``: the item's value of ``name`` is one of them;
+        every name must match), in slot order."""
+        n = self._n
+        keep = self._alive[:n] & self._active[:n]
+        if now is not None:
+            keep &= self._expires[:n] > now
+        for name, wanted in (where or {}).items():
+            k = self._cat_index.get(name)
+            values = list(wanted) if isinstance(wanted, list | tuple) else [wanted]
+            for x in values:
+                if not isinstance(x, _CATEGORICAL):
+                    raise CatalogError(f"where.{name}: a string or a boolean (or a list of them) is required")
+            if k is None:
+                return np.zeros(0, np.int64)
+            codes = [c for x in values if (c := self._cat_code_of[k].get((type(x), x))) is not None]
+            keep &= np.isin(self._cat_codes[k, :n], np.asarray(codes, np.int32))
+        return np.flatnonzero(keep)
+
+    def id_of(self, slot: int) -> str:
+        """The id of the item in ``slot``."""
+        item_id = self._ids[slot]
+        if item_id is None:
+            raise CatalogError(f"slot {slot} holds no item")
+        return item_id
+
+    def features(self, slot: int) -> SparseVector:
+        """The hashed features of the item in ``slot`` (what the action featuriser gives for them)."""
+        lo, hi = int(self._start[slot]), int(self._start[slot] + self._count[slot])
+        return SparseVector(self._bucket[self._voc[lo:hi]], self._val[lo:hi].copy(), 1 << self.hashing_bits)
+
+    def action_input(self, context: SparseVector, slots: np.ndarray) -> ActionInput:
+        """The items of ``slots`` as candidates sent with their features would arrive
+        (:class:`service.actions.ActionInput`): a decision's shown item for ``learn``, or an oracle."""
+        vecs = [self.features(int(s)) for s in slots]
+        ptr = np.concatenate(([0], np.cumsum([v.nnz for v in vecs]))).astype(np.int64)
+        idx = np.concatenate([v.idx for v in vecs]) if vecs else np.zeros(0, np.int64)
+        val = np.concatenate([v.val for v in vecs]) if vecs else np.zeros(0)
+        ids = [self.id_of(int(s)) for s in slots]
+        return ActionInput(ids, context, ptr, idx.astype(np.int64), val, self.hashing_bits)
+
+    def scores(
+        self, w: np.ndarray, context: SparseVector, slots: np.ndarray, pairs: bool = False
+    ) -> np.ndarray:
+        """``<w, row_a>`` of the items of ``slots`` for ``context`` (:func:`catalog_scores`), with the
+        context pairs when ``pairs``."""
+        ids, vals = context_side(context.idx, context.val, self.hashing_bits, pairs)
+        return catalog_scores(
+            w, ids, vals, np.ascontiguousarray(slots, np.int64), self._start, self._count, self._voc,
+            self._val, self._bucket, self._col0, self._refs, self.hashing_bits,
+        )  # fmt: skip
+
+    def entry_counts(self, slots: np.ndarray) -> np.ndarray:
+        """Hashed entries of each item of ``slots``."""
+        return self._count[slots]
+
+
+def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bool, float]:
+    """Item ``i``'s id, features, active flag and expiry (``inf``: never); :class:`CatalogError`."""
+    if not isinstance(item, Mapping):
+        raise CatalogError(f"items.{i}: an object {{id, features, active?, expires_at?}} is required")
+    item_id, features = item.get("id"), item.get("features", {})
+    if not isinstance(item_id, str) or not 1 <= len(item_id) <= MAX_ACTION_ID:
+        raise CatalogError(f"items.{i}.id: a string of 1 to {MAX_ACTION_ID} characters is required")
+    if not isinstance(features, Mapping):
+        raise CatalogError(f"items.{i}.features: an object {{name: value}} is required")
+    active = item.get("active", True)
+    if not isinstance(active, bool):
+        raise CatalogError(f"items.{i}.active: true or false is required")
+    expires = item.get("expires_at")
+    if expires is None:
+        expires = math.inf
+    elif isinstance(expires, bool) or not isinstance(expires, int | float) or math.isnan(expires):
+        raise CatalogError(f"items.{i}.expires_at: a time in seconds since the epoch is required")
+    return item_id, features, active, float(expires)
