@@ -475,83 +475,11 @@ class Catalog:
         """The canonical state (:func:`service.serial.encode` takes it): live items in slot order,
         their entries in that order, the vocabulary in order of first use, each categorical name's
         values in order of first use, without holes. Independent of the holes and capacities."""
-        n = self._n
-        live = np.flatnonzero(self._alive[:n])
-        counts = self._count[live]
-        starts = self._start[live]
-        take = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(
-            int(counts.sum())
-        )
-        voc = self._voc[take]
-        used, first, inverse = np.unique(voc, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty(used.size, np.int32)
-        rank[order] = np.arange(used.size, dtype=np.int32)
-        raw = [self._ids[s].encode() for s in live.tolist()]  # type: ignore[union-attr]
-        cats: dict[str, list[str | bool]] = {}
-        codes = np.full((len(self._cat_names), live.size), -1, np.int32)
-        for k, name in enumerate(self._cat_names):
-            col = self._cat_codes[k, live]
-            present = col >= 0
-            if not present.any():
-                continue
-            used_c, first_c, inv_c = np.unique(col[present], return_index=True, return_inverse=True)
-            order_c = np.argsort(first_c, kind="stable")
-            rank_c = np.empty(used_c.size, np.int32)
-            rank_c[order_c] = np.arange(used_c.size, dtype=np.int32)
-            codes[len(cats), present] = rank_c[inv_c.reshape(-1)]
-            cats[name] = [self._cat_values[k][c] for c in used_c[order_c].tolist()]
-        return {
-            "format": FORMAT,
-            "hashing_bits": self.hashing_bits,
-            "version": self.version,
-            "id_lengths": np.array([len(r) for r in raw], np.int64),
-            "ids": np.frombuffer(b"".join(raw), np.uint8).copy(),
-            "active": self._active[live].copy(),
-            "expires": self._expires[live].copy(),
-            "count": counts.astype(np.int64),
-            "voc": rank[inverse.reshape(-1)] if voc.size else np.zeros(0, np.int32),
-            "val": self._val[take].copy(),
-            "vocabulary": self._bucket[used[order]].copy(),
-            "categorical": json.dumps(list(cats.items()), separators=(",", ":")),
-            "categorical_codes": codes[: len(cats)].copy(),
-        }
+        return _canonical_state(self)
 
     def _load(self, state: Mapping[str, Any]) -> None:
         """Take the arrays of a canonical state (:meth:`to_state`)."""
-        if state.get("format") != FORMAT or state.get("hashing_bits") != self.hashing_bits:
-            raise CatalogError(
-                f"a catalog of format {state.get('format')} at {state.get('hashing_bits')} hashing bits "
-                f"cannot be loaded here (format {FORMAT}, {self.hashing_bits} bits)"
-            )
-        self._reset()
-        lengths = np.asarray(state["id_lengths"], np.int64)
-        raw = np.asarray(state["ids"], np.uint8).tobytes()
-        ends = np.cumsum(lengths).tolist()
-        self._ids = [raw[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-        self._id_bytes = sum(sys.getsizeof(i) for i in self._ids)
-        n = self._n = len(self._ids)
-        self._slot = {item_id: s for s, item_id in enumerate(self._ids)}
-        self._alive = np.ones(n, np.bool_)
-        self._active = np.asarray(state["active"], np.bool_).copy()
-        self._expires = np.asarray(state["expires"], np.float64).copy()
-        self._count = np.asarray(state["count"], np.int64).copy()
-        self._start = np.concatenate(([0], np.cumsum(self._count)[:-1])).astype(np.int64)
-        self._voc = np.asarray(state["voc"], np.int32).copy()
-        self._val = np.asarray(state["val"], np.float64).copy()
-        self._n_entries = self._live = int(self._voc.size)
-        self._bucket = np.asarray(state["vocabulary"], np.int64).copy()
-        self._col0 = _constant_columns(self._bucket, self.hashing_bits)
-        self._refs = np.bincount(self._voc, minlength=self._bucket.size).astype(np.int64)
-        self._voc_of = {b: v for v, b in enumerate(self._bucket.tolist())}
-        cats = json.loads(state["categorical"])
-        self._cat_codes = np.asarray(state["categorical_codes"], np.int32).reshape(len(cats), n).copy()
-        for name, values in cats:
-            self._cat_index[name] = len(self._cat_names)
-            self._cat_names.append(name)
-            self._cat_values.append(list(values))
-            self._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
-        self.version = int(state["version"])
+        _load_canonical(self, state)
 
     def to_bytes(self) -> bytes:
         """The canonical state's bytes (:func:`service.serial.encode`): the same items registered by
@@ -647,6 +575,91 @@ class Catalog:
     def entry_counts(self, slots: np.ndarray) -> np.ndarray:
         """Hashed entries of each item of ``slots``."""
         return self._count[slots]
+
+
+# The canonical state lives outside the class to keep Catalog readable (issue 52's 400-line bound).
+
+
+def _canonical_state(cat: Catalog) -> dict[str, Any]:
+    """:meth:`Catalog.to_state` of ``cat``."""
+    n = cat._n
+    live = np.flatnonzero(cat._alive[:n])
+    counts = cat._count[live]
+    starts = cat._start[live]
+    take = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(
+        int(counts.sum())
+    )
+    voc = cat._voc[take]
+    used, first, inverse = np.unique(voc, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(used.size, np.int32)
+    rank[order] = np.arange(used.size, dtype=np.int32)
+    raw = [cat._ids[s].encode() for s in live.tolist()]  # type: ignore[union-attr]
+    cats: dict[str, list[str | bool]] = {}
+    codes = np.full((len(cat._cat_names), live.size), -1, np.int32)
+    for k, name in enumerate(cat._cat_names):
+        col = cat._cat_codes[k, live]
+        present = col >= 0
+        if not present.any():
+            continue
+        used_c, first_c, inv_c = np.unique(col[present], return_index=True, return_inverse=True)
+        order_c = np.argsort(first_c, kind="stable")
+        rank_c = np.empty(used_c.size, np.int32)
+        rank_c[order_c] = np.arange(used_c.size, dtype=np.int32)
+        codes[len(cats), present] = rank_c[inv_c.reshape(-1)]
+        cats[name] = [cat._cat_values[k][c] for c in used_c[order_c].tolist()]
+    return {
+        "format": FORMAT,
+        "hashing_bits": cat.hashing_bits,
+        "version": cat.version,
+        "id_lengths": np.array([len(r) for r in raw], np.int64),
+        "ids": np.frombuffer(b"".join(raw), np.uint8).copy(),
+        "active": cat._active[live].copy(),
+        "expires": cat._expires[live].copy(),
+        "count": counts.astype(np.int64),
+        "voc": rank[inverse.reshape(-1)] if voc.size else np.zeros(0, np.int32),
+        "val": cat._val[take].copy(),
+        "vocabulary": cat._bucket[used[order]].copy(),
+        "categorical": json.dumps(list(cats.items()), separators=(",", ":")),
+        "categorical_codes": codes[: len(cats)].copy(),
+    }
+
+
+def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
+    """``cat`` takes the arrays of ``state`` (:meth:`Catalog.to_state`)."""
+    if state.get("format") != FORMAT or state.get("hashing_bits") != cat.hashing_bits:
+        raise CatalogError(
+            f"a catalog of format {state.get('format')} at {state.get('hashing_bits')} hashing bits "
+            f"cannot be loaded here (format {FORMAT}, {cat.hashing_bits} bits)"
+        )
+    cat._reset()
+    lengths = np.asarray(state["id_lengths"], np.int64)
+    raw = np.asarray(state["ids"], np.uint8).tobytes()
+    ends = np.cumsum(lengths).tolist()
+    cat._ids = [raw[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    cat._id_bytes = sum(sys.getsizeof(i) for i in cat._ids)
+    n = cat._n = len(cat._ids)
+    cat._slot = {item_id: s for s, item_id in enumerate(cat._ids)}
+    cat._alive = np.ones(n, np.bool_)
+    cat._active = np.asarray(state["active"], np.bool_).copy()
+    cat._expires = np.asarray(state["expires"], np.float64).copy()
+    cat._count = np.asarray(state["count"], np.int64).copy()
+    cat._start = np.concatenate(([0], np.cumsum(cat._count)[:-1])).astype(np.int64)
+    cat._voc = np.asarray(state["voc"], np.int32).copy()
+    cat._val = np.asarray(state["val"], np.float64).copy()
+    cat._n_entries = cat._live = int(cat._voc.size)
+    cat._bucket = np.asarray(state["vocabulary"], np.int64).copy()
+    cat._col0 = _constant_columns(cat._bucket, cat.hashing_bits)
+    cat._refs = np.bincount(cat._voc, minlength=cat._bucket.size).astype(np.int64)
+    cat._voc_of = {b: v for v, b in enumerate(cat._bucket.tolist())}
+    cats = json.loads(state["categorical"])
+    cat._cat_codes = np.asarray(state["categorical_codes"], np.int32).reshape(len(cats), n).copy()
+    for name, values in cats:
+        cat._cat_index[name] = len(cat._cat_names)
+        cat._cat_names.append(name)
+        cat._cat_values.append(list(values))
+        cat._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
+    cat.version = int(state["version"])
 
 
 def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bool, float]:
