@@ -20,6 +20,11 @@ deferred decisions (issue 38)
     At expiry a deferred decision never activated is dropped (no learn event, no default reward,
     counted in ``dropped_unactivated``, logged "dropped"); an activated one without feedback takes
     the model's default reward as any other.
+pages (issue 53)
+    A page of several slots is a record per slot (:mod:`service.pages`): slot 0 under the page's
+    id, slot ``s`` under :func:`slot_decision_id`. :meth:`Store.put_page` saves them whole or not
+    at all; each slot's reward is its record's claim (:meth:`Store.claim_slot`), its expiry and
+    default reward its record's; :meth:`Store.activate_page` activates every slot of a deferred page.
 claims
     ``decision_id -> first outcome`` (click / no_click / expired), written in the same atomic step
     that appends the learn event, so a decision is learned from at most once. Kept for
@@ -62,7 +67,7 @@ import abc
 import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -98,6 +103,7 @@ from service.store.records import (
     UnknownModelError,
     check_decision_id,
     feedback_outcome,
+    slot_decision_id,
 )
 
 __all__ = [
@@ -131,6 +137,7 @@ __all__ = [
     "UnknownModelError",
     "check_decision_id",
     "feedback_outcome",
+    "slot_decision_id",
 ]
 
 
@@ -240,6 +247,44 @@ class Store(abc.ABC):
         default reward (a held feedback with it): no event, ``dropped_unactivated`` bumped instead,
         its claim ``deferred`` and not ``activated``. Returns the claims made, in log order.
         """
+
+    # -- pages (issue 53): a record per slot under ids derived from the page's (service.pages) ----
+
+    async def put_page(self, records: Sequence[DecisionRecord]) -> None:
+        """Save a page's slot records (:func:`service.pages.page_records`, slot order; the first one's
+        id is the page's) as :meth:`put_decision` saves one: the page is saved whole or not at all,
+        :class:`DecisionExistsError` when its id is taken (or a slot's, by a page of the same id
+        whose claims are still known).
+
+        This default puts slot 0 first (insert if absent: the page's id is then this page's, and no
+        other writer can make a slot id of it), then the others; the stores override it with one
+        atomic step (memory, SQLite) or a check of every slot's key first (Redis).
+        """
+        first, *rest = records
+        await self.put_decision(first)
+        for record in rest:
+            await self.put_decision(record)
+
+    async def claim_slot(
+        self, decision_id: str, slot: int, reward: Reward, now: float, model: str | None = None
+    ) -> ClaimOutcome:
+        """:meth:`claim_and_append` for slot ``slot`` of the page ``decision_id``: each slot's reward
+        is taken once (a second is DUPLICATE), UNKNOWN for a slot the page does not have. Slot 0 of a
+        single decision is the decision itself."""
+        return await self.claim_and_append(slot_decision_id(decision_id, slot), reward, now, model)
+
+    async def activate_page(
+        self, decision_id: str, now: float, model: str | None = None
+    ) -> list[ActivateOutcome]:
+        """:meth:`activate` for every slot of the page ``decision_id``, in slot order (each atomic:
+        exactly once per slot however many activations race; a retry after a failure activates the
+        slots left). The slots are those whose record or claim is known: slot 0, 1, ... up to the
+        first UNKNOWN (a page's claims are kept as long as a decision's). An unknown page gives
+        ``[UNKNOWN]``."""
+        out = [await self.activate(decision_id, now, model)]
+        while out[-1].status is not ActivateStatus.UNKNOWN:
+            out.append(await self.activate(slot_decision_id(decision_id, len(out)), now, model))
+        return out if len(out) == 1 else out[:-1]
 
     async def expire(self, model: str, now: float, default_reward: Literal["no_click", "drop"]) -> Expiry:
         """:meth:`expire_due`, and when the next pending decision of ``model`` is due (if the store

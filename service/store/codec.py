@@ -29,7 +29,15 @@ import numpy as np
 
 from service.serial import StateFormatError, decode
 
-__all__ = ["decode_decision", "decode_x", "eligible_of", "encode_decision", "encode_x", "rollout_of"]
+__all__ = [
+    "decode_decision",
+    "decode_x",
+    "eligible_of",
+    "encode_decision",
+    "encode_x",
+    "rollout_of",
+    "slot_of",
+]
 
 #: First byte of the compact encodings (a serial encoding starts with ``C``).
 COMPACT = 1
@@ -174,3 +182,10 @@ def eligible_of(decision: Mapping[str, Any]) -> np.ndarray | None:
     """The eligible-label mask a decision state carries (``memo.eligible``), or None: every label."""
     mask = decision.get("memo.eligible")
     return None if mask is None else np.asarray(mask, dtype=bool)
+
+
+def slot_of(decision: Mapping[str, Any]) -> int | None:
+    """The slot of a page slot's decision state (``page.slot``, :mod:`service.pages`); None for a
+    single decision."""
+    s = decision.get("page.slot")
+    return None if s is None else int(s)

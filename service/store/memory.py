@@ -13,7 +13,7 @@ import copy
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ from service.store.base import (
     UnknownModelError,
     feedback_outcome,
 )
-from service.store.codec import eligible_of, rollout_of
+from service.store.codec import eligible_of, rollout_of, slot_of
 
 
 class _Model:
@@ -124,6 +124,16 @@ class MemoryStore(Store):
             entry = [record, None, None, None, None]
             m.dlog.append(entry)
             m.dlog_pending[record.decision_id] = entry
+
+    async def put_page(self, records: Sequence[DecisionRecord]) -> None:
+        # Every id checked before any is saved, and no await between: the page is saved whole or not.
+        self._model(records[0].model)
+        self._forget_old_claims(records[0].created_at)
+        for record in records:
+            if record.decision_id in self._pending or record.decision_id in self._claims:
+                raise DecisionExistsError(records[0].decision_id)
+        for record in records:
+            await self.put_decision(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return self._pending.get(decision_id)
@@ -331,6 +341,7 @@ class MemoryStore(Store):
                         *rollout_of(r.decision),
                         r.deferred,
                         activated_at,
+                        slot_of(r.decision),
                     )
                 )
             i += 1

@@ -46,6 +46,7 @@ __all__ = [
     "UnknownModelError",
     "check_decision_id",
     "feedback_outcome",
+    "slot_decision_id",
 ]
 
 EventKind = Literal["learn", "reset", "import", "rollout"]
@@ -172,6 +173,10 @@ class LoggedDecision:
         The decision was deferred (learned only if activated in its window).
     activated_at : float or None
         Unix seconds of its activation; None while not activated (and for one not deferred).
+    slot : int or None
+        For a slot of a page (issue 53, :mod:`service.pages`): its index; ``x`` is then the packed
+        page and ``probs`` the slot's distribution given the earlier slots' choices. None: a single
+        decision.
     """
 
     decision_id: str
@@ -188,6 +193,7 @@ class LoggedDecision:
     baseline: int | None = None
     deferred: bool = False
     activated_at: float | None = None
+    slot: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +395,23 @@ def check_decision_id(value: str, handed_out: bool = False) -> str:
         f"{shown}{size} is not {what}: 1 to {limit} characters of A-Z, a-z, 0-9, '_', '.', ':', '-', "
         "and not '.' or '..'"
     )
+
+
+#: What separates a page's id from a slot's index in the id of the slot's record (issue 53,
+#: :mod:`service.pages`): not a character of :data:`ID_PATTERN`, so no client id can take it.
+SLOT_MARK = "~"
+
+
+def slot_decision_id(decision_id: str, s: int) -> str:
+    """The id of slot ``s``'s record of the page handed out as ``decision_id`` (:mod:`service.pages`):
+    the id itself for slot 0, else ``~s`` inserted before the last dot (the routing suffix on Redis,
+    so the slot's record is on the page's shard), or appended when there is no dot."""
+    if s == 0:
+        return decision_id
+    head, dot, tail = decision_id.rpartition(".")
+    if not dot:
+        return f"{decision_id}{SLOT_MARK}{s}"
+    return f"{head}{SLOT_MARK}{s}.{tail}"
 
 
 @dataclass(slots=True)

@@ -124,7 +124,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import numpy as np
@@ -166,6 +166,7 @@ from service.store.codec import (
     encode_decision,
     encode_x,
     rollout_of,
+    slot_of,
 )
 
 __all__ = ["RedisStore", "slot_tag"]
@@ -1047,11 +1048,25 @@ class RedisStore(Store):
             policy, baseline = rollout_of(record.decision)
             if policy is not None:  # logging or apprentice mode: the learner's own distribution, the baseline
                 args += ["q", policy.astype("<f8").tobytes(), "b", baseline]
+            slot = slot_of(record.decision)
+            if slot is not None:  # a slot of a page (issue 53): its index, for the page's export
+                args += ["ps", slot]
         status = await self._put_decision(keys=keys, args=args)
         if status == b"unknown_model":
             raise UnknownModelError(f"unknown model {record.model!r}")
         if status == b"not_new":
             raise DecisionExistsError(record.decision_id)
+
+    @_available
+    async def put_page(self, records: Sequence[DecisionRecord]) -> None:
+        # Every slot's key is free (no record, no claim: one EXISTS, the keys share the page's slot
+        # tag), then slot 0 inserted if absent, which makes the page's id this writer's: no other
+        # writer then puts a slot id of it, so the other slots' inserts cannot be refused.
+        first, *rest = records
+        if await self.redis.exists(*(self._decision_key(r.decision_id) for r in records)):
+            raise DecisionExistsError(first.decision_id)
+        await self.put_decision(first)
+        await asyncio.gather(*(self.put_decision(r) for r in rest))
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -1272,6 +1287,7 @@ class RedisStore(Store):
                     None if b"b" not in f else int(f[b"b"]),
                     f.get(b"df") == b"1",
                     None if activated_at is None else float(activated_at),
+                    None if b"ps" not in f else int(f[b"ps"]),
                 )
             )
         return page, (entries[-1][0].decode() if len(entries) == limit else None)

@@ -141,7 +141,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,6 +177,7 @@ from service.store.codec import (
     encode_decision,
     encode_x,
     rollout_of,
+    slot_of,
 )
 
 try:
@@ -784,6 +785,19 @@ class SQLiteStore(Store):
         # Not durable (see module docstring: a lost record is a later 404): answered at its commit.
         await self._grouped(functools.partial(self._put_decision, record, x, decision), durable=False)
 
+    async def put_page(self, records: Sequence[DecisionRecord]) -> None:
+        # One write of the group, in one savepoint: a taken id undoes the slots put before it.
+        coded = [(r, encode_x(r.x), encode_decision(r.decision)) for r in records]
+
+        def put(db: sqlite3.Connection) -> None:
+            try:
+                for record, x, decision in coded:
+                    self._put_decision(record, x, decision, db)
+            except DecisionExistsError:
+                raise DecisionExistsError(records[0].decision_id) from None
+
+        await self._grouped(put, durable=False)
+
     def _put_decision(
         self, record: DecisionRecord, x: bytes, decision: bytes, db: sqlite3.Connection
     ) -> None:
@@ -1258,6 +1272,7 @@ class SQLiteStore(Store):
                         *rollout_of(d),
                         bool(act[0]),
                         act[1],
+                        slot_of(d),
                     )
                 )
                 if len(page) == limit or time.perf_counter() >= deadline:

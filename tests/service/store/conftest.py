@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from service.store import MemoryStore, SQLiteStore, Store
+from service.store.base import slot_decision_id
 from service.store.redis import RedisStore
 
 
@@ -41,6 +42,23 @@ class Routed:
         await self.store.put_decision(
             replace(record, decision_id=self.store.route(record.model, record.decision_id))
         )
+
+    async def put_page(self, records: list[Any]) -> None:
+        # A page's slots under the page's route: slot s of "p" is "p~s.{tag}" as the runtime makes it.
+        routed = self.store.route(records[0].model, records[0].decision_id)
+        await self.store.put_page(
+            [replace(r, decision_id=slot_decision_id(routed, s)) for s, r in enumerate(records)]
+        )
+
+    async def claim_slot(
+        self, decision_id: str, slot: int, reward: Any, now: float, model: str | None = None
+    ) -> Any:
+        out = await self.store.claim_slot(self._in(decision_id), slot, reward, now, model)
+        return replace(out, claim=self._out(out.claim))
+
+    async def activate_page(self, decision_id: str, now: float, model: str | None = None) -> Any:
+        outs = await self.store.activate_page(self._in(decision_id), now, model)
+        return [replace(out, claim=self._out(out.claim)) for out in outs]
 
     async def get_decision(self, decision_id: str) -> Any:
         for model in ("m", "other"):

@@ -8,8 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from service.learners import Decision
+from service.learners import Decision, make_learner
+from service.learners.ccb_adf import CCB
+from service.pages import page_decision_of, page_records, page_slot
 from service.serial import encode
+from service.slots import PageFeaturiser
 from service.store import (
     ACTIVITY_MINUTES,
     ActivateStatus,
@@ -25,6 +28,7 @@ from service.store import (
     Store,
     UnknownModelError,
 )
+from service.store.base import slot_decision_id
 from service.store.redis import RedisStore
 
 pytestmark = pytest.mark.anyio
@@ -597,3 +601,150 @@ async def test_heartbeats_are_listed_until_their_ttl(store: Store) -> None:
     await store.forget_replica("r2")  # a clean stop: gone at once
     await store.forget_replica("r2")
     assert await store.replicas() == []
+
+
+# -- pages (issue 53): a record per slot under the page's one id (service.pages) ---------------------
+
+PAGE_CONFIG = {"learner": "squarecb-adf", "n_features": 256, "n_labels": 1, "actions": "features"}
+
+
+def page(
+    decision_id: str, created: float = 0.0, window: float = 10.0, deferred: bool = False
+) -> list[DecisionRecord]:
+    """The slot records of a three-slot page over four candidates, decided by the CCB reduction (logged)."""
+    f = PageFeaturiser(8, 100, 10)
+    x = f(
+        {"user": "u1", "age": 31.0},
+        [{"id": f"i{k}", "features": {"kind": f"k{k % 2}", "price": 1.5 + k}} for k in range(4)],
+        [{"id": p, "features": {"position": p}} for p in ("hero", "middle", "footer")],
+    )
+    d = CCB(make_learner("squarecb-adf", 256, 1)).decide(x, np.random.default_rng(5))
+    base = DecisionRecord(decision_id, "m", np.zeros(1), {}, 3, created, created + window, True, deferred)
+    return page_records(base, x, f.pack(x), d)
+
+
+async def test_a_page_keeps_a_record_per_slot_and_takes_each_slot_reward_once(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    records = page("p")
+    await store.put_page(records)
+    for s, r in enumerate(records):
+        got = await store.get_decision(slot_decision_id("p", s))
+        assert got is not None and got.x.tobytes() == r.x.tobytes()
+        assert encode(got.decision) == encode(r.decision) and page_slot(got.decision) == s
+    c = await store.counts("m")
+    assert (c.decisions, c.pending) == (3, 3)
+    first = await store.claim_slot("p", 1, True, now=1.0)
+    assert first.status is ClaimStatus.ACCEPTED and first.claim is not None and first.claim.position == 1
+    again = await store.claim_slot("p", 1, False, now=1.5)
+    assert (
+        again.status is ClaimStatus.DUPLICATE and again.claim is not None and again.claim.outcome == "click"
+    )
+    assert (await store.claim_slot("p", 0, 0.25, now=2.0)).status is ClaimStatus.ACCEPTED
+    assert (await store.claim_slot("p", 3, True, now=2.0)).status is ClaimStatus.UNKNOWN  # no slot 3
+    events = await store.read_log("m", after=0)
+    assert [(e.decision_id, e.reward, e.outcome) for e in events] == [
+        ("p~1", True, "click"),
+        ("p", 0.25, "reward"),
+    ]
+    for e, s in zip(events, (1, 0), strict=True):  # what a replica needs to learn the slot
+        assert e.x is not None and e.x.tobytes() == records[s].x.tobytes()
+        assert e.decision is not None and encode(e.decision) == encode(records[s].decision)
+        assert page_decision_of(e.decision).labels == page_decision_of(records[0].decision).labels
+    c = await store.counts("m")
+    assert (c.clicks, c.graded, c.pending) == (1, 1, 1)
+
+
+async def test_the_slots_of_a_page_without_reward_take_the_default_at_expiry(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    await store.put_page(page("p", window=5.0))
+    await store.put_page(page("q", created=1.0, window=5.0))
+    await store.claim_slot("p", 1, True, now=1.0)
+    claims = await store.expire_due("m", now=5.5, default_reward="no_click")
+    assert sorted((c.decision_id, c.outcome) for c in claims) == [("p", "expired"), ("p~2", "expired")]
+    events = await store.read_log("m", after=1)
+    assert sorted((e.decision_id, e.reward) for e in events) == [("p", False), ("p~2", False)]
+    assert all(page_slot(e.decision) is not None for e in events if e.decision is not None)
+    dropped = await store.expire_due("m", now=7.0, default_reward="drop")
+    assert sorted(c.decision_id for c in dropped) == ["q", "q~1", "q~2"] and {
+        c.position for c in dropped
+    } == {None}
+    assert await store.log_position("m") == 3
+    assert (await store.claim_slot("q", 0, True, now=8.0)).status is ClaimStatus.EXPIRED
+    c = await store.counts("m")
+    assert (c.decisions, c.clicks, c.expired, c.pending) == (6, 1, 5, 0)
+
+
+async def test_a_taken_page_id_saves_no_slot(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    await store.put_decision(replace(record("p"), model="m"))  # a single decision holds the id
+    with pytest.raises(DecisionExistsError, match="'p"):
+        await store.put_page(page("p"))
+    await store.put_page(page("q"))
+    with pytest.raises(DecisionExistsError):
+        await store.put_page(page("q", created=1.0))
+    with pytest.raises(DecisionExistsError):
+        await store.put_decision(replace(record("q"), model="m"))
+    await store.claim_slot("q", 2, True, now=1.0)  # claimed slots keep their ids taken too
+    with pytest.raises(DecisionExistsError):
+        await store.put_page(page("q", created=2.0))
+    c = await store.counts("m")
+    assert (c.decisions, c.pending) == (4, 3)
+    outs = await asyncio.gather(
+        *(store.put_page(page("r", created=i / 10)) for i in range(10)), return_exceptions=True
+    )
+    assert sum(o is None for o in outs) == 1
+    assert all(isinstance(o, DecisionExistsError) for o in outs if o is not None)
+    assert (await store.counts("m")).pending == 6
+
+
+async def test_concurrent_rewards_of_a_page_learn_each_slot_once(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    await store.put_page(page("p"))
+    outs = await asyncio.gather(*(store.claim_slot("p", i % 3, i % 2 == 0, now=1.0) for i in range(60)))
+    assert [o.status for o in outs].count(ClaimStatus.ACCEPTED) == 3
+    events = await store.read_log("m", after=0)
+    assert sorted(e.decision_id for e in events) == ["p", "p~1", "p~2"]
+
+
+async def test_a_deferred_page_is_activated_whole(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    await store.put_page(page("p", window=5.0, deferred=True))
+    await store.put_page(page("n", window=5.0, deferred=True))  # never activated
+    assert (await store.claim_slot("p", 0, True, now=1.0)).status is ClaimStatus.HELD
+    assert await store.log_position("m") == 0
+    outs = await store.activate_page("p", now=2.0)
+    assert [o.status for o in outs] == [ActivateStatus.ACTIVATED] * 3
+    assert outs[0].reward is True and outs[0].claim is not None and outs[0].claim.position == 1
+    again = await store.activate_page("p", now=2.5)
+    assert [o.status for o in again] == [ActivateStatus.ALREADY] * 3
+    assert (await store.claim_slot("p", 1, False, now=3.0)).status is ClaimStatus.ACCEPTED
+    assert [o.status for o in await store.activate_page("nope", now=3.0)] == [ActivateStatus.UNKNOWN]
+    claims = await store.expire_due("m", now=5.0, default_reward="no_click")
+    got = {c.decision_id: (c.position is not None, c.activated) for c in claims}
+    assert got == {"p~2": (True, True), "n": (False, False), "n~1": (False, False), "n~2": (False, False)}
+    assert [e.decision_id for e in await store.read_log("m", after=0)] == ["p", "p~1", "p~2"]
+    c = await store.counts("m")
+    assert (c.deferred, c.activated, c.dropped_unactivated) == (6, 3, 3)
+    late = await store.activate_page("n", now=6.0)
+    assert [o.status for o in late] == [ActivateStatus.EXPIRED] * 3
+
+
+async def test_the_decision_log_keeps_each_slot_of_a_page(store: Store) -> None:
+    await store.create_model("m", PAGE_CONFIG)
+    records = page("p", window=5.0)
+    await store.put_page(records)
+    await store.put_decision(replace(logged("single", created=1.0), model="m"))
+    await store.claim_slot("p", 2, 0.5, now=1.0)
+    await store.claim_slot("p", 0, True, now=1.0)
+    await store.expire_due("m", now=6.0, default_reward="no_click")
+    entries = await read_all(store, "m")
+    assert [(e.decision_id, e.slot) for e in entries] == [("p", 0), ("p~1", 1), ("p~2", 2), ("single", None)]
+    assert [(e.outcome, e.reward) for e in entries[:3]] == [
+        ("click", True),
+        ("expired", False),
+        ("reward", 0.5),
+    ]
+    d = page_decision_of(records[0].decision)
+    for e, slot in zip(entries, d.slots, strict=False):  # candidates, choice and conditional probabilities
+        assert e.x.tobytes() == records[0].x.tobytes()
+        assert e.probs.tobytes() == slot.probs.tobytes() and e.label == slot.label
