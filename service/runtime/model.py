@@ -22,10 +22,13 @@ from service.actions import ActionFeaturiser, ActionInput
 from service.config import ModelSpec
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state
+from service.learners.ccb_adf import CCB, PageDecision
+from service.pages import is_single, learn_slot, page_slot
 from service.rollout import Rollout, served
 from service.runtime.budgets import build_learner, state_nbytes
 from service.sampling import decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode
+from service.slots import PageFeaturiser, PageInput
 from service.store import Event
 from service.store.base import Reward
 
@@ -80,6 +83,7 @@ class ModelRuntime:
         self.last_apply_lag = 0.0
         self.budget_bytes = state_nbytes(spec) if budget_bytes is None else budget_bytes
         self._checksum: tuple[int, int, str] | None = None  # (position, id(learner), digest)
+        self._pages: PageFeaturiser | None = None  # an action model's page featuriser, made when first used
         # Isolated failures: an event this process cannot apply stops this model only.
         self.failure: str | None = None
         self.failures = 0  # consecutive failed attempts
@@ -162,6 +166,42 @@ class ModelRuntime:
             return own
         assert b is not None
         return served(self.learner, x, own, r.mode, b, r.epsilon, r.epoch, rng)
+
+    def featurise_page(
+        self, features: Mapping[str, FeatureValue], actions: Sequence[Any], slots: Sequence[Any]
+    ) -> PageInput:
+        """The page of a request with ``slots`` (:class:`~service.slots.PageFeaturiser`, made at the
+        first page); :class:`FeatureError` (422) on a label model or for what does not fit."""
+        if not isinstance(self.featurise, ActionFeaturiser):
+            raise FeatureError(
+                f"slots: model {self.name!r} has fixed labels; pages of several slots need a model with "
+                '"actions": "features"'
+            )
+        if self._pages is None:
+            f = self.featurise
+            self._pages = PageFeaturiser(f.hashing_bits, f.context.max_named, f.max_actions)
+        return self._pages(features, actions, slots)
+
+    def pack_page(self, page: PageInput) -> np.ndarray:
+        """What a page's slot records keep of ``page`` (:meth:`PageFeaturiser.pack`), or for a page
+        stored as a single decision (:func:`service.pages.is_single`) its action input's pack."""
+        if is_single(page):
+            return self.featurise.pack(page.actions)
+        assert self._pages is not None
+        return self._pages.pack(page)
+
+    def decide_page(
+        self, page: PageInput, decision_id: str, eligible: Sequence[np.ndarray | None] | None = None
+    ) -> PageDecision:
+        """The page's decision (:meth:`CCB.decide`: each slot among the candidates the earlier ones
+        left), sampling seeded by ``decision_id``; no model change. Served in online mode only: a
+        page's baseline and the logging and apprentice modes are not there yet (:class:`ParamError`)."""
+        if self.rollout.mode != "online":
+            raise ParamError(
+                f"slots: model {self.name!r} is in {self.rollout.mode} mode; pages are served in online "
+                "mode only"
+            )
+        return CCB(self.learner).decide(page, decision_rng(decision_id), eligible)
 
     def baseline_index(
         self, baseline: str | int | None, eligible: np.ndarray | None, names: list[str] | None = None
@@ -266,9 +306,8 @@ class ModelRuntime:
         if event.kind == "learn":
             assert event.x is not None and event.decision is not None and event.reward is not None
             if self.observe(event):
-                x = self._input(self.featurise.unpack(event.x))
                 self._checksum = None
-                self.learner.learn(x, Decision.from_state(event.decision), self._reward(event))
+                self._learn_event(self.learner, event)
         elif event.kind == "rollout":
             assert event.state is not None
             self.rollout.apply_event(event.state, event.position, event.at)
@@ -296,6 +335,10 @@ class ModelRuntime:
                 self.apply(event)
                 continue
             assert event.x is not None and event.decision is not None and event.reward is not None
+            if page_slot(event.decision) is not None:  # a page's slot: learned on its own (CCB)
+                self._learn_run(xs, decisions, rewards)
+                self.apply(event)
+                continue
             # the rollout's evidence reads only the decision and reward, never the learner
             if self.observe(event):
                 xs.append(self._input(self.featurise.unpack(event.x)))
@@ -324,10 +367,20 @@ class ModelRuntime:
         """A copy of the learner that has learned ``event`` (a learn), leaving the model as it was:
         run in a thread for a heavy learn (:meth:`~service.runtime.replication.Replication.apply`)."""
         assert event.x is not None and event.decision is not None and event.reward is not None
-        x = self._input(self.featurise.unpack(event.x))
         twin = copy.deepcopy(self._learner)
-        twin.learn(x, Decision.from_state(event.decision), self._reward(event))
+        self._learn_event(twin, event)
         return twin
+
+    def _learn_event(self, learner: Learner, event: Event) -> None:
+        """``learner`` learns the learn ``event``: a single decision's as the learner's own learn, a
+        page slot's through the CCB reduction on the page it carries (:func:`service.pages.learn_slot`)."""
+        assert event.x is not None and event.decision is not None
+        if page_slot(event.decision) is not None:
+            assert self.spec.hashing_bits is not None  # pages are for action models, which hash
+            learn_slot(learner, self.spec.hashing_bits, event.x, event.decision, self._reward(event))
+            return
+        x = self._input(self.featurise.unpack(event.x))
+        learner.learn(x, Decision.from_state(event.decision), self._reward(event))
 
     def state_bytes(self) -> bytes:
         """Canonical serialised learned state (:mod:`service.serial`): what export returns."""
