@@ -56,6 +56,14 @@ deferred : bool
 activated_at : float or null
     Unix seconds of its activation (``POST /decisions/{id}/activate``); null while not activated and
     for a decision not deferred.
+page : object (only in the records of a page's slots)
+    A page of several slots (issue 53, :mod:`service.pages`) is one record per slot: its
+    ``decision_id`` is the slot's record id (the page's id for slot 0), ``features`` and ``actions``
+    the page's context and candidates, ``probs`` the slot's distribution given the earlier slots'
+    choices (0 on the candidates they took), ``label`` the slot's item and ``outcome`` / ``reward``
+    the slot's own; ``page`` is ``{"id": the page's decision id, "slot": its index, "slot_id",
+    "slots": how many the page has, "slot_features": {"idx", "val"}}`` (the slot's hashed features, in
+    the slot namespace of :mod:`service.slots`). A single decision's record has no ``page`` key.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -82,6 +90,23 @@ An action-feature model's actions (``actions``) carry their own hashed features,
 (``{"a": {"b17": 1.0, ...}}``), so ``vw --cb_explore_adf -q xa`` learns the same kind of context x
 action model as the server (:mod:`service.actions`); an action without features gets the feature
 ``none`` (an example with no feature at all would read as the end of the multi-line example).
+
+**Pages in dsjson** (issue 53): one line per page whose every slot has a reward, in Vowpal Wabbit's
+conditional contextual bandit form (``vw --ccb_explore_adf --dsjson``), written when the page's last
+slot record is read (:class:`DsjsonWriter`)::
+
+    {"Version": "1", "EventId": "q2v0yN3mVt0dQ1bB5mM0aQ", "Timestamp": "2025-11-25T14:00:00.125000Z",
+     "c": {"x": {"b17": 1.0}, "_multi": [{"a": {"b5": 1.0}}, {"a": {"b9": 1.0}}, {"a": {"b2": 1.0}}],
+           "_slots": [{"_id": "hero", "s": {"b40": 1.0}}, {"_id": "tile", "s": {"b77": 1.0}}]},
+     "_outcomes": [{"_id": "hero", "_label_cost": -1, "_a": [2, 0, 1], "_p": [0.5, 0.25, 0.25]},
+                   {"_id": "tile", "_label_cost": 0, "_a": [0, 1], "_p": [0.9, 0.1]}]}
+
+``_multi`` holds the candidates (namespace ``a``), ``_slots`` each slot's id and hashed features
+(namespace ``s``), and ``_outcomes`` per slot the cost ``-reward``, the candidates it could show (0-based
+positions in ``_multi``, its item first) and their probabilities given the earlier slots' items: VW's
+CCB learns each slot as a ``cb_adf`` example with the slot's features added to the shared ones, as
+the server's reduction does (:mod:`service.learners.ccb_adf`). A page with a slot pending or dropped
+is left out, as single decisions without a reward are.
 """
 
 from __future__ import annotations
@@ -97,15 +122,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from service.actions import unpack_actions
+from service.actions import ActionInput, unpack_actions
 from service.config import ModelSpec
+from service.slots import unpack_page
 from service.store import LoggedDecision, Store
-from service.store.base import LogOutcome
+from service.store.base import LogOutcome, split_slot_id
 
 T = TypeVar("T")
 U = TypeVar("U")
 
-__all__ = ["FORMATS", "LogRecord", "pages", "sliced"]
+__all__ = ["FORMATS", "DsjsonWriter", "LogRecord", "pages", "sliced"]
 
 #: Export formats: ``jsonl`` (:meth:`LogRecord.to_json`) and ``dsjson`` (:meth:`LogRecord.to_dsjson`).
 FORMATS = ("jsonl", "dsjson")
@@ -164,16 +190,30 @@ class LogRecord:
     deferred: bool = False
     activated_at: float | None = None
     actions: list[dict[str, Any]] | None = None
+    page: dict[str, Any] | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
         """The record of a store's log entry of ``model`` (configured by ``spec``)."""
         x = entry.x
         actions: list[dict[str, Any]] | None = None
+        page: dict[str, Any] | None = None
         label = ""
         features: list[float] | dict[str, Any]
         if spec.actions == "features":  # the context, the candidates and their ids (service.actions)
-            packed = unpack_actions(x, spec.hashing_bits)  # type: ignore[arg-type]
+            packed: ActionInput
+            if entry.slot is not None:  # a page's slot: the page, and which slot (service.pages)
+                whole = unpack_page(x, spec.hashing_bits)  # type: ignore[arg-type]
+                packed, v = whole.actions, whole.slots[entry.slot]
+                page = {
+                    "id": split_slot_id(entry.decision_id)[0],
+                    "slot": entry.slot,
+                    "slot_id": whole.ids[entry.slot],
+                    "slots": whole.n_slots,
+                    "slot_features": {"idx": v.idx.tolist(), "val": v.val.tolist()},
+                }
+            else:
+                packed = unpack_actions(x, spec.hashing_bits)  # type: ignore[arg-type]
             c = packed.context
             features = {"idx": c.idx.tolist(), "val": c.val.tolist(), "dim": spec.dim}
             actions = []
@@ -203,11 +243,15 @@ class LogRecord:
             entry.deferred,
             entry.activated_at,
             actions,
+            page,
         )
 
     def to_json(self) -> str:
-        """The JSON line (without its newline)."""
-        return _line({f.name: getattr(self, f.name) for f in fields(self)})
+        """The JSON line (without its newline); ``page`` only in a page slot's record."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        if doc["page"] is None:  # a single decision's line is what it was before pages
+            del doc["page"]
+        return _line(doc)
 
     @classmethod
     def from_json(cls, line: str | bytes) -> LogRecord:
@@ -221,6 +265,7 @@ class LogRecord:
             doc.setdefault("deferred", False)  # ... before deferred decisions existed
             doc.setdefault("activated_at", None)
             doc.setdefault("actions", None)  # ... before action-feature models existed
+            doc.setdefault("page", None)  # a single decision's (and before pages existed)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)
@@ -234,8 +279,9 @@ class LogRecord:
         return {"a": _bucket_features(a["idx"], a["val"]) or {"none": 1}}
 
     def to_dsjson(self) -> str | None:
-        """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped)."""
-        if self.reward is None:
+        """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped). A page
+        slot's record has no line of its own (:class:`DsjsonWriter` writes its page's)."""
+        if self.reward is None or self.page is not None:
             return None
         actions = list(range(len(self.probs))) if self.eligible is None else self.eligible
         chosen = actions.index(self.label_index)  # positions in _multi
@@ -262,6 +308,69 @@ class LogRecord:
 
 def _bucket_features(idx: list[int], val: list[float]) -> dict[str, float]:
     return {f"b{i}": v for i, v in zip(idx, val, strict=True)}
+
+
+class DsjsonWriter:
+    """The dsjson export's lines, record by record in log order: a single decision's at once
+    (:meth:`LogRecord.to_dsjson`), a page's when its last slot record comes (module docstring).
+
+    A page's slot records are written together and so come together; the writer holds those of the
+    pages not complete yet (a page whose other slots fall outside the export's range, or were
+    forgotten by the retention, is never written).
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[str, dict[int, LogRecord]] = {}
+
+    def line(self, record: LogRecord) -> str | None:
+        """The line ``record`` completes, if any."""
+        if record.page is None:
+            return record.to_dsjson()
+        slots = self._open.setdefault(record.page["id"], {})
+        slots[record.page["slot"]] = record
+        if len(slots) < record.page["slots"]:
+            return None
+        del self._open[record.page["id"]]
+        return _page_line([slots[s] for s in range(len(slots))])
+
+
+def _page_line(slots: list[LogRecord]) -> str | None:
+    """The CCB line of a page's slot records (in slot order); None unless every slot has a reward."""
+    if any(r.reward is None for r in slots):
+        return None
+    first = slots[0]
+    assert first.page is not None and first.actions is not None and isinstance(first.features, dict)
+    outcomes, described = [], []
+    for r in slots:
+        assert r.page is not None
+        shown = [k for k, p in enumerate(r.probs) if p > 0.0 and k != r.label_index]
+        order = [r.label_index, *shown]
+        outcomes.append(
+            {
+                "_id": r.page["slot_id"],
+                "_label_cost": -r.reward if r.reward else 0,
+                "_a": order,
+                "_p": [r.probs[k] for k in order],
+            }
+        )
+        f = r.page["slot_features"]
+        described.append(
+            {"_id": r.page["slot_id"], **({"s": _bucket_features(f["idx"], f["val"])} if f["idx"] else {})}
+        )
+    stamp = datetime.fromtimestamp(first.created_at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _line(
+        {
+            "Version": "1",
+            "EventId": first.page["id"],
+            "Timestamp": stamp,
+            "c": {
+                "x": _bucket_features(first.features["idx"], first.features["val"]),
+                "_multi": [first._action(k) for k in range(len(first.actions))],
+                "_slots": described,
+            },
+            "_outcomes": outcomes,
+        }
+    )
 
 
 async def pages(

@@ -168,7 +168,8 @@ class LoggedData:
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]]) -> LoggedData:
         """From decision-log records (``service.decision_log`` JSON lines): those with a reward
-        (click or no click, or expired with a default reward); pending and dropped ones are left out.
+        (click or no click, or expired with a default reward); pending and dropped ones are left out,
+        and so are the slot records of pages (issue 53), which :mod:`service.slot_ope` evaluates.
 
         ``features`` is a dense list or ``{"idx": [...], "val": [...], "dim": D}``; an action-feature
         record's ``actions`` are its candidates (``{"id", "idx", "val"}`` each, their hashed features).
@@ -177,7 +178,7 @@ class LoggedData:
         probs, actions, rewards, sets, baselines = [], [], [], [], []
         dim = 0
         for rec in records:
-            if rec.get("reward") is None:
+            if rec.get("reward") is None or rec.get("page") is not None:  # pages: service.slot_ope
                 continue
             f = rec["features"]
             x: np.ndarray | SparseVector | ActionInput

@@ -49,11 +49,10 @@ from service.learners.base import Learner
 from service.learners.ccb_adf import CCB, PageDecision
 from service.serial import State, StateFormatError
 from service.slots import PageInput, unpack_page
-from service.store.records import SLOT_MARK, DecisionRecord, Reward, slot_decision_id
+from service.store.records import DecisionRecord, Reward, slot_decision_id, split_slot_id
 
 __all__ = [
     "PAGE_PREFIX",
-    "SLOT_MARK",
     "is_single",
     "learn_slot",
     "page_decision_of",
@@ -66,16 +65,6 @@ __all__ = [
 
 #: The prefix of the page decision's keys in a slot's decision state.
 PAGE_PREFIX = "page."
-
-
-def split_slot_id(record_id: str) -> tuple[str, int]:
-    """Inverse of :func:`slot_decision_id`: the page's id and the slot of a record id (slot 0 for an
-    id without the mark, which is also a single decision's)."""
-    if SLOT_MARK not in record_id:
-        return record_id, 0
-    head, _, rest = record_id.partition(SLOT_MARK)
-    index, dot, tail = rest.partition(".")
-    return head + dot + tail, int(index)
 
 
 def is_single(page: PageInput) -> bool:

@@ -29,7 +29,7 @@ from service.api.schemas import (
     error_responses,
 )
 from service.config import ModelName, ModelSpec
-from service.decision_log import LogRecord, sliced
+from service.decision_log import DsjsonWriter, LogRecord, sliced
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
 from service.learners.base import learners
 from service.ope import MIN_ESS, EvaluationError
@@ -272,7 +272,7 @@ async def export_log(
     """
     pages = await runtime.decision_log(name, _seconds(since, -math.inf), _seconds(until, math.inf))
     first = await anext(pages)
-    encode = LogRecord.to_json if fmt == "jsonl" else LogRecord.to_dsjson
+    encode = LogRecord.to_json if fmt == "jsonl" else DsjsonWriter().line  # a page: at its last slot
 
     async def lines() -> AsyncIterator[str]:
         page: list[LogRecord] | None = first

@@ -104,6 +104,7 @@ from service.store.records import (
     check_decision_id,
     feedback_outcome,
     slot_decision_id,
+    split_slot_id,
 )
 
 __all__ = [
@@ -138,6 +139,7 @@ __all__ = [
     "check_decision_id",
     "feedback_outcome",
     "slot_decision_id",
+    "split_slot_id",
 ]
 
 

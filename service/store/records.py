@@ -47,6 +47,7 @@ __all__ = [
     "check_decision_id",
     "feedback_outcome",
     "slot_decision_id",
+    "split_slot_id",
 ]
 
 EventKind = Literal["learn", "reset", "import", "rollout"]
@@ -412,6 +413,16 @@ def slot_decision_id(decision_id: str, s: int) -> str:
     if not dot:
         return f"{decision_id}{SLOT_MARK}{s}"
     return f"{head}{SLOT_MARK}{s}.{tail}"
+
+
+def split_slot_id(record_id: str) -> tuple[str, int]:
+    """Inverse of :func:`slot_decision_id`: the page's id and the slot of a record id (slot 0 for an
+    id without the mark, which is also a single decision's)."""
+    if SLOT_MARK not in record_id:
+        return record_id, 0
+    head, _, rest = record_id.partition(SLOT_MARK)
+    index, dot, tail = rest.partition(".")
+    return head + dot + tail, int(index)
 
 
 @dataclass(slots=True)
