@@ -223,6 +223,7 @@ class Results:
     # server -> share of the profile's samples by frame, in millionths (absent: no profile)
     own: dict[str, Counter[str]] = field(default_factory=dict)
     cumulative: dict[str, Counter[str]] = field(default_factory=dict)
+    others: dict[str, float] = field(default_factory=dict)  # server -> share of other threads' samples
     fs: str = ""
 
 
@@ -233,26 +234,32 @@ def server_name(side: str, store: str) -> str:
 # -- profiles -----------------------------------------------------------------------------------
 
 
-def parse_collapsed(text: str) -> tuple[Counter[str], Counter[str], int]:
-    """py-spy's raw (collapsed) stacks -> (own samples by frame, cumulative samples by frame, total).
+def parse_collapsed(text: str) -> tuple[Counter[str], Counter[str], int, int]:
+    """py-spy's raw (collapsed) stacks -> (own samples by frame, cumulative samples by frame, total,
+    samples of other threads), for the event loop's thread only.
 
     Each line is ``frame;frame;...;leaf count``, the root first. A frame counts once per stack in
-    the cumulative tally, however often it recurs in that stack.
+    the cumulative tally, however often it recurs in that stack. Stacks rooted in
+    ``threading``'s ``_bootstrap`` are the other threads' (the SQLite store's fsync and checkpoint
+    threads, which py-spy counts as busy while they wait in ``fdatasync``): counted apart.
     """
     own: Counter[str] = Counter()
     cumulative: Counter[str] = Counter()
-    total = 0
+    total = others = 0
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
         frames = [_short(f) for f in stack.split(";")]
+        if frames[0].startswith("_bootstrap (threading.py"):
+            others += n
+            continue
         total += n
         own[frames[-1]] += n
         for frame in set(frames):
             cumulative[frame] += n
-    return own, cumulative, total
+    return own, cumulative, total, others
 
 
 def _short(frame: str) -> str:
@@ -379,7 +386,8 @@ def measure(seconds: float, rounds: int, profile_seconds: float) -> Results:
             with _profiling(pid, profile_seconds, out):
                 asyncio.run(_load(url, steps["hashed"], profile_seconds + 0.5, CONNECTIONS))
             if out.exists():
-                own, cumulative, total = parse_collapsed(out.read_text())
+                own, cumulative, total, others = parse_collapsed(out.read_text())
+                res.others[name] = others / (total + others) if total + others else 0.0
                 res.cumulative[name] = Counter({f: round(1e6 * n / total) for f, n in cumulative.items()})
                 res.own[name] = Counter({f: round(1e6 * n / total) for f, n in own.items()})
     return res
@@ -415,7 +423,8 @@ def profile_tables(res: Results, name: str) -> str:
     areas = ", ".join(f"{a} {_pct(n)}" for a, n in by_area.most_common())
     return (
         f"{report.table(['function (own share first)', 'own %', 'cumulative %'], rows, 'lrr')}\n\n"
-        f"Own share by package: {areas}."
+        f"Own share by package: {areas}. Other threads: {100 * res.others.get(name, 0.0):.0f}% of all "
+        "samples, not in these shares."
     )
 
 
@@ -493,9 +502,9 @@ def render(res: Results, quick: bool, seconds: float, rounds: int) -> str:
         "",
         f"### Where the CPU goes (py-spy, {PROFILE_RATE} samples/s, hashed load)",
         "",
-        "Shares of the samples of the server process's threads while busy: own (the function itself, "
-        "C calls it makes included) and cumulative (it and what it calls). The functions with the "
-        "largest own share, per server.",
+        "Shares of the event-loop thread's samples while busy (where requests are served): own (the "
+        "function itself, C calls it makes included) and cumulative (it and what it calls). The "
+        "functions with the largest own share, per server.",
     ]
     for store in STORES:
         for side in SIDES:

@@ -40,8 +40,9 @@ def test_the_app_parses_and_answers_the_shapes_of_predict_and_feedback() -> None
 def test_collapsed_stacks_give_own_and_cumulative_counts_once_per_stack() -> None:
     run, f_at = "run (asyncio/runners.py:86)", "f (/x/site-packages/service/api/predict.py:1)"
     text = f"{run};{f_at};g (/x/lib/python3.11/json/decoder.py:2) 3\n{run};{f_at};{f_at} 2\ngarbage line\n"
-    own, cumulative, total = parse_collapsed(text)
-    assert total == 5
+    thread = "_bootstrap (/x/lib/python3.11/threading.py:1);_worker (/x/lib/python3.11/queue.py:2)"
+    own, cumulative, total, others = parse_collapsed(text + f"{thread} 4\n")
+    assert total == 5 and others == 4
     f = "f (service/api/predict.py:1)"
     assert own == Counter({"g (json/decoder.py:2)": 3, f: 2})
     assert cumulative[f] == 5  # counted once in the stack where it recurs
@@ -75,5 +76,5 @@ def test_the_report_gives_the_ratios_against_the_base_commit_and_the_app() -> No
     assert f"memory now/{BASE} 0.58 met" in markdown and "sqlite-full app/now 0.86 met" in markdown
     assert "now redis hashed: version 6 for 7 acknowledged feedbacks" in markdown
     assert "| `f (service/api/predict.py:1)` | 60.0 | 100.0 |" in markdown
-    assert "Own share by package: service/api 60.0, pydantic 40.0." in markdown
+    assert "Own share by package: service/api 60.0, pydantic 40.0. Other threads: 0%" in markdown
     assert "**redis, now**\n\nnow redis: no profile" in markdown
