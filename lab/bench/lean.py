@@ -252,7 +252,7 @@ def parse_collapsed(text: str) -> tuple[Counter[str], Counter[str], int, int]:
             continue
         n = int(count)
         frames = [_short(f) for f in stack.split(";")]
-        if frames[0].startswith("_bootstrap (threading.py"):
+        if "_bootstrap (threading.py" in frames[0]:  # Thread._bootstrap
             others += n
             continue
         total += n

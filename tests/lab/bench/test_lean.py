@@ -40,7 +40,7 @@ def test_the_app_parses_and_answers_the_shapes_of_predict_and_feedback() -> None
 def test_collapsed_stacks_give_own_and_cumulative_counts_once_per_stack() -> None:
     run, f_at = "run (asyncio/runners.py:86)", "f (/x/site-packages/service/api/predict.py:1)"
     text = f"{run};{f_at};g (/x/lib/python3.11/json/decoder.py:2) 3\n{run};{f_at};{f_at} 2\ngarbage line\n"
-    thread = "_bootstrap (/x/lib/python3.11/threading.py:1);_worker (/x/lib/python3.11/queue.py:2)"
+    thread = "Thread._bootstrap (/x/lib/python3.11/threading.py:1);_worker (/x/lib/python3.11/queue.py:2)"
     own, cumulative, total, others = parse_collapsed(text + f"{thread} 4\n")
     assert total == 5 and others == 4
     f = "f (service/api/predict.py:1)"
