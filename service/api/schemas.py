@@ -154,8 +154,9 @@ class PredictRequest(BaseModel):
 #: A named feature's value as :class:`PredictFast` reads it: the branches of ``NamedValue`` tried in
 #: order. A JSON bool is only a StrictBool, a number only a StrictFloat, a string only the StrictStr,
 #: so every value it accepts is read as ``NamedValue`` reads it; it only lacks the one error message.
+#: Strings first: web contexts are mostly strings, and a branch that fails costs an error object.
 _FastValue = Annotated[
-    StrictBool | StrictFloat | Annotated[StrictStr, Field(max_length=MAX_FEATURE_CHARS)],
+    Annotated[StrictStr, Field(max_length=MAX_FEATURE_CHARS)] | StrictFloat | StrictBool,
     Field(union_mode="left_to_right"),
 ]
 
