@@ -87,8 +87,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     errors.install(app)
     app.include_router(predict.router)
     # The hot path: the same two endpoints as plain Starlette routes ahead of the APIRoutes, so
-    # requests skip FastAPI's per-request machinery (dependency solving, endpoint wrapping); the
-    # APIRoutes stay for the OpenAPI contract. The endpoints take the Request and return a Response.
+    # requests skip FastAPI's per-request machinery (dependency solving, endpoint wrapping), and
+    # predict.HotRoutes (the innermost middleware) calls them without routing; the APIRoutes stay
+    # for the OpenAPI contract. The endpoints take the Request and return a Response.
     for path, endpoint in (("/predict", predict.predict), ("/feedback", predict.feedback)):
         app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
     app.include_router(predict.activation)
@@ -102,7 +103,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(dashboard.page)
     app.mount(dashboard.STATIC_PATH, dashboard.static_files(), name="dashboard-static")
     # The last added is the outermost: CORS answers preflights and labels every answer, metrics
-    # count everything, then request ids / 415 / 429, then the body limit.
+    # count everything, then request ids / 415 / 429, then the body limit, then the hot routes.
+    app.add_middleware(predict.HotRoutes, routes=app.router.routes, handlers=app.exception_handlers)
     app.add_middleware(
         errors.BodyLimit,
         max_bytes=settings.max_body_bytes,

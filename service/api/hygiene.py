@@ -4,7 +4,9 @@ One pure-ASGI middleware (:class:`RequestHygiene`, cheaper than Starlette's ``Ba
 on the hot path) does, per HTTP request:
 
 * **request id**: ``X-Request-ID`` taken from the request when it is a sane token (1-128 of
-  ``[A-Za-z0-9._:-]``), else a new uuid4 hex; echoed in the response and held in a context variable
+  ``[A-Za-z0-9._:-]``), else 128 new random bits in 32 hex digits (the form of a uuid4's hex,
+  from :func:`random.getrandbits`: an id to find log lines by needs no system entropy, which
+  ``uuid4`` reads with a system call per request); echoed in the response and held in a context variable
   that :class:`RequestIdFilter` adds to every log record of the request (uvicorn's access line too:
   it is written from inside the request's task);
 * **415** for a body that is not JSON on the routes that take JSON (``POST /predict``,
@@ -25,8 +27,8 @@ import logging
 import math
 import re
 import time
-import uuid
 from hashlib import blake2b
+from random import getrandbits
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -67,7 +69,7 @@ class RequestHygiene:
             return
         headers = dict(scope["headers"])  # lower-case names; a repeated header keeps its last value
         given = headers.get(b"x-request-id", b"")
-        rid = given.decode() if _SANE_ID.fullmatch(given) else uuid.uuid4().hex
+        rid = given.decode() if _SANE_ID.fullmatch(given) else f"{getrandbits(128):032x}"
         token = REQUEST_ID.set(rid)
         rid_header = (b"x-request-id", rid.encode())
 

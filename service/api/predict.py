@@ -4,18 +4,26 @@
 These two are the hot path. The functions take the raw :class:`Request` and return a
 :class:`Response`, doing by hand what FastAPI's dependency injection would (key check, body
 parsing with pydantic-core's JSON parser, the ``wait`` flag), and :func:`service.api.app.create_app`
-serves them as plain Starlette routes; the decorated APIRoutes below, with ``openapi_extra``
-describing body, parameter and security scheme, define the documented contract.
+declares them as plain Starlette routes, which :class:`HotRoutes` calls straight from the middleware
+(issue 52); the decorated APIRoutes below, with ``openapi_extra`` describing body, parameter and
+security scheme, define the documented contract. The answers are written by pydantic-core's
+``to_json`` from plain dicts in the order of the response models' fields: the same bytes as the
+models' ``model_dump_json``, without building the models.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import metrics
 from service.api.auth import SECURITY, check_api_key
@@ -26,9 +34,9 @@ from service.api.schemas import (
     FeedbackRequest,
     FeedbackResponse,
     HandedOutId,
+    PredictFast,
     PredictRequest,
     PredictResponse,
-    RankedLabel,
     error_responses,
 )
 from service.runtime import Runtime
@@ -61,6 +69,8 @@ WAIT = {
 
 
 def _wait(request: Request) -> bool:
+    if not request.scope["query_string"]:  # the common case: no query to parse
+        return False
     return request.query_params.get("wait", "false").lower() in ("1", "true", "yes", "on")
 
 
@@ -95,12 +105,20 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
     return walk(schema)
 
 
-def parse(model: type[M], body: bytes) -> M:
+def parse(model: type[M], body: bytes, fast: type[M] | None = None) -> M:
     """Validate a JSON body with pydantic-core's parser (exact float64, no ``json.loads`` detour).
+
+    ``fast``: a cheaper model that accepts a subset of what ``model`` accepts, with the same values
+    (:class:`PredictFast`); tried first, and what it refuses is parsed by ``model``.
 
     Errors take the route FastAPI's own would (:class:`RequestValidationError`, locations under
     ``body``), so the handlers in :mod:`service.api.errors` answer them the same way.
     """
+    if fast is not None:
+        try:
+            return fast.model_validate_json(body)
+        except ValidationError:
+            pass
     if not body.strip():
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
     try:
@@ -136,7 +154,7 @@ async def predict(request: Request) -> Response:
     if may_exceed(raw, most):  # counted before the parse: 10,000 candidates cost 100+ ms to parse
         message = f"actions: more than {most} candidates, at most {most} allowed (CLICKBOOST_MAX_ACTIONS)"
         count_lists(raw, {"actions": (most, message)}, lambda m: HTTPException(422, m))
-    body = parse(PredictRequest, raw)
+    body = parse(PredictRequest, raw, PredictFast)
     runtime: Runtime = request.app.state.runtime
     p = await runtime.predict(
         body.model,
@@ -153,20 +171,21 @@ async def predict(request: Request) -> Response:
     probs = d.probs.tolist()
     mask = d.memo.get("eligible")
     shown = range(len(probs)) if mask is None else mask.nonzero()[0].tolist()
-    out = PredictResponse(
-        decision_id=p.decision_id,
-        label=p.label,
-        label_index=d.label,
-        probability=d.probability,
-        probabilities=probs,
-        ranking=[
-            RankedLabel(label=p.labels[i], label_index=i, probability=probs[i])
+    labels = p.labels
+    out = {  # PredictResponse's fields, in its order
+        "decision_id": p.decision_id,
+        "label": p.label,
+        "label_index": d.label,
+        "probability": d.probability,
+        "probabilities": probs,
+        "ranking": [  # RankedLabel's fields
+            {"label": labels[i], "label_index": i, "probability": probs[i]}
             for i in sorted(shown, key=lambda i: -probs[i])  # stable: ties in label order
         ],
-        model=p.model,
-        model_version=p.model_version,
-    )
-    return Response(out.model_dump_json(), media_type="application/json")
+        "model": p.model,
+        "model_version": p.model_version,
+    }
+    return Response(to_json(out), media_type="application/json")
 
 
 @router.post(
@@ -201,15 +220,15 @@ async def feedback(request: Request) -> Response:
     held = out.status is ClaimStatus.HELD
     if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
         metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
-        ok = FeedbackResponse(
-            decision_id=body.decision_id,
-            click=body.click,
-            reward=float(body.value),
-            model=claim.model,
-            model_version=claim.position,
-            held=held,
-        )
-        return Response(ok.model_dump_json(), media_type="application/json")
+        ok = {  # FeedbackResponse's fields, in its order
+            "decision_id": body.decision_id,
+            "click": body.click,
+            "reward": float(body.value),
+            "model": claim.model,
+            "model_version": claim.position,
+            "held": held,
+        }
+        return Response(to_json(ok), media_type="application/json")
     metrics.FEEDBACK.labels(out.status.value).inc()
     if claim is None:
         return JSONResponse({"detail": f"unknown decision id {body.decision_id!r}"}, status_code=404)
@@ -269,3 +288,69 @@ async def activate(request: Request, decision_id: DecisionPath) -> Response:
         learned=None if claim is None else _first(claim),  # type: ignore[arg-type]
     )
     return Response(ok.model_dump_json(), media_type="application/json")
+
+
+Handler = Callable[[Request, Exception], Any]
+
+
+class HotRoutes:
+    """Pure ASGI, the innermost middleware: a request for one of the app's plain Starlette routes
+    (``POST /predict`` and ``POST /feedback``, declared in :func:`service.api.app.create_app`) goes
+    straight to its endpoint, past FastAPI's and Starlette's inner layers (exception middleware,
+    exit stack, router, route, request-response wrapper), which cost a pair tens of microseconds
+    (issue 52). What those layers do for such a route is done here: the scope gets its
+    ``endpoint``, and an exception is answered by the app's handler for it, as Starlette's
+    exception middleware would (a handler's own status code first for an ``HTTPException``, then
+    the exception's classes in order); an exception without a handler goes on to the server-error
+    middleware (500). Every outer middleware (metrics, request ids, 415, rate limit, body limit,
+    CORS) runs as for any route.
+
+    Parameters
+    ----------
+    app : ASGI app
+    routes : sequence of BaseRoute
+        The app's routes, read at the first request: the plain routes' paths and endpoints.
+    handlers : mapping
+        The app's exception handlers (exception class or status code -> handler).
+    """
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], handlers: Mapping[Any, Handler]) -> None:
+        self.app = app
+        self.routes = routes
+        self.handlers = handlers
+        self._endpoints: dict[str, Callable[[Request], Any]] | None = None
+
+    def _handler(self, exc: Exception) -> Handler | None:
+        if isinstance(exc, HTTPException) and exc.status_code in self.handlers:
+            return self.handlers[exc.status_code]
+        for cls in type(exc).__mro__:
+            if cls in self.handlers:
+                return self.handlers[cls]
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._endpoints is None:
+            self._endpoints = {
+                r.path: r.endpoint
+                for r in self.routes
+                if type(r) is Route and r.methods == {"POST"} and not r.param_convertors
+            }
+        endpoint = None
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            endpoint = self._endpoints.get(scope["path"])
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        scope["endpoint"] = endpoint
+        scope["path_params"] = {}
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:
+            handler = self._handler(exc)
+            if handler is None:
+                raise
+            response = handler(request, exc)  # the handlers are quick: no thread hop for a sync one
+            if inspect.isawaitable(response):
+                response = await response
+        await response(scope, receive, send)

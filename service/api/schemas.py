@@ -151,6 +151,30 @@ class PredictRequest(BaseModel):
     )
 
 
+#: A named feature's value as :class:`PredictFast` reads it: the branches of ``NamedValue`` tried in
+#: order. A JSON bool is only a StrictBool, a number only a StrictFloat, a string only the StrictStr,
+#: so every value it accepts is read as ``NamedValue`` reads it; it only lacks the one error message.
+#: Strings first: web contexts are mostly strings, and a branch that fails costs an error object.
+_FastValue = Annotated[
+    Annotated[StrictStr, Field(max_length=MAX_FEATURE_CHARS)] | StrictFloat | StrictBool,
+    Field(union_mode="left_to_right"),
+]
+
+
+class PredictFast(PredictRequest):
+    """:class:`PredictRequest` with its features read by plain unions, not by the discriminator
+    function ``_kind`` (a Python call per feature value, about 40 % of validating 30 named features).
+
+    It accepts a subset of what :class:`PredictRequest` accepts, each with the same value; what it
+    refuses is parsed again by :class:`PredictRequest`, whose errors name the problem (issue 52).
+    Not in the OpenAPI document.
+    """
+
+    features: Annotated[  # type: ignore[assignment]
+        list[StrictFloat] | dict[FeatureName, _FastValue], Field(union_mode="left_to_right")
+    ]
+
+
 class RankedLabel(BaseModel):
     """One eligible label of a ``POST /predict`` answer's ``ranking``."""
 

@@ -843,6 +843,31 @@ def _cluster_url(url: str) -> str | None:
     return None
 
 
+class _Connection(aioredis.Connection):
+    """redis-py's TCP connection, its writes timed by :func:`asyncio.timeout`, not
+    :func:`asyncio.wait_for`, which on Python 3.11 runs every command's write in a task of its own
+    (an extra round of the event loop per command, its largest cost per Redis call after the
+    socket's; issue 52). Same timeout, same error: the connection is dropped and redis-py's
+    ``TimeoutError`` raised. A ``rediss://`` or ``unix://`` URL names its own class (redis-py's
+    ``parse_url`` wins), which keeps ``wait_for``.
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if not timeout:
+            await super().send_packed_command(command, check_health)
+            return
+        self.socket_timeout = None  # the write without wait_for; one command at a time per connection
+        try:
+            async with asyncio.timeout(timeout):
+                await super().send_packed_command(command, check_health)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        finally:
+            self.socket_timeout = timeout
+
+
 class RedisStore(Store):
     """:class:`~service.store.base.Store` on one Redis server or a Redis Cluster (module docstring).
 
@@ -895,7 +920,7 @@ class RedisStore(Store):
         self.redis: aioredis.Redis | RedisCluster = (
             RedisCluster.from_url(plain, **options)
             if plain is not None
-            else aioredis.from_url(url, **options)
+            else aioredis.from_url(url, connection_class=_Connection, **options)
         )
         self._notify = "1" if self.cluster else "0"  # SPUBLISH on appends: a cluster's replicas need it
         self._registry = f"{prefix}{{_registry}}:models"
