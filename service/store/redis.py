@@ -489,13 +489,22 @@ if ARGV[7] then
     lg = redis.pcall('XADD', KEYS[4], ARGV[7] .. '-*', unpack(ARGV, 8))
   end
   if type(lg) == 'table' then
-    -- The last id the stream gave, not its last entry's: the retention may have trimmed every entry.
-    local info = redis.call('XINFO', 'STREAM', KEYS[4])
-    local last = '0'
-    for i = 1, #info, 2 do
-      if info[i] == 'last-generated-id' then last = info[i + 1] end
+    -- Refused: an id below the stream's last, or Redis before 7.0 (no '<ms>-*' ids). The id is built
+    -- here as '<ms>-*' would: after the last id the stream gave, not its last entry's (the retention
+    -- may have trimmed every entry).
+    local last = '0-0'
+    if redis.call('EXISTS', KEYS[4]) == 1 then
+      local info = redis.call('XINFO', 'STREAM', KEYS[4])
+      for i = 1, #info, 2 do
+        if info[i] == 'last-generated-id' then last = info[i + 1] end
+      end
+    elseif redis.call('HEXISTS', meta, 'model') == 0 then
+      return 'unknown_model'
     end
-    lg = redis.call('XADD', KEYS[4], string.match(last, '^(%d+)') .. '-*', unpack(ARGV, 8))
+    local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+    local id = ARGV[7] .. '-0'
+    if tonumber(ARGV[7]) <= tonumber(ms) then id = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end
+    lg = redis.call('XADD', KEYS[4], id, unpack(ARGV, 8))
   end
 elseif redis.call('HEXISTS', meta, 'model') == 0 then
   return 'unknown_model'
