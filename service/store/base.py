@@ -73,7 +73,8 @@ from typing import Any, Literal
 
 # The record types live in service.store.records; imported here too, where every store and caller
 # has always found them.
-from service.store.records import (
+from service.store import records
+from service.store.records import (  # noqa: F401 (re-exported: records.__all__)
     ACTIVITY_MINUTES,
     ID_PATTERN,
     MAX_DECISION_ID_LENGTH,
@@ -107,40 +108,7 @@ from service.store.records import (
     split_slot_id,
 )
 
-__all__ = [
-    "ACTIVITY_MINUTES",
-    "ID_PATTERN",
-    "MAX_DECISION_ID_LENGTH",
-    "MAX_ID_LENGTH",
-    "MAX_ROUTE_SUFFIX",
-    "ActivateOutcome",
-    "ActivateStatus",
-    "Activity",
-    "Checkpoint",
-    "Claim",
-    "ClaimOutcome",
-    "ClaimStatus",
-    "Counts",
-    "DecisionExistsError",
-    "DecisionRecord",
-    "Event",
-    "EventKind",
-    "Expiry",
-    "Heartbeat",
-    "LogOutcome",
-    "LoggedDecision",
-    "ModelExistsError",
-    "Outcome",
-    "Reward",
-    "Store",
-    "StoreUnavailableError",
-    "Tail",
-    "UnknownModelError",
-    "check_decision_id",
-    "feedback_outcome",
-    "slot_decision_id",
-    "split_slot_id",
-]
+__all__ = ["Store", *records.__all__]
 
 
 class Store(abc.ABC):
