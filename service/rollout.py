@@ -193,15 +193,22 @@ class Rollout:
 
     def observe(self, decision: Decision, reward: float) -> None:
         """Add a learn event's decision (made in logging or apprentice mode) with its ``reward`` in
-        [0, 1], if it was made in this epoch."""
+        [0, 1], if it was made in this epoch; a slot of a multi-slot page with its page's ratio
+        (:mod:`service.page_rollout`)."""
         memo = decision.memo
         if int(memo.get("rollout_epoch", -1)) != self.epoch:
             return
-        p, a = decision.probs, decision.label
-        pi = np.asarray(memo["policy"], dtype=np.float64)
-        learner = reward * float(pi[a]) / float(p[a])
-        base = reward / float(p[a]) if a == int(memo["baseline"]) else 0.0
-        unseen = float(pi[p == 0.0].sum())  # the learner's mass on labels never served
+        if "page_policy" in memo:  # a slot of a multi-slot page: the page's ratio (service.page_rollout)
+            served = float(memo["page_served"])
+            learner = reward * float(memo["page_policy"]) / served
+            base = reward / served if int(memo["page_baseline"]) else 0.0
+            unseen = float(memo["page_unseen"])
+        else:
+            p, a = decision.probs, decision.label
+            pi = np.asarray(memo["policy"], dtype=np.float64)
+            learner = reward * float(pi[a]) / float(p[a])
+            base = reward / float(p[a]) if a == int(memo["baseline"]) else 0.0
+            unseen = float(pi[p == 0.0].sum())  # the learner's mass on labels never served
         values = (learner, learner + unseen, base, learner - base, learner + unseen - base)
         for i, v in enumerate(values):
             lo, hi = self._ranges[i]

@@ -23,6 +23,7 @@ from service.config import ModelSpec
 from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
 from service.learners.base import Decision, Learner, ParamError, learner_from_state
 from service.learners.ccb_adf import CCB, PageDecision
+from service.page_rollout import check_baselines, serve_page
 from service.pages import is_single, learn_slot, page_slot
 from service.rollout import Rollout, served
 from service.runtime.budgets import build_learner, state_nbytes
@@ -191,17 +192,24 @@ class ModelRuntime:
         return self._pages.pack(page)
 
     def decide_page(
-        self, page: PageInput, decision_id: str, eligible: Sequence[np.ndarray | None] | None = None
+        self,
+        page: PageInput,
+        decision_id: str,
+        eligible: Sequence[np.ndarray | None] | None = None,
+        baselines: Sequence[int | None] | None = None,
     ) -> PageDecision:
-        """The page's decision (:meth:`CCB.decide`: each slot among the candidates the earlier ones
-        left), sampling seeded by ``decision_id``; no model change. Served in online mode only: a
-        page's baseline and the logging and apprentice modes are not there yet (:class:`ParamError`)."""
-        if self.rollout.mode != "online":
-            raise ParamError(
-                f"slots: model {self.name!r} is in {self.rollout.mode} mode; pages are served in online "
-                "mode only"
-            )
-        return CCB(self.learner).decide(page, decision_rng(decision_id), eligible)
+        """The page's decision, sampling seeded by ``decision_id``; no model change. Online: the
+        learner's (:meth:`CCB.decide`: each slot among the candidates the earlier ones left). In
+        logging and apprentice mode the page served around the slots' ``baselines`` (candidate
+        indices, one per slot, required there; :func:`service.page_rollout.serve_page`).
+        :class:`ParamError` (422) for baselines missing, repeated or not allowed in their slot."""
+        r = self.rollout
+        checked = check_baselines(baselines, page, eligible, r.mode)
+        ccb, rng = CCB(self.learner), decision_rng(decision_id)
+        if r.mode == "online":
+            return ccb.decide(page, rng, eligible)
+        assert checked is not None
+        return serve_page(ccb, page, rng, eligible, r.mode, checked, r.epsilon, r.epoch)
 
     def baseline_index(
         self, baseline: str | int | None, eligible: np.ndarray | None, names: list[str] | None = None
