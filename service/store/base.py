@@ -228,7 +228,7 @@ class Store(abc.ABC):
 
         This default puts slot 0 first (insert if absent: the page's id is then this page's, and no
         other writer can make a slot id of it), then the others; the stores override it with one
-        atomic step (memory, SQLite) or a check of every slot's key first (Redis).
+        atomic step (memory, SQLite; Redis: one script, whole page or none of it).
         """
         first, *rest = records
         await self.put_decision(first)

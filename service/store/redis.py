@@ -515,6 +515,30 @@ redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 return 'ok'
 """
 
+# A page's slot records in one step (issue 53), so a failure never leaves part of a page: the decision
+# script's body as a function of one slot's record key and arguments, run for every slot once no slot
+# key is taken. KEYS: meta, slot 0's record, due, decision log, then slots 1.. records (every key in
+# the model's hash slot: a page's ids share its routing suffix). ARGV: per slot, its count of
+# arguments, then the decision script's arguments.
+_PUT_PAGE = (
+    "local function put_one(dkey, ARGV)\n"
+    + _PUT_DECISION.replace("KEYS[2]", "dkey")
+    + """end
+local dkeys = {KEYS[2]}
+for i = 5, #KEYS do dkeys[#dkeys + 1] = KEYS[i] end
+if redis.call('EXISTS', unpack(dkeys)) > 0 then return 'not_new' end
+local pos = 1
+for s = 1, #dkeys do
+  local n, a = tonumber(ARGV[pos]), {}
+  for j = 1, n do a[j] = ARGV[pos + j] end
+  pos = pos + n + 1
+  local status = put_one(dkeys[s], a)
+  if status ~= 'ok' then return status end
+end
+return 'ok'
+"""
+)
+
 # KEYS: meta, decision log, outcomes, event log. ARGV: age limit ('' for none: entries whose id is
 # below this many ms are too old), entries kept ('' for none), batch, prefix, the time a claim made
 # before is forgotten by now (now - claim ttl). Forgets the oldest entries beyond either limit, at most
@@ -947,6 +971,7 @@ class RedisStore(Store):
         self._activate = register(_ACTIVATE)
         self._expire = register(_EXPIRE_DUE)
         self._put_decision = register(_PUT_DECISION)
+        self._put_page = register(_PUT_PAGE)
         self._append = register(_APPEND)
         self._reset_keys = register(_RESET_MODEL_KEYS)
         self._registry_op = register(_REGISTRY)
@@ -1055,13 +1080,24 @@ class RedisStore(Store):
 
     @_available
     async def put_decision(self, record: DecisionRecord) -> None:
-        ttl_ms = int(1000 * (max(record.expires_at - record.created_at, 0.0) + self.grace))
-        i = record.decision_id
         keys = [
             self.key(record.model, "meta"),
-            self._decision_key(i),
+            self._decision_key(record.decision_id),
             *self._keys(record.model, "due", "dlog"),
         ]
+        self._put_status(record, await self._put_decision(keys=keys, args=self._put_args(record)))
+
+    @staticmethod
+    def _put_status(record: DecisionRecord, status: bytes) -> None:
+        if status == b"unknown_model":
+            raise UnknownModelError(f"unknown model {record.model!r}")
+        if status == b"not_new":
+            raise DecisionExistsError(record.decision_id)
+
+    def _put_args(self, record: DecisionRecord) -> list[Any]:
+        """The decision script's arguments for ``record``."""
+        ttl_ms = int(1000 * (max(record.expires_at - record.created_at, 0.0) + self.grace))
+        i = record.decision_id
         x, decision = encode_x(record.x), encode_decision(record.decision)
         created, expires = _f(record.created_at), _f(record.expires_at)
         # The record's text (``load`` in the scripts) but its decision-log entry id, which the script
@@ -1085,22 +1121,24 @@ class RedisStore(Store):
             slot = slot_of(record.decision)
             if slot is not None:  # a slot of a page (issue 53): its index, for the page's export
                 args += ["ps", slot]
-        status = await self._put_decision(keys=keys, args=args)
-        if status == b"unknown_model":
-            raise UnknownModelError(f"unknown model {record.model!r}")
-        if status == b"not_new":
-            raise DecisionExistsError(record.decision_id)
+        return args
 
     @_available
     async def put_page(self, records: Sequence[DecisionRecord]) -> None:
-        # Every slot's key is free (no record, no claim: one EXISTS, the keys share the page's slot
-        # tag), then slot 0 inserted if absent, which makes the page's id this writer's: no other
-        # writer then puts a slot id of it, so the other slots' inserts cannot be refused.
+        # One script for every slot (_PUT_PAGE): refused whole when any slot's key is taken (a record
+        # or a claim), and a failure (a lost connection, a timeout) leaves the whole page or none of it.
         first, *rest = records
-        if await self.redis.exists(*(self._decision_key(r.decision_id) for r in records)):
-            raise DecisionExistsError(first.decision_id)
-        await self.put_decision(first)
-        await asyncio.gather(*(self.put_decision(r) for r in rest))
+        keys = [
+            self.key(first.model, "meta"),
+            self._decision_key(first.decision_id),
+            *self._keys(first.model, "due", "dlog"),
+            *(self._decision_key(r.decision_id) for r in rest),
+        ]
+        args: list[Any] = []
+        for r in records:
+            one = self._put_args(r)
+            args += [len(one), *one]
+        self._put_status(first, await self._put_page(keys=keys, args=args))
 
     @_available
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:

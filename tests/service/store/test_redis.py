@@ -18,7 +18,7 @@ from service import serial
 from service.config import ModelSpec
 from service.runtime import ModelRuntime
 from service.serial import StateFormatError
-from service.store import ClaimStatus, Event, StoreUnavailableError, UnknownModelError
+from service.store import ClaimStatus, DecisionExistsError, Event, StoreUnavailableError, UnknownModelError
 from service.store.codec import decode_decision, decode_x, encode_decision, encode_x
 from service.store.redis import _TAIL_BATCH, RedisStore, key_slot, slot_tag
 from tests.conftest import free_port
@@ -484,3 +484,47 @@ async def test_a_follower_reads_the_features_of_entries_far_apart(replicas: list
     events = await a.read_log("m", after=0)
     assert [e.decision_id for e in events] == [d[19], d[0]]
     assert [e.x.tobytes() for e in events] == [xs[19].tobytes(), xs[0].tobytes()]  # type: ignore[union-attr]
+
+
+async def test_a_page_is_saved_in_one_script_call_and_whole_or_not_at_all(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's slots go to Redis in one script (issue 53): a failure between two slots could once
+    leave part of a page, whose retry was then refused as taken. The commands the client sends for a
+    3-slot page: one EVALSHA. A page refused (a slot id taken, or the model deleted) writes no key."""
+    from service.store.base import slot_decision_id
+    from tests.service.store.test_contract import PAGE_CONFIG, page
+
+    store = RedisStore(redis_url, 100.0, prefix=f"test-{uuid.uuid4().hex}:")
+    await store.create_model("m", PAGE_CONFIG)
+    await store.put_page(page(store.route("m", "warm")))  # loads the script: a NOSCRIPT retry is not counted
+    sent: list[str] = []
+    send = store.redis.execute_command
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        sent.append(str(args[0]))
+        return await send(*args, **kwargs)
+
+    try:
+        monkeypatch.setattr(store.redis, "execute_command", counted)
+        pid = store.route("m", "p")
+        await store.put_page(page(pid))
+        assert sent == ["EVALSHA"]
+        monkeypatch.undo()
+        assert all([await store.get_decision(slot_decision_id(pid, s)) for s in range(3)])
+        # slot 2's id taken (a claim left by an earlier page): nothing of the new page is written
+        qid = store.route("m", "q")
+        await store.put_page(page(qid))
+        await store.claim_slot(qid, 2, True, now=1.0)
+        await store.redis.delete(store._decision_key(qid), store._decision_key(slot_decision_id(qid, 1)))
+        keys = {k async for k in store.redis.scan_iter(match=store.prefix + "*")}
+        with pytest.raises(DecisionExistsError):
+            await store.put_page(page(qid, created=2.0))
+        assert {k async for k in store.redis.scan_iter(match=store.prefix + "*")} == keys
+        await store.delete_model("m")
+        with pytest.raises(UnknownModelError):
+            await store.put_page(page(store.route("m", "r")))
+        assert await store.get_decision(store.route("m", "r")) is None
+    finally:
+        await clean(store)
+        await store.close()
