@@ -120,6 +120,16 @@ async def test_a_page_is_answered_per_slot_and_each_slot_learned_once(store: Sto
         counts = (await c.get("/models/shop")).json()["counts"]
         assert (counts["decisions"], counts["clicks"], counts["graded"], counts["expired"]) == (3, 1, 1, 1)
 
+        # the dashboard's reward per slot, from the decision log (the same on every replica)
+        slots = (await c.get("/models/shop/stats")).json()["slots"]
+        assert slots == [
+            {"slot": 0, "decisions": 1, "answered": 1, "expired": 0, "mean_reward": 0.25},
+            {"slot": 1, "decisions": 1, "answered": 1, "expired": 0, "mean_reward": 1.0},
+            {"slot": 2, "decisions": 1, "answered": 0, "expired": 1, "mean_reward": None},
+        ]
+        assert (await c.put("/models/topics", json=LABELS)).status_code == 201
+        assert (await c.get("/models/topics/stats")).json()["slots"] is None
+
 
 async def test_every_refusal_of_a_page_names_what_is_wrong(store: Store) -> None:  # noqa: F811
     app = create_app(Settings(store="memory"), store=store)
