@@ -7,7 +7,10 @@ slot."""
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +284,30 @@ async def test_two_replicas_learn_a_page_rewarded_through_the_other_once_per_slo
         ma, mb = a_app.state.runtime.models["shop"], b_app.state.runtime.models["shop"]
         assert ma.position == mb.position == 36 and ma.checksum() == mb.checksum()
         await a.delete("/models/shop")
+
+
+async def test_a_three_slot_page_costs_at_most_twice_a_one_slot_page(figures: Callable[[str], None]) -> None:
+    """The issue's bound, in one run on one model: rounds of one-slot and three-slot predicts
+    interleaved (a burst from elsewhere falls on both), the median of the rounds' ratios. In process
+    (the ASGI app under httpx, the memory store): the client's share is in both."""
+    app = create_app(Settings(store="memory"))
+    actions = [{"id": f"sku-{k}", "features": {"kind": f"k{k % 3}", "price": 1.5 * k}} for k in range(10)]
+    context = {f"f{j}": f"v{j}" for j in range(10)}
+    one = {"model": "shop", "features": context, "actions": actions, "slots": SLOTS[:1]}
+    three = {**one, "slots": SLOTS}
+    async with app_client(app) as c:
+        assert (await c.put("/models/shop", json={**SPEC, "hashing_bits": 16})).status_code == 201
+        seconds: dict[str, list[float]] = {"one": [], "three": []}
+        for r in range(7):
+            for name, body in (("one", one), ("three", three)):
+                start = time.perf_counter()
+                for _ in range(100):
+                    assert (await c.post("/predict", json=body)).status_code == 200
+                if r:  # the first round warms up
+                    seconds[name].append((time.perf_counter() - start) / 100)
+    ratio = statistics.median(t / o for t, o in zip(seconds["three"], seconds["one"], strict=True))
+    figures(
+        f"pages: a 3-slot predict {1e6 * statistics.median(seconds['three']):.0f} us, a 1-slot "
+        f"{1e6 * statistics.median(seconds['one']):.0f} us (10 candidates, in process): {ratio:.2f}x"
+    )
+    assert ratio <= 2.0
