@@ -43,7 +43,7 @@ import numpy as np
 from service.features import FeatureValue
 from service.learners.base import Decision, ParamError
 from service.learners.ccb_adf import PageDecision
-from service.pages import page_records, page_slot
+from service.pages import is_single, page_records, page_slot
 from service.runtime.errors import check_event_id
 from service.runtime.model import ModelRuntime
 from service.runtime.registry import Registry
@@ -320,7 +320,7 @@ class RequestPath:
             None if all(b is None for b in baselines) else baselines,
         )
         extra = dict(memo or {})
-        if page.n_slots == 1 and page.ids[0] != "0":
+        if is_single(page) and page.ids[0] != "0":
             extra[SLOT_ID_MEMO] = page.ids[0]
         if extra:
             for sd in d.slots:
