@@ -23,7 +23,15 @@ from clickboost_client.errors import (
     TransportError,
     Unauthorized,
 )
-from clickboost_client.models import ActivateResult, FeedbackResult, ModelCounts, ModelInfo, Prediction
+from clickboost_client.models import (
+    ActivateResult,
+    FeedbackResult,
+    ModelCounts,
+    ModelInfo,
+    Page,
+    Prediction,
+    SlotChoice,
+)
 from clickboost_client.sdk import AsyncClient, Client, ModelState, Retry
 
 __all__ = [
@@ -41,11 +49,13 @@ __all__ = [
     "ModelInfo",
     "ModelState",
     "NotFound",
+    "Page",
     "Prediction",
     "ProtocolError",
     "RateLimited",
     "Retry",
     "ServerError",
+    "SlotChoice",
     "TransportError",
     "Unauthorized",
 ]

@@ -56,11 +56,7 @@ class Prediction:
         probs = _get(body, "probabilities", list, "predict")
         if not all(isinstance(p, _NUM) and not isinstance(p, bool) for p in probs):
             raise ProtocolError(f"predict answer has non-numeric probabilities: {probs!r:.200}")
-        ranked = body.get("ranking", []) if isinstance(body, dict) else []
-        try:
-            ranking = tuple((str(r["label"]), int(r["label_index"]), float(r["probability"])) for r in ranked)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"predict answer has a malformed ranking: {ranked!r:.200}") from exc
+        ranking = _ranking(body.get("ranking", []) if isinstance(body, dict) else [], "predict")
         return cls(
             decision_id=_get(body, "decision_id", str, "predict"),
             label=_get(body, "label", str, "predict"),
@@ -73,6 +69,65 @@ class Prediction:
         )
 
 
+def _ranking(ranked: Any, what: str) -> tuple[tuple[str, int, float], ...]:
+    """A ``ranking`` of an answer as ``(label, label_index, probability)`` triples."""
+    try:
+        return tuple((str(r["label"]), int(r["label_index"]), float(r["probability"])) for r in ranked)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"{what} answer has a malformed ranking: {ranked!r:.200}") from exc
+
+
+@dataclass(frozen=True)
+class SlotChoice:
+    """One slot of a :class:`Page`: the action shown there and its probability given the earlier
+    slots' actions."""
+
+    id: str
+    label: str
+    label_index: int
+    probability: float
+    #: The actions this slot could show (eligible there, not taken by an earlier slot), most probable
+    #: first: ``(label, label_index, probability)``.
+    ranking: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_json(cls, body: Any) -> SlotChoice:
+        return cls(
+            id=_get(body, "id", str, "page slot"),
+            label=_get(body, "label", str, "page slot"),
+            label_index=_get(body, "label_index", int, "page slot"),
+            probability=float(_get(body, "probability", _NUM, "page slot")),
+            ranking=_ranking(body.get("ranking", []), "page slot"),
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    """Answer of ``POST /predict`` with ``slots`` (issue 53): one decision id for the page and each
+    slot's action, in the request's order (no action in two slots). Post each slot's reward with
+    ``feedback(decision_id, ..., slot=...)``. ``server`` as for :class:`Prediction`."""
+
+    decision_id: str
+    model: str
+    model_version: int
+    slots: tuple[SlotChoice, ...]
+    server: str = field(default="", compare=False)
+
+    @classmethod
+    def from_json(cls, body: Any) -> Page:
+        return cls(
+            decision_id=_get(body, "decision_id", str, "predict"),
+            model=_get(body, "model", str, "predict"),
+            model_version=_get(body, "model_version", int, "predict"),
+            slots=tuple(SlotChoice.from_json(s) for s in _get(body, "slots", list, "predict")),
+        )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The action shown in each slot, in page order."""
+        return tuple(s.label for s in self.slots)
+
+
 @dataclass(frozen=True)
 class FeedbackResult:
     """Answer of ``POST /feedback``: the event is durably recorded (and applied, with ``wait``).
@@ -80,6 +135,7 @@ class FeedbackResult:
     ``click`` is the bit given (None when a graded ``reward`` was given); ``reward`` what is learned
     (1 click, 0 no click, or the graded reward). ``held``: the decision is deferred and not activated
     yet, so the feedback waits for :meth:`Client.activate` (``model_version`` None until then).
+    ``slot``: the page's slot it was for, as given (None: a decision without slots).
     """
 
     decision_id: str
@@ -88,6 +144,7 @@ class FeedbackResult:
     model_version: int | None
     reward: float | None = None
     held: bool = False
+    slot: int | str | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> FeedbackResult:
@@ -101,6 +158,7 @@ class FeedbackResult:
             model_version=_get(body, "model_version", (int, type(None)), "feedback"),
             reward=None if reward is None else float(reward),
             held=bool(body.get("held", False)),
+            slot=body.get("slot"),
         )
 
 
@@ -110,12 +168,15 @@ class ActivateResult:
 
     ``status``: ``activated`` (now), ``already_active`` (before) or ``not_deferred`` (the decision
     was not deferred: nothing to do). ``learned``: the decision's outcome if it has one (the held
-    feedback learned now, or what came before), as the server's ``FirstOutcome``.
+    feedback learned now, or what came before), as the server's ``FirstOutcome``. ``slots``: for a
+    page, each slot's ``{"slot", "status", "learned"}`` (every slot activated by the one call; the
+    page's ``status`` is ``activated`` when a slot was activated now); None for a decision.
     """
 
     decision_id: str
     status: str
     learned: dict[str, Any] | None = None
+    slots: tuple[dict[str, Any], ...] | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> ActivateResult:
@@ -126,6 +187,7 @@ class ActivateResult:
             decision_id=_get(body, "decision_id", str, "activate"),
             status=_get(body, "status", str, "activate"),
             learned=learned,
+            slots=tuple(_get(body, "slots", list, "activate")) if "slots" in body else None,
         )
 
 

@@ -70,12 +70,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, overload
 
 import httpx
 
 from clickboost_client.errors import Conflict, ProtocolError, TransportError, error_for
-from clickboost_client.models import ActivateResult, FeedbackResult, ModelInfo, Prediction
+from clickboost_client.models import ActivateResult, FeedbackResult, ModelInfo, Page, Prediction
 
 T = TypeVar("T")
 
@@ -234,6 +234,13 @@ def _action(candidate: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": candidate["id"], "features": dict(candidate.get("features") or {})}
 
 
+def _slot(slot: Mapping[str, Any]) -> dict[str, Any]:
+    """One slot of a page's predict: ``{"id", "features"?, "eligible"? | "excluded"?, "baseline"?}``."""
+    if "id" not in slot:
+        raise ValueError(f"a slot needs an 'id' (and optional 'features', 'eligible', ...): {slot!r:.200}")
+    return {k: list(v) if k in ("eligible", "excluded") else v for k, v in slot.items()}
+
+
 class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
@@ -247,7 +254,8 @@ class _Calls:
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
-    ) -> _Call[Prediction]:
+        slots: Sequence[Mapping[str, Any]] | None = None,
+    ) -> _Call[Prediction | Page]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
         else:
@@ -266,10 +274,13 @@ class _Calls:
                 body[key] = list(labels)
         if baseline is not None:
             body["baseline"] = baseline
+        if slots is not None:
+            body["slots"] = [_slot(s) for s in slots]
+        answer = Prediction if slots is None else Page
         return _Call(
             "POST",
             "/predict",
-            lambda r: Prediction.from_json(_json(r)),
+            lambda r: answer.from_json(_json(r)),
             json=body,
             idempotent=False,
             resend_once=True,
@@ -279,7 +290,11 @@ class _Calls:
 
     @staticmethod
     def feedback(
-        decision_id: str, click: bool | None, wait: bool, reward: float | None = None
+        decision_id: str,
+        click: bool | None,
+        wait: bool,
+        reward: float | None = None,
+        slot: int | str | None = None,
     ) -> _Call[FeedbackResult]:
         if (click is None) == (reward is None):
             raise ValueError("give click (True/False) or reward (a number in [0, 1]), one of them")
@@ -289,13 +304,21 @@ class _Calls:
         else:
             outcome = "click" if click else "no_click"
             body = {"decision_id": decision_id, "click": bool(click)}
+        if slot is not None:
+            body["slot"] = slot
 
         def reconcile(err: Conflict) -> FeedbackResult | None:
             first = err.first_outcome or {}
             if first.get("outcome") != outcome:
                 return None
             learned = float(reward) if reward is not None else float(bool(click))
-            doc = {**first, "decision_id": decision_id, "click": body.get("click"), "reward": learned}
+            doc = {
+                **first,
+                "decision_id": decision_id,
+                "click": body.get("click"),
+                "reward": learned,
+                "slot": slot,
+            }
             try:  # a feedback held for a deferred decision has no version yet
                 return FeedbackResult.from_json({**doc, "held": first.get("model_version") is None})
             except ProtocolError:
@@ -585,7 +608,7 @@ class _Base:
         key = call.remember(value) if call is not None and call.remember is not None else None
         if key is not None:
             self._own(key, i)
-        if not isinstance(value, Prediction):
+        if not isinstance(value, Prediction | Page):
             return value
         self._own(value.decision_id, i)
         return replace(value, server=self.urls[i])  # type: ignore[return-value]
@@ -811,6 +834,7 @@ class Client(_Base):
                 delay = answered
             time.sleep(delay)
 
+    @overload
     def predict(
         self,
         features: Features,
@@ -822,7 +846,37 @@ class Client(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Prediction:
+        slots: None = None,
+    ) -> Prediction: ...
+
+    @overload
+    def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
+        slots: Sequence[Mapping[str, Any]],
+    ) -> Page: ...
+
+    def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
+        slots: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Prediction | Page:
         """Ask for a label: ``POST /predict``.
 
         Parameters
@@ -851,6 +905,16 @@ class Client(_Base):
             refused by a label model. The answer's ``label`` is the chosen id, ``label_index`` its
             position here; ``eligible``, ``excluded`` and ``baseline`` then name action ids (or
             positions).
+        slots : sequence of mapping, optional
+            A page of several slots (issue 53), in page order, for an action model: each ``{"id":
+            str, "features"?: {...}, "eligible"? | "excluded"?: [...], "baseline"?: ...}``; the
+            answer is then a :class:`Page`, one decision id and each slot's action (none in two
+            slots; at least as many actions as slots). ``eligible``, ``excluded`` and ``baseline``
+            go per slot then. Reward each slot with ``feedback(page.decision_id, ..., slot=...)``.
+
+        Returns
+        -------
+        Prediction, or Page when ``slots`` is given.
 
         Examples
         --------
@@ -864,7 +928,7 @@ class Client(_Base):
         ...     p.label  # "sku-1" or "sku-2"
         """
         return self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions, slots)
         )
 
     def feedback(
@@ -874,6 +938,7 @@ class Client(_Base):
         *,
         reward: float | None = None,
         wait: bool = False,
+        slot: int | str | None = None,
     ) -> FeedbackResult:
         """Report the click bit, or a graded ``reward`` in [0, 1], of a decision: ``POST /feedback``
         (``?wait=true`` with ``wait``). Exactly one of ``click`` and ``reward``.
@@ -881,8 +946,10 @@ class Client(_Base):
         With ``wait`` the call returns after the update was applied to the model serving the
         replica that answered, so a following ``predict`` on it sees the update. For a deferred
         decision not activated yet the feedback is held (``held`` True) until :meth:`activate`.
+        ``slot``: for a :class:`Page`, the slot rewarded, by its index in the page (one store call on
+        the server) or its id; each slot's reward is taken once (:class:`Conflict` after).
         """
-        return self._run(_Calls.feedback(decision_id, click, wait, reward))
+        return self._run(_Calls.feedback(decision_id, click, wait, reward, slot))
 
     def activate(self, decision_id: str, *, wait: bool = False) -> ActivateResult:
         """Say that a deferred decision was shown: ``POST /decisions/{decision_id}/activate``.
@@ -1080,6 +1147,7 @@ class AsyncClient(_Base):
                 delay = answered
             await asyncio.sleep(delay)
 
+    @overload
     async def predict(
         self,
         features: Features,
@@ -1091,10 +1159,40 @@ class AsyncClient(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Prediction:
+        slots: None = None,
+    ) -> Prediction: ...
+
+    @overload
+    async def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
+        slots: Sequence[Mapping[str, Any]],
+    ) -> Page: ...
+
+    async def predict(
+        self,
+        features: Features,
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+        eligible: Sequence[str | int] | None = None,
+        excluded: Sequence[str | int] | None = None,
+        baseline: str | int | None = None,
+        actions: Sequence[Mapping[str, Any]] | None = None,
+        slots: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Prediction | Page:
         """See :meth:`Client.predict`."""
         return await self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions, slots)
         )
 
     async def feedback(
@@ -1104,9 +1202,10 @@ class AsyncClient(_Base):
         *,
         reward: float | None = None,
         wait: bool = False,
+        slot: int | str | None = None,
     ) -> FeedbackResult:
         """See :meth:`Client.feedback`."""
-        return await self._run(_Calls.feedback(decision_id, click, wait, reward))
+        return await self._run(_Calls.feedback(decision_id, click, wait, reward, slot))
 
     async def activate(self, decision_id: str, *, wait: bool = False) -> ActivateResult:
         """See :meth:`Client.activate`."""

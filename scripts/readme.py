@@ -80,6 +80,13 @@ printf '%s\\n' "$answer" | python3 -m json.tool
 id=$(printf '%s' "$answer" | python3 -c 'import json, sys; print(json.load(sys.stdin)["decision_id"])')
 curl -s '{SHOWN}/feedback?wait=true' -H 'content-type: application/json' \\
   -d "{{\\"decision_id\\": \\"$id\\", \\"click\\": true}}" | python3 -m json.tool"""
+# The candidates of the README's action-feature model (its examples with and without slots).
+SHOP_ACTIONS = """\
+  "actions": [
+    {"id": "sku-1", "features": {"brand": "acme", "category": "shoes", "price": 59}},
+    {"id": "sku-2", "features": {"brand": "zeta", "category": "shoes", "price": 89}},
+    {"id": "sku-3", "features": {"brand": "acme", "category": "socks", "price": 9}}
+  ]"""
 # An action-feature model (README, "Candidates with features"): created, then asked with candidates.
 ACTIONS = f"""\
 curl -sf -o /dev/null -X PUT {SHOWN}/models/shop -H 'content-type: application/json' \\
@@ -87,11 +94,22 @@ curl -sf -o /dev/null -X PUT {SHOWN}/models/shop -H 'content-type: application/j
 curl -s {SHOWN}/predict -H 'content-type: application/json' -d '{{
   "model": "shop",
   "features": {{"country": "fr", "mobile": true}},
-  "actions": [
-    {{"id": "sku-1", "features": {{"brand": "acme", "category": "shoes", "price": 59}}}},
-    {{"id": "sku-2", "features": {{"brand": "zeta", "category": "shoes", "price": 89}}}},
-    {{"id": "sku-3", "features": {{"brand": "acme", "category": "socks", "price": 9}}}}
-  ]}}' | python3 -m json.tool"""
+{SHOP_ACTIONS}}}' | python3 -m json.tool"""
+# A page of several slots on the same model (README, "Pages of several slots", issue 53): one decision
+# id, an item per slot, a reward per slot.
+PAGES = f"""\
+answer=$(curl -s {SHOWN}/predict -H 'content-type: application/json' -d '{{
+  "model": "shop",
+  "features": {{"country": "fr", "mobile": true}},
+{SHOP_ACTIONS},
+  "slots": [
+    {{"id": "hero", "features": {{"position": "top", "size": "large"}}}},
+    {{"id": "tile", "features": {{"position": "side"}}}}
+  ]}}')
+printf '%s\\n' "$answer" | python3 -m json.tool
+id=$(printf '%s' "$answer" | python3 -c 'import json, sys; print(json.load(sys.stdin)["decision_id"])')
+curl -s '{SHOWN}/feedback?wait=true' -H 'content-type: application/json' \\
+  -d "{{\\"decision_id\\": \\"$id\\", \\"slot\\": \\"hero\\", \\"click\\": true}}" | python3 -m json.tool"""
 REPLAY = (
     f".venv/bin/python -m clickboost_client.replay --url {SHOWN} --model car --dataset car \\\n"
     "  --json-out out/replay.json --plot out/replay-car.png"
@@ -334,6 +352,7 @@ def main() -> None:
             raise SystemExit(f"the server was not ready after 300 s: {SERVE}")
         predict_out, feedback_out = split_json(sh(PREDICT_FEEDBACK, url, env))
         actions_out = sh(ACTIONS, url, env)
+        page_out, slot_out = split_json(sh(PAGES, url, env))
         quick_out = io.StringIO()
         with contextlib.redirect_stdout(quick_out):
             exec(compile(QUICKSTART.replace(SHOWN, url), "README quick start", "exec"), {})
@@ -392,11 +411,21 @@ def main() -> None:
             "The output is real (`scripts/readme.py` runs the commands).",
         ]
     )
+    pages = "\n\n".join(
+        [
+            block("sh", PAGES),
+            "The page's answer, then the feedback of its hero slot:",
+            block("json", page_out),
+            block("json", slot_out),
+            "The output is real (`scripts/readme.py` runs the commands).",
+        ]
+    )
     choosing = choosing_table()
     if not args.write_docs:
         shown = (
             ("quickstart", quickstart),
             ("actions", actions),
+            ("pages", pages),
             ("choosing", choosing),
             ("docs/CLIENTS.md", clients),
         )
@@ -405,6 +434,7 @@ def main() -> None:
         return
     replace(README, "quickstart", quickstart)
     replace(README, "actions", actions)
+    replace(README, "pages", pages)
     replace(README, "choosing", choosing)
     replace(CLIENTS, "clients", clients)
     # The replay writes under out/ (ignored by git); the page shows the plot from docs/.

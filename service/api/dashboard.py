@@ -31,7 +31,7 @@ from service.api.models import Evaluation, NamePath, model_counts
 from service.api.predict import RuntimeDep
 from service.api.schemas import ModelCounts, error_responses
 from service.runtime import HEARTBEAT_SECONDS, HEARTBEAT_TTL_SECONDS
-from service.store import ACTIVITY_MINUTES, Activity
+from service.store import ACTIVITY_MINUTES, Activity, Store
 
 STATIC = Path(__file__).parent / "static" / "dashboard"
 #: Where the page's script and style sheet are served (no key: they hold no data).
@@ -40,6 +40,10 @@ STATIC_PATH = "/dashboard/static"
 RATE_MINUTES = 5
 #: Evaluation jobs shown per model, newest first.
 EVALUATIONS_SHOWN = 3
+#: A page model's reward per slot is over the slot decisions of its decision log made in the last
+#: SLOT_MINUTES minutes, at most SLOT_ENTRIES of them read (the oldest of the window first).
+SLOT_MINUTES = 15
+SLOT_ENTRIES = 2048
 #: A replica whose last heartbeat is older than this many heartbeat intervals is shown as stale.
 STALE_BEATS = 3
 # The page may load and ask for nothing but this origin's files and JSON (and no frame may embed it).
@@ -136,6 +140,18 @@ class MemoryStats(BaseModel):
     )
 
 
+class SlotStats(BaseModel):
+    """One slot (by its index in the page) of a page model's recent decisions (issue 53)."""
+
+    slot: int = Field(description="The slot's 0-based index in its page.")
+    decisions: int = Field(description="Slot decisions read (pending ones included).")
+    answered: int = Field(description="Of them, those with a feedback (click, no click or a graded reward).")
+    expired: int = Field(description="Of them, those given the default reward after the reward window.")
+    mean_reward: float | None = Field(
+        description="(clicks + graded rewards) / answered; null without answers."
+    )
+
+
 class ModelStats(BaseModel):
     """Body of ``GET /models/{name}/stats``: what the dashboard shows of one model."""
 
@@ -171,10 +187,47 @@ class ModelStats(BaseModel):
         description=f"The model's latest off-policy evaluation jobs on this replica (at most "
         f"{EVALUATIONS_SHOWN}, newest first)."
     )
+    slots: list[SlotStats] | None = Field(
+        None,
+        description=f"A model with candidate actions that keeps a decision log: the reward per slot of "
+        f"its pages (issue 53), over the slot decisions logged in the last {SLOT_MINUTES} minutes (at "
+        f"most {SLOT_ENTRIES:,} read, oldest first; every replica shows the same); empty without "
+        "pages; null for other models.",
+    )
 
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
+
+
+async def slot_stats(store: Store, model: str, now: float) -> list[SlotStats]:
+    """The reward per slot of ``model``'s pages from its decision log (:data:`SLOT_MINUTES`,
+    :data:`SLOT_ENTRIES`): the per-minute activity every replica adds to has no slot, and the log
+    has each slot's outcome, the same for every replica."""
+    counts: dict[int, list[float]] = {}  # slot -> [decisions, answered, expired, reward sum]
+    after: str | None = None
+    read = 0
+    while read < SLOT_ENTRIES:
+        entries, after = await store.read_decision_log(model, now - 60.0 * SLOT_MINUTES, math.inf, after, 256)
+        read += len(entries)
+        for e in entries:
+            if e.slot is None:
+                continue
+            c = counts.setdefault(e.slot, [0, 0, 0, 0.0])
+            c[0] += 1
+            if e.outcome == "expired":
+                c[2] += 1
+            elif e.outcome in ("click", "no_click", "reward") and e.reward is not None:
+                c[1] += 1
+                c[3] += float(e.reward)
+        if after is None:
+            break
+    return [
+        SlotStats(
+            slot=s, decisions=int(c[0]), answered=int(c[1]), expired=int(c[2]), mean_reward=_ratio(c[3], c[1])
+        )
+        for s, c in sorted(counts.items())
+    ]
 
 
 @stats.get(
@@ -266,6 +319,9 @@ async def model_stats(
         ),
         failure=m.failure,
         evaluations=[Evaluation(**j.as_dict()) for j in jobs[:EVALUATIONS_SHOWN]],
+        slots=await slot_stats(store, m.name, now)
+        if m.spec.actions == "features" and m.spec.log_decisions
+        else None,
     )
 
 

@@ -247,6 +247,25 @@
     return jobs.map(evaluation);
   }
 
+  function slots(rows) {
+    // A page model's reward per slot (issue 53), from its decision log's recent slot decisions.
+    if (!rows) return [];
+    if (!rows.length) return [el("p", { class: "muted" }, "No pages in the last 15 minutes.")];
+    const head = el("tr", {}, ...["slot", "decisions", "answered", "expired", "mean reward"].map((h, i) => el("th", { class: i ? "num" : null }, h)));
+    const body = rows.map((r) =>
+      el(
+        "tr",
+        { "data-slot": r.slot },
+        el("td", {}, `#${r.slot}`),
+        el("td", { class: "num" }, int(r.decisions)),
+        el("td", { class: "num" }, int(r.answered)),
+        el("td", { class: "num" }, int(r.expired)),
+        el("td", { class: "num" }, pct(r.mean_reward)),
+      ),
+    );
+    return [el("h3", {}, "Reward per slot (last 15 minutes, decision log)"), el("table", { class: "slots" }, head, ...body)];
+  }
+
   function model(s) {
     return el(
       "article",
@@ -254,6 +273,7 @@
       el("h2", {}, s.name, el("span", { class: "learner" }, describe(s.config))),
       s.failure ? el("p", { class: "failure" }, s.failure) : null,
       el("div", { class: "columns" }, numbers(s), chart(s.minutes)),
+      ...slots(s.slots),
       el("h3", {}, "Off-policy evaluation (latest, this replica)"),
       ...evaluations(s.evaluations),
     );
