@@ -81,6 +81,10 @@ class Runtime:
         self.predict = self.requests.predict
         self.feedback = self.requests.feedback
         self.activate = self.requests.activate
+        # ... and pages of several slots (issue 53): POST /predict with slots, a slot's feedback.
+        self.predict_page = self.requests.predict_page
+        self.feedback_slot = self.requests.feedback_slot
+        self.activate_page = self.requests.activate_page
         # The registry (registry.py): finding, loading, creating and changing models.
         self.get = self.registry.get
         self.resolve = self.registry.resolve

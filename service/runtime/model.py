@@ -191,10 +191,16 @@ class ModelRuntime:
         return self._pages.pack(page)
 
     def decide_page(
-        self, page: PageInput, decision_id: str, eligible: Sequence[np.ndarray | None] | None = None
+        self,
+        page: PageInput,
+        decision_id: str,
+        eligible: Sequence[np.ndarray | None] | None = None,
+        baselines: Sequence[int | None] | None = None,
     ) -> PageDecision:
         """The page's decision (:meth:`CCB.decide`: each slot among the candidates the earlier ones
-        left), sampling seeded by ``decision_id``; no model change. Served in online mode only: a
+        left), sampling seeded by ``decision_id``; no model change. ``eligible``: per slot a mask of
+        the candidates (None: all); ``baselines``: per slot the index of the candidate the caller's
+        own policy would show there, or None (:meth:`baseline_index`). Served in online mode only: a
         page's baseline and the logging and apprentice modes are not there yet (:class:`ParamError`)."""
         if self.rollout.mode != "online":
             raise ParamError(

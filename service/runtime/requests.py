@@ -21,23 +21,38 @@ the same three):
   <service.runtime.replication.Replication.wait_applied>`).
 - ``POST /decisions/{id}/activate`` -> ``Runtime.activate`` = :meth:`RequestPath.activate`: a
   deferred decision shown (issue 38), ``store.activate``, learned as a feedback if one was held.
+
+Pages of several slots (issue 53, :mod:`service.pages`): ``POST /predict`` with ``slots`` ->
+``Runtime.predict_page`` = :meth:`RequestPath.predict_page` (featurise the page, decide every slot
+with :meth:`ModelRuntime.decide_page <service.runtime.model.ModelRuntime.decide_page>`, one store
+call ``store.put_page``: a record per slot); ``POST /feedback`` with ``slot`` ->
+:meth:`RequestPath.feedback_slot` (``store.claim_slot``: each slot's reward once); the activation
+route -> :meth:`RequestPath.activate_page` (``store.activate_page``: every slot of a page, or the
+one decision).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from service.features import FeatureValue
-from service.learners.base import Decision
+from service.learners.base import Decision, ParamError
+from service.learners.ccb_adf import PageDecision
+from service.pages import page_records, page_slot
 from service.runtime.errors import check_event_id
+from service.runtime.model import ModelRuntime
 from service.runtime.registry import Registry
 from service.runtime.replication import Replication
 from service.runtime.reports import Reports
 from service.runtime.state import Shared
 from service.sampling import DecisionIds
+from service.slots import MAX_SLOTS, unpack_page
 from service.store import (
     ActivateOutcome,
     ActivateStatus,
@@ -48,16 +63,41 @@ from service.store import (
     StoreUnavailableError,
     UnknownModelError,
 )
-from service.store.base import Reward
+from service.store.base import Reward, slot_decision_id
 
-__all__ = ["RECOVERY_SECONDS", "Prediction", "RequestPath"]
+__all__ = [
+    "RECOVERY_SECONDS",
+    "SLOT_ID_MEMO",
+    "PageAnsweredError",
+    "PagePrediction",
+    "Prediction",
+    "RequestPath",
+    "SlotPrediction",
+    "UnknownSlotError",
+]
 
 # For RECOVERY_SECONDS after it last saw the store down, a replica answers an unknown decision id
 # with 503 rather than 404: it may be one that another replica made during the outage and is still
 # recording (docs/ARCHITECTURE.md, "When Redis is down").
 RECOVERY_SECONDS = 2.0
 
-_Answer = TypeVar("_Answer", ClaimOutcome, ActivateOutcome)
+#: The memo key that keeps a slot's id in the record of a one-slot page stored as a single decision
+#: (:func:`service.pages.is_single`: its record is today's, which has no page to read the id from);
+#: set only for an id other than the default "0", so a page of one default slot is today's record
+#: byte for byte.
+SLOT_ID_MEMO = "slot_id"
+
+_Answer = TypeVar("_Answer", ClaimOutcome, ActivateOutcome, list[ActivateOutcome])
+
+
+class UnknownSlotError(ParamError):
+    """A feedback names a slot that its page does not have (422, naming the page's slots)."""
+
+
+class PageAnsweredError(Exception):
+    """A feedback names a slot by its id, and no slot of the page is pending any more (every one
+    answered or expired): the id cannot be checked against the page's slots, nothing is learned
+    (409; naming the slot by its index gives that slot's own first outcome)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +110,58 @@ class Prediction:
     model_version: int
     label: str
     labels: list[str]  # the model's label names, by index
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPrediction:
+    """One slot of a :class:`PagePrediction`, in page order."""
+
+    slot_id: str
+    decision: Decision  # the slot's decision: probs given the earlier slots' choices
+    label: str  # the chosen candidate's id
+    ranking: list[int]  # the candidates left to the slot and allowed there, most probable first
+
+
+@dataclass(frozen=True, slots=True)
+class PagePrediction:
+    """What ``POST /predict`` with ``slots`` returns (issue 53)."""
+
+    decision_id: str
+    model: str
+    decision: PageDecision
+    model_version: int
+    labels: list[str]  # the request's candidate ids, by index
+    slots: list[SlotPrediction]
+
+
+def _slot_field(slot: Any, name: str) -> Any:
+    """Field ``name`` of a request's slot: a mapping or an object (a parsed body's slot), None if absent."""
+    if isinstance(slot, Mapping):
+        return slot.get(name)
+    return getattr(slot, name, None)
+
+
+def _ranking(d: Decision, allowed: np.ndarray) -> list[int]:
+    """The candidates ``allowed`` (a boolean mask), most probable first, ties in candidate order."""
+    probs = d.probs.tolist()
+    return sorted(allowed.nonzero()[0].tolist(), key=lambda i: -probs[i])
+
+
+def _as_bit(reward: Reward) -> Reward:
+    """A reward of 0.0 or 1.0 as the click bit (so it behaves exactly as a click / no click)."""
+    if not isinstance(reward, bool) and reward in (0.0, 1.0):
+        return reward == 1.0
+    return reward
+
+
+def _no_such_slot(decision_id: str, slot: int | str, ids: list[str]) -> str:
+    """The message of an :class:`UnknownSlotError`: the slot named and the page's slots."""
+    named = f"index {slot}" if isinstance(slot, int) else repr(slot)
+    listed = ", ".join(repr(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
+    return (
+        f"slot: decision {decision_id!r} has no slot {named}; its {len(ids)} slot(s), by index from 0: "
+        f"{listed}"
+    )
 
 
 class RequestPath:
@@ -152,9 +244,24 @@ class RequestPath:
             m.spec.log_decisions,
             defer,
         )
+        await self._save(m, record)
+        counts = self.reports.minute(m.name, now)
+        counts.decisions += 1
+        # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)
+        p = d.probs
+        counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
+        return Prediction(decision_id, m.name, d, m.position, names[d.label], names)
+
+    async def _save(self, m: ModelRuntime, record: DecisionRecord | tuple[DecisionRecord, ...]) -> None:
+        """Store a decision's pending record (``store.put_decision``) or a page's slot records
+        (``store.put_page``); while the store is down keep serving: the tail loop records it once the
+        store is back (:meth:`Shared.save_unsaved`)."""
         try:
-            await self.shared.store.put_decision(record)
-        except StoreUnavailableError:  # keep serving: the tail loop records it once the store is back
+            if isinstance(record, tuple):
+                await self.shared.store.put_page(record)
+            else:
+                await self.shared.store.put_decision(record)
+        except StoreUnavailableError:
             self.shared.store_failed()
             self.shared.unsaved.append(record)
         except UnknownModelError:  # deleted through another replica: stop serving it now
@@ -162,13 +269,87 @@ class RequestPath:
                 del self.shared.models[m.name]
             raise UnknownModelError(f"unknown model {m.name!r} (deleted)") from None
         m.trim_due = True
-        m.next_expiry = min(m.next_expiry, record.expires_at)
+        m.next_expiry = min(m.next_expiry, (record[0] if isinstance(record, tuple) else record).expires_at)
+
+    async def predict_page(
+        self,
+        name: str | None,
+        features: Mapping[str, FeatureValue],
+        actions: Sequence[Any],
+        slots: Sequence[Any],
+        *,
+        event_id: str | None = None,
+        defer: bool = False,
+        memo: Mapping[str, str] | None = None,
+    ) -> PagePrediction:
+        """Decide a page of several slots (issue 53): each slot's candidate among those the earlier
+        slots left, none shown twice (:meth:`ModelRuntime.decide_page`, the CCB reduction), one
+        decision id for the page, a pending record per slot (:func:`service.pages.page_records`,
+        ``store.put_page``: whole or not at all), each with its reward window from now.
+
+        ``slots``: in page order, each a mapping or an object with ``id`` (default its index as a
+        string), ``features`` (named; default none), and per slot ``eligible`` or ``excluded``
+        (candidate ids or indices in ``actions``: :meth:`ModelRuntime.label_mask`) and ``baseline``
+        (the candidate the caller's own policy would show there, :meth:`ModelRuntime.baseline_index`).
+        A slot's problems are :class:`ParamError` / :class:`FeatureError` (422) naming ``slots.{s}``;
+        fewer candidates than slots, or a slot with none left, a :class:`FeatureError`.
+
+        ``event_id``, ``defer`` and ``memo`` as for :meth:`predict`; ``defer`` covers the whole
+        page (:meth:`activate_page`), ``memo`` goes into every slot's decision. A one-slot page
+        without slot features is stored as :meth:`predict` stores its decision (the same record, the
+        same learning), its slot's id kept in the memo (:data:`SLOT_ID_MEMO`) unless it is "0".
+        While the store is down the page is served and saved later, as a decision is.
+        """
+        m = await self.registry.resolve(name)
+        page = m.featurise_page(features, actions, slots)
+        names = page.actions.ids
+        masks: list[np.ndarray | None] = []
+        baselines: list[int | None] = []
+        for s, slot in enumerate(slots):
+            try:
+                mask = m.label_mask(_slot_field(slot, "eligible"), _slot_field(slot, "excluded"), names)
+                masks.append(mask)
+                baselines.append(m.baseline_index(_slot_field(slot, "baseline"), mask, names))
+            except ParamError as exc:
+                raise ParamError(f"slots.{s}: {exc}") from None
+        drawn = self.ids.new() if event_id is None else check_event_id(event_id)
+        decision_id = self.shared.store.route(m.name, drawn)
+        d = m.decide_page(
+            page,
+            decision_id,
+            None if all(k is None for k in masks) else masks,
+            None if all(b is None for b in baselines) else baselines,
+        )
+        extra = dict(memo or {})
+        if page.n_slots == 1 and page.ids[0] != "0":
+            extra[SLOT_ID_MEMO] = page.ids[0]
+        if extra:
+            for sd in d.slots:
+                sd.memo = {**sd.memo, **extra}
+        now = self.shared.clock()
+        base = DecisionRecord(
+            decision_id,
+            m.name,
+            np.zeros(0),  # each slot's record keeps the page's pack (page_records)
+            {},
+            m.position,
+            now,
+            now + m.spec.reward_window_seconds,
+            m.spec.log_decisions,
+            defer,
+        )
+        records = page_records(base, page, m.pack_page(page), d)
+        await self._save(m, records[0] if len(records) == 1 else tuple(records))
         counts = self.reports.minute(m.name, now)
-        counts.decisions += 1
-        # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)
-        p = d.probs
-        counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
-        return Prediction(decision_id, m.name, d, m.position, names[d.label], names)
+        taken = np.zeros(page.n, dtype=np.bool_)
+        out = []
+        for s, sd in enumerate(d.slots):  # counted per slot, as the stores count a page's records
+            counts.decisions += 1
+            counts.exploration += 1.0 - float(sd.probs.max())
+            allowed = ~taken if masks[s] is None else masks[s] & ~taken
+            out.append(SlotPrediction(page.ids[s], sd, names[sd.label], _ranking(sd, allowed)))
+            taken[sd.label] = True
+        return PagePrediction(decision_id, m.name, d, m.position, names, out)
 
     async def feedback(
         self, decision_id: str, reward: Reward, wait: bool, model: str | None = None
@@ -182,8 +363,7 @@ class RequestPath:
 
         Returns the store's outcome and whether the event has been applied by this process.
         """
-        if not isinstance(reward, bool) and reward in (0.0, 1.0):
-            reward = reward == 1.0
+        reward = _as_bit(reward)
         out = await self._answered(
             lambda now: self.shared.store.claim_and_append(decision_id, reward, now, model)
         )
@@ -191,6 +371,91 @@ class RequestPath:
         if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
             applied = await self._learned(out.claim, reward, wait)
         return out, applied
+
+    async def feedback_slot(
+        self, decision_id: str, slot: int | str, reward: Reward, wait: bool, model: str | None = None
+    ) -> tuple[ClaimOutcome, bool]:
+        """:meth:`feedback` for one slot of the page ``decision_id`` (``store.claim_slot``): each slot's
+        reward is taken once, a second one is DUPLICATE with the first outcome; a slot without one
+        gets the model's default reward at expiry. A single decision is slot 0 of itself.
+
+        ``slot``: the slot's index in the page (0-based, the request's order: one store call), or its
+        id as the request gave it (read from a pending record of the page first:
+        :meth:`slot_index`). :class:`UnknownSlotError` (422) for a slot the page does not have;
+        :class:`PageAnsweredError` (409) for an id once no slot of the page is pending.
+        """
+        reward = _as_bit(reward)
+        resolved: list[int | None] = []
+
+        async def claim(now: float) -> ClaimOutcome:
+            # resolved after the pages made while the store was down are saved (_answered)
+            index = slot if isinstance(slot, int) else await self.slot_index(decision_id, slot)
+            resolved.append(index)
+            return await self.shared.store.claim_slot(decision_id, index or 0, reward, now, model)
+
+        out = await self._answered(claim)
+        index = resolved[-1]
+        if index is None and out.status in (ClaimStatus.DUPLICATE, ClaimStatus.EXPIRED):
+            raise PageAnsweredError(
+                f"decision {decision_id!r}: no slot of it is pending (every one answered or expired), so "
+                f"slot {slot!r} cannot be checked against its slots; nothing learned (name the slot by "
+                "its index to see its first outcome)"
+            )
+        if out.status is ClaimStatus.UNKNOWN and index:
+            record = await self._pending_slot(decision_id)
+            if record is not None:  # the page is known: say which slots it has
+                raise UnknownSlotError(_no_such_slot(decision_id, index, await self._slot_ids(record)))
+        applied = False
+        if out.status is ClaimStatus.ACCEPTED and out.claim is not None:
+            applied = await self._learned(out.claim, reward, wait)
+        return out, applied
+
+    async def slot_index(self, decision_id: str, slot_id: str) -> int | None:
+        """The index of the slot ``slot_id`` in the page ``decision_id``, read from one of its pending
+        records (every slot's record holds the page's slot ids); None when no record of the page is
+        pending (every slot answered or expired, or no such page). :class:`UnknownSlotError` when the
+        page has no such slot."""
+        record = await self._pending_slot(decision_id)
+        if record is None:
+            return None
+        ids = await self._slot_ids(record)
+        if slot_id not in ids:
+            raise UnknownSlotError(_no_such_slot(decision_id, slot_id, ids))
+        return ids.index(slot_id)
+
+    async def _pending_slot(self, decision_id: str) -> DecisionRecord | None:
+        """A pending record of the page ``decision_id`` (the lowest slot's), or None when none is: the
+        first few slots read at once, then the rest (every read of a missing slot is one store call)."""
+        store = self.shared.store
+        for slots in (range(4), range(4, MAX_SLOTS)):
+            ids = [slot_decision_id(decision_id, s) for s in slots]
+            found = await asyncio.gather(*(store.get_decision(i) for i in ids))
+            for record in found:
+                if record is not None:
+                    return record
+        return None
+
+    async def _slot_ids(self, record: DecisionRecord) -> list[str]:
+        """The slot ids of the page a pending slot record belongs to (:data:`SLOT_ID_MEMO` or "0" for a
+        record stored as a single decision)."""
+        if page_slot(record.decision) is None:
+            return [str(record.decision.get(f"memo.{SLOT_ID_MEMO}", "0"))]
+        m = await self.registry.resolve(record.model)
+        assert m.spec.hashing_bits is not None  # pages are for action models, which hash
+        return unpack_page(record.x, m.spec.hashing_bits).ids
+
+    async def activate_page(
+        self, decision_id: str, wait: bool = False, model: str | None = None
+    ) -> list[ActivateOutcome]:
+        """:meth:`activate` for every slot of the page ``decision_id`` (``store.activate_page``), in
+        slot order: the deferred page is learned as a whole, each slot from its feedback (held ones
+        now) or its default reward. A single decision gives one outcome, as :meth:`activate`; an
+        unknown id ``[UNKNOWN]``."""
+        outs = await self._answered(lambda now: self.shared.store.activate_page(decision_id, now, model))
+        for out in outs:
+            if out.status is ActivateStatus.ACTIVATED and out.claim is not None and out.reward is not None:
+                await self._learned(out.claim, out.reward, wait)
+        return outs
 
     async def activate(
         self, decision_id: str, wait: bool = False, model: str | None = None
@@ -219,7 +484,8 @@ class RequestPath:
         except StoreUnavailableError:
             self.shared.store_failed()
             raise
-        if out.status.value == "unknown" and time.monotonic() - self.shared.store_down_at < RECOVERY_SECONDS:
+        status = (out[0] if isinstance(out, list) else out).status
+        if status.value == "unknown" and time.monotonic() - self.shared.store_down_at < RECOVERY_SECONDS:
             raise StoreUnavailableError(
                 "the store is just back; decisions made meanwhile may not be saved yet"
             )

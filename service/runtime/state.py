@@ -50,7 +50,8 @@ class Shared:
         # the event at once rather than at its next interval.
         self.wake = asyncio.Event()
         self.store_down_at = -float("inf")  # time.monotonic() when the store last failed us
-        self.unsaved: deque[DecisionRecord] = deque(maxlen=UNSAVED_MAX)
+        # a decision's record, or a page's slot records (saved whole: store.put_page)
+        self.unsaved: deque[DecisionRecord | tuple[DecisionRecord, ...]] = deque(maxlen=UNSAVED_MAX)
         self._flush_lock = asyncio.Lock()
 
     def store_failed(self) -> None:
@@ -58,11 +59,16 @@ class Shared:
         self.store_down_at = time.monotonic()
 
     async def save_unsaved(self) -> None:
-        """Record the decisions made while the store was down (their reward windows run as usual)."""
+        """Record the decisions and pages made while the store was down (their reward windows run as
+        usual)."""
         async with self._flush_lock:
             while self.unsaved:
+                first = self.unsaved[0]
                 # UnknownModelError: its model was deleted meanwhile; DecisionExistsError: saved by
                 # an earlier attempt whose reply was lost, or a client-chosen id taken meanwhile.
                 with contextlib.suppress(UnknownModelError, DecisionExistsError):
-                    await self.store.put_decision(self.unsaved[0])
+                    if isinstance(first, tuple):
+                        await self.store.put_page(first)
+                    else:
+                        await self.store.put_decision(first)
                 self.unsaved.popleft()
