@@ -6,10 +6,12 @@ loop of Personalizer's multi-slot quickstart with the official client ``azure-ai
 (installed by the ``dev`` extra), unmodified: each round a context (a time of day and a device) is
 ranked for the quickstart's two slots, ``BigHeroPosition`` and ``SmallSidebar``, over its four
 products, and the answer for each slot is sent back as that slot's reward, 1 for "yes" and 0 for
-"no", in one multi-slot reward call. It prints the reward of each slot and of the page over the last
-20 % of the rounds beside a uniformly random page's (computed exactly from the same rule), the
-quickstart's baselines' and the best page's, and writes them to the section ``personalizer-multislot``
-of PERSONALIZER.md (out/docs/, or docs/ with ``--write-docs``).
+"no", in one multi-slot reward call. The loop runs twice, on a fresh server each time: with the
+products' price a string, as the quickstart's C# version (the one on the client library) sends it,
+and a number, as its Python and Node.js versions do. It prints the reward of each slot and of the
+page over the last 20 % of the rounds beside a uniformly random page's (computed exactly from the
+same rule), the quickstart's baselines' and the best page's, and writes them to the section
+``personalizer-multislot`` of PERSONALIZER.md (out/docs/, or docs/ with ``--write-docs``).
 
 The products (their ids and features), the slots (their features, ``excludedActions`` and
 ``baselineAction``), the context features and the reward values are those of the quickstart
@@ -24,7 +26,6 @@ sidebar for items of $200 or less.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 import sys
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lab import docs
-from lab.personalizer_quickstart import loop_parser, server
+from lab.personalizer_quickstart import KEY, loop_parser, server
 from lab.repro import write_section
 
 SECTION = "personalizer-multislot"
@@ -71,11 +72,21 @@ WANTS = {
 }
 
 
-def actions() -> list[dict[str, Any]]:
-    """The quickstart's ``get_actions()``."""
+#: The two forms of the products' ``price`` in the quickstart: a string in its C# version (which
+#: uses the client library, ``Azure.AI.Personalizer``), a number in its Python and Node.js ones.
+PRICES = {"text": "price a string (C#)", "number": "price a number (Python)"}
+
+
+def actions(price: str = "text") -> list[dict[str, Any]]:
+    """The quickstart's ``get_actions()``, the price as :data:`PRICES` ``price`` says."""
     return [
-        {"id": i, "features": [{"onSale": sale, "price": price, "category": category}]}
-        for i, (sale, price, category) in PRODUCTS.items()
+        {
+            "id": i,
+            "features": [
+                {"onSale": sale, "price": str(value) if price == "text" else value, "category": category}
+            ],
+        }
+        for i, (sale, value, category) in PRODUCTS.items()
     ]
 
 
@@ -133,9 +144,10 @@ def _random_page(context: tuple[str, str], s: int, taken: list[str]) -> list[flo
     return out
 
 
-def run_loop(endpoint: str, key: str, rounds: int, seed: int) -> list[list[float]]:
+def run_loop(endpoint: str, key: str, rounds: int, seed: int, price: str = "text") -> list[list[float]]:
     """The quickstart's loop with ``azure-ai-personalizer``: ``rounds`` multi-slot rank -> reward
-    cycles; each round's rewards, in slot order."""
+    cycles (the products' price as :data:`PRICES` ``price`` says); each round's rewards, in slot
+    order."""
     from azure.ai.personalizer import PersonalizerClient
     from azure.core.credentials import AzureKeyCredential
 
@@ -146,7 +158,7 @@ def run_loop(endpoint: str, key: str, rounds: int, seed: int) -> list[list[float
         context = (rng.choice(TIMES), rng.choice(DEVICES))
         request = {
             "contextFeatures": [{"time": context[0]}, {"device": context[1]}],
-            "actions": actions(),
+            "actions": actions(price),
             "slots": SLOTS,
             "deferActivation": False,
         }
@@ -158,33 +170,30 @@ def run_loop(endpoint: str, key: str, rounds: int, seed: int) -> list[list[float
     return out
 
 
-def report(rewards: list[list[float]]) -> dict[str, list[float]]:
-    """Per slot, then the page (their sum): the last 20 % of the rounds, all of them, and the exact
-    expectations of the random page, the baselines and the best page."""
-    tail = rewards[len(rewards) - len(rewards) // 5 :]
-
-    def with_page(per_slot: list[float]) -> list[float]:
-        return [*per_slot, sum(per_slot)]
-
-    def mean(rows: list[list[float]]) -> list[float]:
-        return with_page([sum(col) / len(rows) for col in zip(*rows, strict=True)])
-
-    return {
-        "last_20pct": mean(tail),
-        "all": mean(rewards),
-        "random": with_page(expected("random")),
-        "baseline": with_page(expected("baseline")),
-        "best": with_page(expected("best")),
-    }
+def _with_page(per_slot: list[float]) -> list[float]:
+    return [*per_slot, sum(per_slot)]
 
 
-ROWS = (
-    ("last_20pct", "clickboost, last {tail:,} rounds (20 %)"),
-    ("all", "clickboost, all {rounds:,} rounds"),
-    ("random", "uniformly random page (expected)"),
-    ("baseline", "the slots' baselineAction (expected)"),
-    ("best", "best page for each context (expected)"),
-)
+def report(runs: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    """Per slot, then the page (their sum): each run's (by price form) last 20 % of the rounds and
+    all of them, then the exact expectations of the random page, the baselines and the best page."""
+    out = {}
+    for price, rewards in runs.items():
+        tail = rewards[len(rewards) - len(rewards) // 5 :]
+        for key, rows in (("last_20pct", tail), ("all", rewards)):
+            out[f"{key} {price}"] = _with_page([sum(col) / len(rows) for col in zip(*rows, strict=True)])
+    for policy in ("random", "baseline", "best"):
+        out[policy] = _with_page(expected(policy))
+    return out
+
+
+LABELS = {
+    "last_20pct": "clickboost, last {tail:,} rounds (20 %), {price}",
+    "all": "clickboost, all {rounds:,} rounds, {price}",
+    "random": "uniformly random page (expected)",
+    "baseline": "the slots' baselineAction (expected)",
+    "best": "best page for each context (expected)",
+}
 
 
 def markdown(figures: dict[str, list[float]], rounds: int, seed: int) -> str:
@@ -196,14 +205,15 @@ def markdown(figures: dict[str, list[float]], rounds: int, seed: int) -> str:
         "| " + " | ".join(header) + " |",
         "|---" + "|---:" * (len(header) - 1) + "|",
     ]
-    for key, label in ROWS:
-        text = label.format(tail=rounds // 5, rounds=rounds)
-        lines.append("| " + " | ".join([text, *(f"{v:.3f}" for v in figures[key])]) + " |")
+    for key, values in figures.items():
+        what, _, price = key.partition(" ")
+        text = LABELS[what].format(tail=rounds // 5, rounds=rounds, price=PRICES.get(price, ""))
+        lines.append("| " + " | ".join([text, *(f"{v:.3f}" for v in values)]) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = loop_parser("python -m lab.personalizer_multislot", __doc__, "contexts and decision ids")
+    parser = loop_parser("python -m lab.personalizer_multislot", __doc__, "contexts and decision ids", False)
     docs.add_out_arguments(parser, PAGE)
     args = parser.parse_args(argv)
     try:
@@ -211,12 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("needs azure-ai-personalizer: pip install -e '.[dev]'", file=sys.stderr)
         return 2
-    with contextlib.nullcontext(args.endpoint) if args.endpoint else server(args.seed, actions=True) as url:
-        started = time.monotonic()
-        rewards = run_loop(url, args.key, args.rounds, args.seed)
-        seconds = time.monotonic() - started
-    text = markdown(report(rewards), args.rounds, args.seed)
-    print(f"Personalizer multi-slot loop, {args.rounds:,} rounds (seed {args.seed}), {seconds:.1f} s")
+    runs = {}
+    for price in PRICES:  # a fresh server (and model) for each
+        with server(args.seed, actions=True) as url:
+            started = time.monotonic()
+            runs[price] = run_loop(url, KEY, args.rounds, args.seed, price)
+            seconds = time.monotonic() - started
+        print(f"multi-slot loop, {PRICES[price]}: {args.rounds:,} rounds (seed {args.seed}), {seconds:.1f} s")
+    text = markdown(report(runs), args.rounds, args.seed)
     print(text)
     out = docs.out_dir(args)
     page = out / PAGE

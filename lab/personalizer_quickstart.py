@@ -193,14 +193,15 @@ def report(rewards: list[float]) -> dict[str, float]:
     }
 
 
-def loop_parser(prog: str, doc: str | None, seeded: str) -> argparse.ArgumentParser:
-    """The arguments of a quickstart loop command: ``--rounds``, ``--seed`` (of ``seeded``),
-    ``--endpoint`` and ``--key``; the description is the first paragraph of ``doc``."""
+def loop_parser(prog: str, doc: str | None, seeded: str, endpoint: bool = True) -> argparse.ArgumentParser:
+    """The arguments of a quickstart loop command: ``--rounds``, ``--seed`` (of ``seeded``) and with
+    ``endpoint`` ``--endpoint`` and ``--key``; the description is the first paragraph of ``doc``."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0] if doc else None)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rank -> reward rounds ({ROUNDS:,})")
     parser.add_argument("--seed", type=int, default=SEED, help=seeded)
-    parser.add_argument("--endpoint", help="a running server (default: start one)")
-    parser.add_argument("--key", default=KEY, help="its API key (with --endpoint)")
+    if endpoint:
+        parser.add_argument("--endpoint", help="a running server (default: start one)")
+        parser.add_argument("--key", default=KEY, help="its API key (with --endpoint)")
     return parser
 
 

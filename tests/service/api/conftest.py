@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,3 +75,17 @@ def uvicorn_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def keyed_server(models_file: Path, default_model: str, api_key: str, admin_key: str) -> Iterator[str]:
+    """:func:`uvicorn_server` with the models of ``models_file``, ``default_model`` as its default
+    model and both keys configured (the Personalizer clients' tests)."""
+    env = {
+        "CLICKBOOST_CONFIG_FILE": str(models_file),
+        "CLICKBOOST_DEFAULT_MODEL": default_model,
+        "CLICKBOOST_API_KEY": api_key,
+        "CLICKBOOST_ADMIN_KEY": admin_key,
+    }
+    with uvicorn_server(env) as url:
+        yield url

@@ -24,6 +24,7 @@ from service.api import personalizer
 from service.api.app import create_app
 from service.config import Settings
 from service.features import MAX_FEATURE_CHARS
+from service.slots import MAX_SLOTS
 from service.store.redis import RedisStore
 from tests.service.api.conftest import app_client, make_app
 
@@ -206,12 +207,12 @@ async def test_every_capped_list_is_counted(http: httpx.AsyncClient) -> None:
     actions = [{"id": a} for a in LABELS]
     r = await http.post(RANK, json={"actions": actions, "excludedActions": ["bao"] * 4})
     assert error(r, 400, "excludedActions: more than 3")
-    slots = [{"id": f"s{i}", "baselineAction": "bao"} for i in range(2)]
+    slots = [{"id": f"s{i}", "baselineAction": "bao"} for i in range(MAX_SLOTS + 1)]
     r = await http.post(MULTISLOT_RANK, json={"actions": actions, "slots": slots})
-    assert error(r, 400, "slots: one slot per event here")
-    rewards = {"reward": [{"slotId": "s0", "value": 1}, {"slotId": "s1", "value": 1}]}
+    assert error(r, 400, f"slots: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page")
+    rewards = {"reward": [{"slotId": f"s{i}", "value": 1} for i in range(MAX_SLOTS + 1)]}
     r = await http.post("/personalizer/multislot/events/e/reward", json=rewards)
-    assert error(r, 400, "reward: one slot per event here")
+    assert error(r, 400, f"reward: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page")
 
 
 @pytest.mark.anyio
