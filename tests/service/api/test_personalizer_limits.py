@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,8 @@ import httpx
 import pytest
 
 from service.api import personalizer
-from service.api.app import create_app
-from service.config import Settings
 from service.features import MAX_FEATURE_CHARS
 from service.slots import MAX_SLOTS
-from service.store.redis import RedisStore
 from tests.service.api.conftest import app_client, make_app
 
 KEY = "pk"
@@ -260,20 +256,6 @@ async def test_a_reward_value_is_a_json_number(http: httpx.AsyncClient, value: A
 
 
 # -- the slot of a multi-slot reward, on every store ---------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def any_store(
-    request: pytest.FixtureRequest, models_file: Path, tmp_path: Path
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = {"config_file": models_file, "default_model": "grocery"}
-    if request.param == "redis":
-        store = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
-        app = create_app(Settings(store="memory", **settings), store=store)
-    else:
-        app = create_app(Settings(store=request.param, data_dir=tmp_path, **settings))
-    async with app_client(app) as client:
-        yield client
 
 
 @pytest.mark.anyio

@@ -25,6 +25,7 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from lab import personalizer_multislot as quickstart
 from service.slots import MAX_SLOTS
 from tests.service.api.conftest import app_client, keyed_server, make_app
+from tests.service.api.test_personalizer_limits import error, position
 
 KEY = "pk"
 ADMIN_KEY = "root"
@@ -224,6 +225,21 @@ def test_the_event_id_is_taken_once(client: PersonalizerClient) -> None:
         client.rank({"actions": actions(), "eventId": "once"})
 
 
+def test_one_slot_with_features_is_a_page_of_one(client: PersonalizerClient, server: str) -> None:
+    """On an action-feature model one slot with features is a page (its features scored), one
+    without is a single decision as before; either way the reward names the slot."""
+    for body in (page(HERO), page(slot("hero", "polo", ["monitor"]))):
+        before = counts(server)
+        r = client.rank_multi_slot(body)
+        assert [s["id"] for s in r["slots"]] == ["hero"]
+        with pytest.raises(HttpResponseError) as other:
+            client.reward_multi_slot(r["eventId"], {"reward": [{"slotId": "side", "value": 1.0}]})
+        assert other.value.status_code == 400 and "'side'" in other.value.message
+        assert client.reward_multi_slot(r["eventId"], {"reward": [{"slotId": "hero", "value": 1.0}]}) is None
+        after = counts(server)
+        assert (after["decisions"], after["clicks"]) == (before["decisions"] + 1, before["clicks"] + 1)
+
+
 # -- in-process: what a page decides and learns ------------------------------------------------------
 
 
@@ -294,3 +310,33 @@ def test_multislot_quickstart_loop_learns(capsys: pytest.CaptureFixture[str], tm
     number = rows["clickboost, last 400 rounds (20 %), price a number (Python)"]
     assert number[-1] >= random_page[-1] + 0.2, out
     assert "<!-- BEGIN personalizer-multislot -->" in (tmp_path / "PERSONALIZER.md").read_text()
+
+
+# -- every store ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_deferred_page_slot_by_slot_on_every_store(any_store: httpx.AsyncClient) -> None:
+    """On memory, SQLite and Redis: an unknown slot refused with nothing learned, a reward held for
+    the activation, each slot learned once, a second reward 409."""
+    http, base = any_store, "/loops/shop/personalizer/v1.1-preview.3/multislot"
+    r = await http.post(f"{base}/rank", json=page(HERO, SIDE, FOOTER, deferActivation=True))
+    assert r.status_code == 201, r.text
+    event = r.json()["eventId"]
+    reward = f"{base}/events/{event}/reward?wait=true"
+    before = await position(http, "shop")
+    unknown = [{"slotId": "side", "value": 1}, {"slotId": "banner", "value": 1}]
+    r = await http.post(reward, json={"reward": unknown})
+    assert error(r, 400, "'banner'")
+    r = await http.post(reward, json={"reward": [{"slotId": "side", "value": 1}]})
+    assert r.status_code == 204 and await position(http, "shop") == before  # held
+    r = await http.post(f"{base}/events/{event}/activate?wait=true")
+    assert r.status_code == 204 and await position(http, "shop") == before + 1
+    for slot_id in ("footer", "hero"):
+        r = await http.post(reward, json={"reward": [{"slotId": slot_id, "value": 0}]})
+        assert r.status_code == 204, r.text
+    assert await position(http, "shop") == before + 3
+    for slot_id in ("hero", "side"):  # every slot answered
+        r = await http.post(reward, json={"reward": [{"slotId": slot_id, "value": 1}]})
+        assert error(r, 409, "already answered")
+    assert await position(http, "shop") == before + 3
