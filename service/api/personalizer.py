@@ -293,7 +293,7 @@ async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
 def _caps(m: ModelRuntime) -> dict[str, tuple[int, str]]:
     """The most items of a rank's lists for model ``m``, counted before the body is parsed
     (:func:`_count_lists`): its labels (the action ids are distinct labels) or, for an action-feature
-    model, ``CLICKBOOST_MAX_ACTIONS`` actions; one slot."""
+    model, ``CLICKBOOST_MAX_ACTIONS`` actions; :data:`~service.slots.MAX_SLOTS` slots."""
     if isinstance(m.featurise, ActionFeaturiser):
         most = m.featurise.max_actions
         why = f"at most {most:,} per rank (CLICKBOOST_MAX_ACTIONS)"
