@@ -34,13 +34,18 @@ from service.api.schemas import (
     FeedbackRequest,
     FeedbackResponse,
     HandedOutId,
+    PageActivateResponse,
+    PageResponse,
     PredictFast,
     PredictRequest,
     PredictResponse,
+    SlotFeedbackResponse,
     error_responses,
 )
+from service.learners.base import ParamError
 from service.runtime import Runtime
-from service.store import ActivateStatus, Claim, ClaimStatus
+from service.runtime.requests import PageAnsweredError
+from service.store import ActivateOutcome, ActivateStatus, Claim, ClaimOutcome, ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -131,7 +136,7 @@ def parse(model: type[M], body: bytes, fast: type[M] | None = None) -> M:
 
 @router.post(
     "/predict",
-    response_model=PredictResponse,
+    response_model=PredictResponse | PageResponse,
     responses={
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
@@ -156,6 +161,8 @@ async def predict(request: Request) -> Response:
         count_lists(raw, {"actions": (most, message)}, lambda m: HTTPException(422, m))
     body = parse(PredictRequest, raw, PredictFast)
     runtime: Runtime = request.app.state.runtime
+    if body.slots is not None:
+        return await predict_page(runtime, body)
     p = await runtime.predict(
         body.model,
         body.features,
@@ -188,9 +195,48 @@ async def predict(request: Request) -> Response:
     return Response(to_json(out), media_type="application/json")
 
 
+async def predict_page(runtime: Runtime, body: PredictRequest) -> Response:
+    """``POST /predict`` with ``slots`` (issue 53): the page decided by :meth:`Runtime.predict_page`,
+    answered as a :class:`PageResponse` (each slot's action, its probability given the earlier
+    slots' actions, and its ranking)."""
+    for field in ("eligible", "excluded", "baseline"):
+        if getattr(body, field) is not None:
+            raise ParamError(
+                f"{field}: with slots, give eligible, excluded and baseline per slot (slots[i].{field})"
+            )
+    assert body.slots is not None
+    p = await runtime.predict_page(
+        body.model,
+        body.features,
+        body.actions or (),
+        body.slots,
+        event_id=body.decision_id,
+        defer=body.defer,
+    )
+    metrics.DECISIONS.labels(p.model).inc(len(p.slots))
+    labels = p.labels
+    slots = []
+    for s in p.slots:
+        d = s.decision
+        probs = d.probs.tolist()
+        slots.append(
+            {  # SlotAnswer's fields, in its order
+                "id": s.slot_id,
+                "label": s.label,
+                "label_index": d.label,
+                "probability": d.probability,
+                "ranking": [
+                    {"label": labels[i], "label_index": i, "probability": probs[i]} for i in s.ranking
+                ],
+            }
+        )
+    out = {"decision_id": p.decision_id, "model": p.model, "model_version": p.model_version, "slots": slots}
+    return Response(to_json(out), media_type="application/json")
+
+
 @router.post(
     "/feedback",
-    response_model=FeedbackResponse,
+    response_model=FeedbackResponse | SlotFeedbackResponse,
     responses={
         400: {"model": ErrorBody},
         404: {"model": ErrorBody, "description": "Unknown (or long forgotten) decision id"},
@@ -215,12 +261,26 @@ async def feedback(request: Request) -> Response:
     check_api_key(request)
     body = parse(FeedbackRequest, await request.body())
     runtime: Runtime = request.app.state.runtime
+    if body.slot is not None:
+        try:
+            out, _ = await runtime.feedback_slot(body.decision_id, body.slot, body.value, _wait(request))
+        except PageAnsweredError as exc:
+            metrics.FEEDBACK.labels(ClaimStatus.DUPLICATE.value).inc()
+            return JSONResponse({"detail": str(exc)}, status_code=409)
+        return _feedback_answer(body, out)
     out, _ = await runtime.feedback(body.decision_id, body.value, _wait(request))
+    return _feedback_answer(body, out)
+
+
+def _feedback_answer(body: FeedbackRequest, out: ClaimOutcome) -> Response:
+    """The answer to a feedback (:class:`FeedbackResponse`, or :class:`SlotFeedbackResponse` for a
+    slot of a page) or its error (404, 409 and 410 with the first outcome)."""
     claim = out.claim
     held = out.status is ClaimStatus.HELD
+    what = f"decision {body.decision_id!r}" + ("" if body.slot is None else f" slot {body.slot!r}")
     if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
         metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
-        ok = {  # FeedbackResponse's fields, in its order
+        ok = {  # FeedbackResponse's fields, in its order (SlotFeedbackResponse's: and the slot)
             "decision_id": body.decision_id,
             "click": body.click,
             "reward": float(body.value),
@@ -228,15 +288,20 @@ async def feedback(request: Request) -> Response:
             "model_version": claim.position,
             "held": held,
         }
+        if body.slot is not None:
+            ok["slot"] = body.slot
         return Response(to_json(ok), media_type="application/json")
     metrics.FEEDBACK.labels(out.status.value).inc()
     if claim is None:
-        return JSONResponse({"detail": f"unknown decision id {body.decision_id!r}"}, status_code=404)
+        detail = f"unknown decision id {body.decision_id!r}"
+        if body.slot:  # a slot past slot 0 of a page no longer pending, or of no page
+            detail += f" (or it has no slot {body.slot!r})"
+        return JSONResponse({"detail": detail}, status_code=404)
     first = _first(claim)
     if out.status is ClaimStatus.EXPIRED:
-        detail = f"decision {body.decision_id!r}: reward window passed; the model's default reward applies"
+        detail = f"{what}: reward window passed; the model's default reward applies"
         return JSONResponse({"detail": detail, "first_outcome": first}, status_code=410)
-    detail = f"decision {body.decision_id!r} was already answered ({claim.outcome}); not learned twice"
+    detail = f"{what} was already answered ({claim.outcome}); not learned twice"
     return JSONResponse({"detail": detail, "first_outcome": first}, status_code=409)
 
 
@@ -245,7 +310,7 @@ DecisionPath = Annotated[HandedOutId, Path(description="The `decision_id` a `POS
 
 @activation.post(
     "/decisions/{decision_id}/activate",
-    response_model=ActivateResponse,
+    response_model=ActivateResponse | PageActivateResponse,
     responses={
         404: {"model": ErrorBody, "description": "Unknown (or long forgotten) decision id"},
         410: {
@@ -267,7 +332,8 @@ async def activate(request: Request, decision_id: DecisionPath) -> Response:
     """
     check_api_key(request)
     runtime: Runtime = request.app.state.runtime
-    out = await runtime.activate(decision_id, _wait(request))
+    outs = await runtime.activate_page(decision_id, _wait(request))
+    out = outs[0]
     metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
     if out.status is ActivateStatus.UNKNOWN:
         return JSONResponse({"detail": f"unknown decision id {decision_id!r}"}, status_code=404)
@@ -281,11 +347,36 @@ async def activate(request: Request, decision_id: DecisionPath) -> Response:
         if claim is not None:
             body["first_outcome"] = _first(claim)
         return JSONResponse(body, status_code=410)
-    status = "activated" if out.status is ActivateStatus.ACTIVATED else "already_active"
+    if len(outs) > 1:
+        return _page_activated(decision_id, outs)
     ok = ActivateResponse(
         decision_id=decision_id,
-        status=status if out.deferred else "not_deferred",
+        status=_activation_status(out),
         learned=None if claim is None else _first(claim),  # type: ignore[arg-type]
+    )
+    return Response(ok.model_dump_json(), media_type="application/json")
+
+
+def _activation_status(out: ActivateOutcome) -> str:
+    """An activation's ``status`` in the answer (:class:`ActivateResponse`)."""
+    if not out.deferred:
+        return "not_deferred"
+    return "activated" if out.status is ActivateStatus.ACTIVATED else "already_active"
+
+
+def _page_activated(decision_id: str, outs: list[ActivateOutcome]) -> Response:
+    """The answer to the activation of a page of several slots (:class:`PageActivateResponse`): every
+    slot activated by the one call; the page's status is ``activated`` when a slot was activated now."""
+    statuses = [_activation_status(o) for o in outs]
+    status = "activated" if "activated" in statuses else statuses[0]
+    ok = PageActivateResponse(
+        decision_id=decision_id,
+        status=status,  # type: ignore[arg-type]
+        learned=None,
+        slots=[
+            {"slot": s, "status": st, "learned": None if o.claim is None else _first(o.claim)}  # type: ignore[misc]
+            for s, (o, st) in enumerate(zip(outs, statuses, strict=True))
+        ],
     )
     return Response(ok.model_dump_json(), media_type="application/json")
 

@@ -22,6 +22,7 @@ from pydantic import (
 from service.config import GroupName
 from service.features import MAX_FEATURE_CHARS
 from service.placement import MISDIRECTED_HEADER
+from service.slots import MAX_SLOTS
 from service.store.base import ID_PATTERN, MAX_DECISION_ID_LENGTH, MAX_ID_LENGTH, check_decision_id
 
 
@@ -85,6 +86,34 @@ class ActionCandidate(BaseModel):
     )
 
 
+class SlotRequest(BaseModel):
+    """One slot of a page in ``POST /predict`` (issue 53): its id, features and what it may show."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str = Field(min_length=1, max_length=256, description="The slot's id, distinct within the page.")
+    features: dict[FeatureName, NamedValue] = Field(
+        default_factory=dict,
+        description="The slot's named features (its position, its size): crossed with the actions' as "
+        "the context's are, in a namespace of their own.",
+    )
+    eligible: list[StrictInt | StrictStr] | None = Field(
+        None,
+        max_length=10_000,
+        description="Only these actions may fill this slot (ids or 0-based indices); not with `excluded`.",
+    )
+    excluded: list[StrictInt | StrictStr] | None = Field(
+        None,
+        max_length=10_000,
+        description="These actions may not fill this slot (ids or 0-based indices); not with `eligible`.",
+    )
+    baseline: StrictInt | Annotated[StrictStr, Field(max_length=256)] | None = Field(
+        None,
+        description="The action your current policy would show in this slot (id or index; must be "
+        "eligible there).",
+    )
+
+
 class PredictRequest(BaseModel):
     """Body of ``POST /predict``."""
 
@@ -139,6 +168,17 @@ class PredictRequest(BaseModel):
         description="Learn from this decision only if `POST /decisions/{decision_id}/activate` arrives "
         "within its reward window (the page really showed it); otherwise it is dropped, not given the "
         "default reward. A feedback before the activation is held until it.",
+    )
+    slots: list[SlotRequest] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_SLOTS,
+        description='A page of several slots, in page order, on a model with "actions": "features" '
+        "(issue 53): each slot gets its own action among those the earlier slots left (none shown "
+        "twice; at least as many actions as slots), decided with the slot's features; the answer is a "
+        "`PageResponse` with one `decision_id` for the page, and each slot's reward is posted to "
+        "`/feedback` with its `slot`. `eligible`, `excluded` and `baseline` are then given per slot. "
+        "`defer` covers the whole page.",
     )
     decision_id: ChosenId | None = Field(
         None,
@@ -222,6 +262,61 @@ class PredictResponse(BaseModel):
     model_version: int = Field(description="Event-log position the model had applied when it decided.")
 
 
+class SlotAnswer(BaseModel):
+    """One slot of a :class:`PageResponse`, in page order."""
+
+    id: str = Field(description="The slot's id, as the request gave it.")
+    label: str = Field(description="The action to show in this slot (its id).")
+    label_index: int = Field(description="Its position in the request's `actions`.")
+    probability: float = Field(
+        description="The probability it was drawn with in this slot, given the earlier slots' actions."
+    )
+    ranking: list[RankedLabel] = Field(
+        description="Every action this slot could show (eligible there, not taken by an earlier slot) "
+        "with its probability, most probable first (ties in request order)."
+    )
+
+
+class PageResponse(BaseModel):
+    """Body of a ``POST /predict`` answer to a request with ``slots`` (issue 53)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ",
+                    "model": "shop",
+                    "model_version": 0,
+                    "slots": [
+                        {
+                            "id": "hero",
+                            "label": "sku-2",
+                            "label_index": 1,
+                            "probability": 0.5,
+                            "ranking": [
+                                {"label": "sku-1", "label_index": 0, "probability": 0.5},
+                                {"label": "sku-2", "label_index": 1, "probability": 0.5},
+                            ],
+                        },
+                        {
+                            "id": "tile",
+                            "label": "sku-1",
+                            "label_index": 0,
+                            "probability": 1.0,
+                            "ranking": [{"label": "sku-1", "label_index": 0, "probability": 1.0}],
+                        },
+                    ],
+                }
+            ]
+        }
+    )
+
+    decision_id: str = Field(description="The page's one id: post each slot's reward for it.")
+    model: str
+    model_version: int = Field(description="Event-log position the model had applied when it decided.")
+    slots: list[SlotAnswer] = Field(description="The slots in the request's order, each with its action.")
+
+
 class FeedbackRequest(BaseModel):
     """Body of ``POST /feedback``: exactly one of ``click`` and ``reward`` (issue 38)."""
 
@@ -236,6 +331,16 @@ class FeedbackRequest(BaseModel):
     )
 
     decision_id: HandedOutId = Field(description="The `decision_id` a `POST /predict` answered.")
+    slot: (
+        Annotated[StrictInt, Field(ge=0, lt=MAX_SLOTS)]
+        | Annotated[StrictStr, Field(min_length=1, max_length=256)]
+        | None
+    ) = Field(
+        None,
+        description="The slot of a page this reward is for (issue 53): its 0-based index in the page "
+        "(one store call) or its id as the request gave it. Each slot's reward is taken once. "
+        "Omitted: slot 0, which for a decision without slots is the decision itself.",
+    )
     click: StrictBool | None = Field(None, description="Whether the user clicked (the reward 1 or 0).")
     reward: float | None = Field(
         None,
@@ -278,6 +383,12 @@ class FeedbackResponse(BaseModel):
     )
 
 
+class SlotFeedbackResponse(FeedbackResponse):
+    """Body of a ``POST /feedback`` answer for one slot of a page (a request with ``slot``)."""
+
+    slot: int | str = Field(description="The slot, as the request named it.")
+
+
 class FirstOutcome(BaseModel):
     """How a decision was first answered (body of 409 / 410 answers)."""
 
@@ -309,6 +420,44 @@ class ActivateResponse(BaseModel):
         None,
         description="The decision's outcome if it has one: the held feedback learned at this activation, "
         "or the feedback or expiry that came before.",
+    )
+
+
+class SlotActivation(BaseModel):
+    """One slot of a :class:`PageActivateResponse`."""
+
+    slot: int = Field(description="The slot's 0-based index in the page.")
+    status: Literal["activated", "already_active", "not_deferred"]
+    learned: FirstOutcome | None = Field(None, description="The slot's outcome if it has one.")
+
+
+class PageActivateResponse(ActivateResponse):
+    """Body of a ``POST /decisions/{decision_id}/activate`` answer for a page of several slots: the
+    page's status (every slot is activated by this one call) and each slot's."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ",
+                    "status": "activated",
+                    "learned": None,
+                    "slots": [
+                        {"slot": 0, "status": "activated", "learned": None},
+                        {
+                            "slot": 1,
+                            "status": "activated",
+                            "learned": {"outcome": "click", "model": "shop", "model_version": 7, "at": 1.7e9},
+                        },
+                    ],
+                }
+            ]
+        }
+    )
+
+    slots: list[SlotActivation] = Field(
+        description="Each slot, by index: its status and its outcome if it has one (a held feedback "
+        "learned now, or one that came before)."
     )
 
 

@@ -33,7 +33,6 @@ one decision).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -274,7 +273,7 @@ class RequestPath:
     async def predict_page(
         self,
         name: str | None,
-        features: Mapping[str, FeatureValue],
+        features: Sequence[float] | Mapping[str, FeatureValue],
         actions: Sequence[Any],
         slots: Sequence[Any],
         *,
@@ -424,15 +423,15 @@ class RequestPath:
         return ids.index(slot_id)
 
     async def _pending_slot(self, decision_id: str) -> DecisionRecord | None:
-        """A pending record of the page ``decision_id`` (the lowest slot's), or None when none is: the
-        first few slots read at once, then the rest (every read of a missing slot is one store call)."""
-        store = self.shared.store
-        for slots in (range(4), range(4, MAX_SLOTS)):
-            ids = [slot_decision_id(decision_id, s) for s in slots]
-            found = await asyncio.gather(*(store.get_decision(i) for i in ids))
-            for record in found:
-                if record is not None:
-                    return record
+        """A pending record of the page ``decision_id`` (the lowest slot's), or None when none is.
+
+        The slots are read one after the other from slot 0 (a page's slot count is known only once a
+        record is read), so a request holds one store connection at a time: usually a read or two;
+        :data:`~service.slots.MAX_SLOTS` reads when every slot is answered."""
+        for s in range(MAX_SLOTS):
+            record = await self.shared.store.get_decision(slot_decision_id(decision_id, s))
+            if record is not None:
+                return record
         return None
 
     async def _slot_ids(self, record: DecisionRecord) -> list[str]:
