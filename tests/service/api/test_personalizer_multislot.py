@@ -284,6 +284,23 @@ async def test_a_page_decides_as_predict_page(models_file: Path) -> None:
         assert model_a["checksum"] == model_b["checksum"]  # the same model learned the same
 
 
+@pytest.mark.anyio
+async def test_a_page_in_logging_rollout_is_refused(models_file: Path) -> None:
+    """Pages are served in online rollout only for now (issue 53, item 5): 400 naming the mode; a
+    rank of one slot without features still serves the slot's baselineAction."""
+    app = make_app(config_file=models_file, default_model="shop", api_keys=KEY, admin_key=ADMIN_KEY)
+    async with app_client(app) as http:
+        r = await http.post(
+            "/models/shop/rollout", json={"mode": "logging"}, headers={"X-API-Key": ADMIN_KEY}
+        )
+        assert r.status_code == 200, r.text
+        http.headers["Ocp-Apim-Subscription-Key"] = KEY
+        r = await http.post(RANK, json=page(HERO, SIDE))
+        assert r.status_code == 400 and "pages are served in online mode only" in r.json()["error"]["message"]
+        r = await http.post(RANK, json=page(slot("hero", "racket", ["monitor"])))
+        assert r.status_code == 201 and r.json()["slots"][0]["rewardActionId"] == "racket", r.text
+
+
 # -- the quickstart -----------------------------------------------------------------------------------
 
 
