@@ -117,6 +117,26 @@ def test_a_page_of_three_slots_and_its_rewards(client: PersonalizerClient, serve
     assert counts(server)["reward_sum"] == after["reward_sum"]
 
 
+def test_any_number_of_slots(client: PersonalizerClient, server: str) -> None:
+    """Ten slots over twelve actions: ten different actions, each slot's reward learned."""
+    ids = [f"item-{k}" for k in range(12)]
+    slots = [slot(f"tile-{s}", ids[s], [ids[11 - s]], row=s // 4, column=s % 4) for s in range(10)]
+    before = counts(server)
+    r = client.rank_multi_slot(
+        {"contextFeatures": [{"device": "tv"}], "actions": actions(ids), "slots": slots}
+    )
+    chosen = [s["rewardActionId"] for s in r["slots"]]
+    assert [s["id"] for s in r["slots"]] == [s["id"] for s in slots] and len(set(chosen)) == 10
+    assert all(c != ids[11 - s] for s, c in enumerate(chosen))  # each slot's exclusion
+    body = {
+        "reward": [{"slotId": s["id"], "value": float(s["rewardActionId"] == "item-3")} for s in r["slots"]]
+    }
+    assert client.reward_multi_slot(r["eventId"], body) is None
+    after = counts(server)
+    assert after["decisions"] == before["decisions"] + 10
+    assert after["clicks"] + after["no_clicks"] == before["clicks"] + before["no_clicks"] + 10
+
+
 def test_slot_by_slot_and_a_second_reward_of_a_slot(client: PersonalizerClient, server: str) -> None:
     """As the C# quickstart rewards: one call per slot. A call naming a slot rewarded before is
     409 naming it and the call's slots that were taken."""
