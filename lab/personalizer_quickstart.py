@@ -193,15 +193,20 @@ def report(rewards: list[float]) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lab.personalizer_quickstart",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
+def loop_parser(prog: str, doc: str | None, seeded: str, endpoint: bool = True) -> argparse.ArgumentParser:
+    """The arguments of a quickstart loop command: ``--rounds``, ``--seed`` (of ``seeded``) and with
+    ``endpoint`` ``--endpoint`` and ``--key``; the description is the first paragraph of ``doc``."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0] if doc else None)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rank -> reward rounds ({ROUNDS:,})")
-    parser.add_argument("--seed", type=int, default=SEED, help="users, contexts and decision ids")
-    parser.add_argument("--endpoint", help="a running server (default: start one)")
-    parser.add_argument("--key", default=KEY, help="its API key (with --endpoint)")
+    parser.add_argument("--seed", type=int, default=SEED, help=seeded)
+    if endpoint:
+        parser.add_argument("--endpoint", help="a running server (default: start one)")
+        parser.add_argument("--key", default=KEY, help="its API key (with --endpoint)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = loop_parser("python -m lab.personalizer_quickstart", __doc__, "users, contexts and decision ids")
     parser.add_argument(
         "--actions", action="store_true", help="the model scores the products' features (an action model)"
     )

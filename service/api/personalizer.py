@@ -17,8 +17,8 @@ without it are those of ``azure-ai-personalizer`` (which adds ``?api-version=202
 - ``/personalizer/{v}/rank`` and ``/personalizer/rank``;
 - ``/personalizer/{v}/events/{eventId}/reward`` and ``/personalizer/events/{eventId}/reward``;
 - ``/personalizer/{v}/events/{eventId}/activate`` and ``/personalizer/events/{eventId}/activate``;
-- multi-slot with one slot (the v1.1 previews and the unversioned paths):
-  ``/personalizer[/{v}]/multislot/rank``, ``.../multislot/events/{eventId}/reward`` and ``/activate``.
+- multi-slot (the v1.1 previews and the unversioned paths): ``/personalizer[/{v}]/multislot/rank``,
+  ``.../multislot/events/{eventId}/reward`` and ``/activate``.
 
 The mapping:
 
@@ -38,16 +38,25 @@ The mapping:
   ``store.route(model, eventId)`` and seeds the sampling as any drawn id does;
   ``deferActivation`` defers the decision (:meth:`Runtime.predict`), ``activate`` activates it
   (204; 404 unknown; 410 dropped), and a reward before the activation is held for it (204);
+- a multi-slot rank of several slots (or of one with features) on an action-feature model is a
+  page (issue 53, :meth:`Runtime.predict_page`): one event, each slot's action drawn among those
+  the earlier slots left and the slot allows (its ``excludedActions``), its features (flattened
+  as ``contextFeatures``) scored with the context's, a record per slot; its ``baselineAction`` is
+  the slot's baseline (one per slot: the page your application would show); a label model ranks
+  one slot (several: 400 naming the action-feature models), as does a rank of one slot without
+  features, a single decision that keeps its slot id; ``activate`` activates every slot;
 - a reward ``value`` must be a JSON number in [0, 1] (:data:`REWARD_RULE`): Personalizer allowed
   [-1, 1], and a value outside, or a string or a bool, is refused with 400, never converted,
-  clipped or rescaled behind the caller's back; a multi-slot reward names the slot its event was
-  ranked for (another ``slotId``: 400); a second reward for an event is 409 (learned once), an
-  unknown event 404, one past its window 410;
+  clipped or rescaled behind the caller's back; a multi-slot reward gives values for any of the
+  event's slots, each named once (a ``slotId`` the event does not have: 400, nothing of the call
+  learned); a second reward for an event, or for a slot, is 409 (learned once), an unknown event
+  404, one past its window 410;
 - limits, 400 naming them: a feature name or string value of at most
   :data:`~service.features.MAX_FEATURE_CHARS` characters (as on ``POST /predict``), at most
   ``CLICKBOOST_MAX_NAMED_FEATURES`` features per context or action; at most as many actions (and
   ``excludedActions``) as the model has labels, or ``CLICKBOOST_MAX_ACTIONS`` on an action-feature
-  model, and one slot, counted before the body is parsed (:func:`_count_lists`);
+  model, and :data:`~service.slots.MAX_SLOTS` slots (and rewards), counted before the body is
+  parsed (:func:`_count_lists`);
 - a reward or an activation finds the events of its own loop only: an event ranked through another
   is unknown there (404), on every store;
 - ``?wait=true`` on a reward or an activation (an extension, as on ``POST /feedback``) answers
@@ -57,13 +66,13 @@ The mapping:
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from service.actions import ActionFeaturiser
@@ -72,13 +81,27 @@ from service.api.auth import HEADER, SUBSCRIPTION_HEADER, check_api_key
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.hygiene import _is_json
 from service.api.json_scan import Caps, count_lists
+from service.api.personalizer_bodies import (
+    REWARD_RULE,
+    MultiSlotRankRequest,
+    MultiSlotRewardRequest,
+    PersonalizerError,
+    RankableAction,
+    RankRequest,
+    RewardRequest,
+    context_features,
+)
 from service.api.predict import parse
-from service.features import MAX_FEATURE_CHARS, FeatureError, FeatureValue
+from service.features import FeatureError
 from service.learners.base import ParamError
+from service.pages import page_slot
 from service.placement import MisdirectedError
 from service.runtime import ModelRuntime, ModelUnavailableError, Runtime
+from service.runtime.requests import PageAnsweredError
+from service.slots import MAX_SLOTS
 from service.store import (
     ActivateStatus,
+    ClaimOutcome,
     ClaimStatus,
     DecisionExistsError,
     StoreUnavailableError,
@@ -102,181 +125,12 @@ NO_ROUTE = (
     "no Personalizer route at {path}: give the client the endpoint without /personalizer/... "
     "(http://HOST:PORT, or http://HOST:PORT/loops/NAME); the client adds the API's paths itself"
 )
-REWARD_RULE = (
-    "clickboost learns rewards in [0, 1]; map a Personalizer reward r in [-1, 1] to (r + 1) / 2 "
-    "before sending it"
-)
-#: Personalizer's error codes by status (its clients read ``error.code`` and ``error.message``).
-CODES = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    404: "ResourceNotFound",
-    409: "Conflict",
-    410: "Gone",
-    421: "MisdirectedRequest",
-    415: "UnsupportedMediaType",
-    503: "ServiceUnavailable",
-}
 KEY_HEADERS = (SUBSCRIPTION_HEADER, HEADER)
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R", "RankRequest", "MultiSlotRankRequest")
 MAX_LISTED_LABELS = 10
-#: Characters of a long feature name or action id quoted in an error message.
-MAX_QUOTED = 40
-ONE_SLOT = "one slot per event here, got more than one; send one rank per slot"
 #: The key of a multi-slot rank's slot id in its decision's memo (:meth:`Runtime.predict`).
 SLOT_MEMO = "personalizer_slot"
-
-
-class PersonalizerError(Exception):
-    """An answer in Personalizer's error shape: ``status`` and a one-line ``message``."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"code": CODES[self.status], "message": self.message}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
-
-
-# -- bodies ----------------------------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    # Unknown fields are refused (400 naming them): a misspelt "excludedAction" must not be ignored.
-    model_config = ConfigDict(extra="forbid")
-
-
-class RankableAction(_Body):
-    """An action: its id and its features. For a label model the id is a label and the features
-    are accepted, not used; a model with ``"actions": "features"`` (issue 39) scores the action from
-    its features (flattened as ``contextFeatures``), and any id goes."""
-
-    id: str = Field(min_length=1, max_length=256)
-    features: list[dict[str, Any]] | None = None
-
-
-class RankRequest(_Body):
-    """Body of a rank (Personalizer's ``RankRequest``)."""
-
-    context_features: list[dict[str, Any]] | None = Field(None, alias="contextFeatures")
-    actions: list[RankableAction] = Field(min_length=1)
-    excluded_actions: list[str] | None = Field(None, alias="excludedActions")
-    event_id: str | None = Field(None, alias="eventId", min_length=1, max_length=256)
-    defer_activation: bool | None = Field(None, alias="deferActivation")
-
-
-class SlotRequest(_Body):
-    """One slot of a multi-slot rank; its features are accepted and not used, like actions'."""
-
-    id: str = Field(min_length=1, max_length=256)
-    features: list[dict[str, Any]] | None = None
-    excluded_actions: list[str] | None = Field(None, alias="excludedActions")
-    baseline_action: str = Field(alias="baselineAction", min_length=1, max_length=256)
-
-
-class MultiSlotRankRequest(_Body):
-    """Body of a multi-slot rank; this server ranks one slot per event."""
-
-    context_features: list[dict[str, Any]] | None = Field(None, alias="contextFeatures")
-    actions: list[RankableAction] = Field(min_length=1)
-    slots: list[SlotRequest] = Field(min_length=1)
-    event_id: str | None = Field(None, alias="eventId", min_length=1, max_length=256)
-    defer_activation: bool | None = Field(None, alias="deferActivation")
-
-
-class RewardRequest(_Body):
-    """Body of a reward: the ``value``, a JSON number (see :data:`REWARD_RULE`); a string or a bool
-    is refused, not converted (issue 51)."""
-
-    value: StrictFloat
-
-
-class SlotReward(_Body):
-    slot_id: str = Field(alias="slotId", min_length=1, max_length=256)
-    value: StrictFloat
-
-
-class MultiSlotRewardRequest(_Body):
-    """Body of a multi-slot reward: one entry, for the event's one slot."""
-
-    reward: list[SlotReward] = Field(min_length=1)
-
-
-# -- translation -----------------------------------------------------------------------------------
-
-
-def context_features(
-    objects: list[dict[str, Any]] | None, where: str = "contextFeatures", most: int | None = None
-) -> dict[str, FeatureValue]:
-    """Personalizer's ``contextFeatures`` (or an action's ``features``) as clickboost's named features.
-
-    Nested objects are flattened with dots (``{"user": {"tier": "gold"}}`` -> ``user.tier``); a
-    string, number or bool is the value of its name (a string one-hot encodes as ``name=value``,
-    :mod:`service.features`); in a list, a string is one more one-hot value of the list's name (a
-    set of categories: ``{"tags": ["a", "b"]}`` -> ``tags=a`` and ``tags=b``) and anything else
-    takes its index (``{"v": [0.5, 2]}`` -> ``v.0``, ``v.1``); ``null`` is no feature. A name
-    given twice is refused (400) rather than summed or overwritten, and so are a flattened name or
-    a string value longer than :data:`~service.features.MAX_FEATURE_CHARS` (as on ``POST
-    /predict``) and more than ``most`` features (stopping there). ``where`` names the field in the
-    messages.
-
-    >>> context_features([{"user": {"tier": "gold", "visits": 3}}, {"tags": ["a", "b"]}, {"x": None}])
-    {'user.tier': 'gold', 'user.visits': 3, 'tags=a': 1.0, 'tags=b': 1.0}
-    """
-    out: dict[str, FeatureValue] = {}
-
-    def put(name: str, value: FeatureValue) -> None:
-        if name in out:
-            raise PersonalizerError(400, f"{where}: feature {_quoted(name)} is given twice")
-        if most is not None and len(out) == most:
-            raise PersonalizerError(
-                400, f"{where}: more than {most:,} features, at most {most:,} (CLICKBOOST_MAX_NAMED_FEATURES)"
-            )
-        out[name] = value
-
-    def walk(name: str, value: Any) -> None:
-        if value is None:
-            return
-        _check_length(where, "feature name", name)  # at every level: a nested name grows no further
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{name}.{key}", inner)
-        elif isinstance(value, list):
-            for i, inner in enumerate(value):
-                if isinstance(inner, str):  # the bucket of the string feature name=inner
-                    _check_length(where, f"a string value of {_quoted(name)}", inner)
-                    put(f"{name}={inner}", 1.0)
-                else:
-                    walk(f"{name}.{i}", inner)
-        else:
-            if isinstance(value, str):
-                _check_length(where, f"the string value of {_quoted(name)}", value)
-            put(name, value)
-
-    for obj in objects or ():
-        for key, value in obj.items():
-            walk(key, value)
-    return out
-
-
-def _quoted(text: str) -> str:
-    """``text`` quoted for a message, cut to :data:`MAX_QUOTED` characters."""
-    return repr(text) if len(text) <= MAX_QUOTED else repr(text[:MAX_QUOTED]) + "..."
-
-
-def _check_length(where: str, what: str, text: str) -> None:
-    """400 naming ``where``, ``what`` and the limit when ``text`` is over
-    :data:`~service.features.MAX_FEATURE_CHARS` characters."""
-    if len(text) > MAX_FEATURE_CHARS:
-        raise PersonalizerError(
-            400,
-            f"{where}: {what} {_quoted(text)} has {len(text):,} characters, at most {MAX_FEATURE_CHARS:,} "
-            "(the limit on feature names and string values)",
-        )
 
 
 def _listed(labels: list[str]) -> str:
@@ -399,6 +253,8 @@ def _personalizer_errors(endpoint: Endpoint) -> Endpoint:
             return PersonalizerError(400, str(exc)).response()
         except UnknownModelError as exc:
             return PersonalizerError(404, str(exc)).response()
+        except PageAnsweredError as exc:  # a slot named by id once no slot of its page is pending
+            return PersonalizerError(409, str(exc)).response()
         except MisdirectedError as exc:  # model placement: its holders' addresses in the header
             return PersonalizerError(421, str(exc), exc.headers()).response()
         except ModelUnavailableError as exc:
@@ -437,7 +293,7 @@ async def _model(request: Request) -> tuple[Runtime, ModelRuntime]:
 def _caps(m: ModelRuntime) -> dict[str, tuple[int, str]]:
     """The most items of a rank's lists for model ``m``, counted before the body is parsed
     (:func:`_count_lists`): its labels (the action ids are distinct labels) or, for an action-feature
-    model, ``CLICKBOOST_MAX_ACTIONS`` actions; one slot."""
+    model, ``CLICKBOOST_MAX_ACTIONS`` actions; :data:`~service.slots.MAX_SLOTS` slots."""
     if isinstance(m.featurise, ActionFeaturiser):
         most = m.featurise.max_actions
         why = f"at most {most:,} per rank (CLICKBOOST_MAX_ACTIONS)"
@@ -450,7 +306,7 @@ def _caps(m: ModelRuntime) -> dict[str, tuple[int, str]]:
             most,
             f"excludedActions: more than {most:,}, more than the actions can be ({why})",
         ),
-        "slots": (1, f"slots: {ONE_SLOT}"),
+        "slots": (MAX_SLOTS, f"slots: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page"),
     }
 
 
@@ -526,18 +382,97 @@ async def rank(request: Request) -> Response:
     return JSONResponse({"ranking": ranking, "eventId": event_id, "rewardActionId": chosen}, status_code=201)
 
 
+def _check_slots(body: MultiSlotRankRequest) -> None:
+    """400 naming the first problem of the slots: an id given twice, an excluded action that is not
+    one of the request's, a ``baselineAction`` that is not one of them, is excluded from its slot
+    or is another slot's too (Personalizer's rule: each slot its own baseline)."""
+    ids = {a.id for a in body.actions}
+    seen: dict[str, int] = {}
+    baselines: dict[str, int] = {}
+    for s, slot in enumerate(body.slots):
+        where = f"slots[{s}]"
+        if slot.id in seen:
+            raise PersonalizerError(
+                400, f"{where}.id {slot.id!r} is slots[{seen[slot.id]}]'s too: slot ids are distinct"
+            )
+        seen[slot.id] = s
+        for action_id in slot.excluded_actions or ():
+            if action_id not in ids:
+                raise PersonalizerError(
+                    400, f"{where}.excludedActions: {action_id!r} is not one of the request's actions"
+                )
+        baseline = slot.baseline_action
+        if baseline not in ids:
+            raise PersonalizerError(400, f"{where}.baselineAction {baseline!r} is not one of the actions")
+        if baseline in (slot.excluded_actions or ()):
+            raise PersonalizerError(400, f"{where}.baselineAction {baseline!r} is excluded")
+        if baseline in baselines:
+            raise PersonalizerError(
+                400,
+                f"{where}.baselineAction {baseline!r} is slots[{baselines[baseline]}]'s too: each slot has "
+                "its own baseline (the page your application would show without Personalizer)",
+            )
+        baselines[baseline] = s
+
+
+async def _decide_page(
+    runtime: Runtime, m: ModelRuntime, body: MultiSlotRankRequest, slots: list[dict[str, Any]]
+) -> tuple[str, list[str]]:
+    """Decide the page (:meth:`Runtime.predict_page`: each slot among the actions the earlier slots
+    left, one event for the page, a record per slot): (eventId, each slot's rewardActionId).
+    ``slots``: the request's, with their features flattened."""
+    event_id = runtime.ids.new() if body.event_id is None else body.event_id
+    most = _max_named(m)
+    features = context_features(body.context_features, "contextFeatures", most)
+    actions = [
+        {"id": a.id, "features": context_features(a.features, f"actions[{i}].features", most)}
+        for i, a in enumerate(body.actions)
+    ]
+    # one slot: its id in the memo as a one-slot rank keeps it, should the page be stored as one decision
+    memo = {SLOT_MEMO: slots[0]["id"]} if len(slots) == 1 else None
+    try:
+        p = await runtime.predict_page(
+            m.name, features, actions, slots, event_id=event_id, defer=bool(body.defer_activation), memo=memo
+        )
+    except DecisionExistsError:
+        raise PersonalizerError(409, f"eventId {event_id!r} is taken: an event id is ranked once") from None
+    metrics.DECISIONS.labels(p.model).inc(len(p.slots))  # a decision per slot, as the stores count them
+    return event_id, [slot.label for slot in p.slots]
+
+
 @_personalizer_errors
 async def rank_multi_slot(request: Request) -> Response:
-    """A multi-slot rank of one slot: 201 with ``eventId`` and ``slots: [{id, rewardActionId}]``."""
+    """A multi-slot rank: 201 with ``eventId`` and ``slots: [{id, rewardActionId}]``, in page order.
+
+    A page of slots on an action-feature model (:func:`_decide_page`), each slot's features scored
+    with the context's; a rank of one slot without features (or on a label model, which ranks one
+    slot) is a single decision, as a rank is, its slot id kept for the reward to name."""
     runtime, m, body = await _rank_request(request, MultiSlotRankRequest, multislot=True)
-    slot = body.slots[0]  # one (the count is checked before the parse)
-    baseline = slot.baseline_action
-    if baseline not in {a.id for a in body.actions}:
-        raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is not one of the actions")
-    if baseline in (slot.excluded_actions or ()):
-        raise PersonalizerError(400, f"slots[0].baselineAction {baseline!r} is excluded")
-    event_id, chosen, _ = await _decide(runtime, m, body, slot.excluded_actions, baseline, slot.id)
-    answer = {"eventId": event_id, "slots": [{"id": slot.id, "rewardActionId": chosen}]}
+    _check_slots(body)
+    most = _max_named(m)
+    slots = [
+        {
+            "id": slot.id,
+            "features": context_features(slot.features, f"slots[{s}].features", most),
+            "excluded": slot.excluded_actions,
+            "baseline": slot.baseline_action,
+        }
+        for s, slot in enumerate(body.slots)
+    ]
+    if len(slots) == 1 and (m.spec.actions == "labels" or not slots[0]["features"]):
+        (slot,) = body.slots
+        event_id, chosen, _ = await _decide(
+            runtime, m, body, slot.excluded_actions, slot.baseline_action, slot.id
+        )
+        labels = [chosen]
+    else:
+        event_id, labels = await _decide_page(runtime, m, body, slots)
+    answer = {
+        "eventId": event_id,
+        "slots": [
+            {"id": slot.id, "rewardActionId": label} for slot, label in zip(body.slots, labels, strict=True)
+        ],
+    }
     return JSONResponse(answer, status_code=201)
 
 
@@ -558,27 +493,43 @@ async def _event(request: Request) -> tuple[Runtime, str, str, str]:
     return runtime, runtime.store.route(m.name, event_id), event_id, m.name
 
 
-async def _learn(request: Request, value: float) -> Response:
-    """Claim the event's decision with reward ``value``: 204, or 404 / 409 / 410 naming why not."""
+def _check_value(value: float, where: str = "reward value") -> None:
     if not 0.0 <= value <= 1.0:  # NaN too
-        raise PersonalizerError(400, f"reward value {value!r} is outside [0, 1]: {REWARD_RULE}")
-    runtime, decision_id, event_id, model = await _event(request)
-    out, _ = await runtime.feedback(decision_id, value, _wait(request), model)
+        raise PersonalizerError(400, f"{where} {value!r} is outside [0, 1]: {REWARD_RULE}")
+
+
+def _claimed(out: ClaimOutcome, event_id: str, slot: str | None = None, learned: Sequence[str] = ()) -> None:
+    """Count a reward's claim outcome; nothing when it was taken (or held for the activation), else
+    404 / 409 / 410 naming why not (``slot``: the slot of a page's reward; ``learned``: the slots
+    whose rewards the same call had taken before)."""
     claim = out.claim
     held = out.status is ClaimStatus.HELD  # deferred, not activated yet: learned at the activation
     if claim is not None and (held or out.status is ClaimStatus.ACCEPTED):
         metrics.FEEDBACK.labels(out.status.value if held else claim.outcome).inc()
-        return Response(status_code=204)
+        return
     metrics.FEEDBACK.labels(out.status.value).inc()
+    what = f"event {event_id!r}" if slot is None else f"slot {slot!r} of event {event_id!r}"
+    taken = f" (the rewards of {', '.join(map(repr, learned))} were taken)" if learned else ""
     if claim is None:
-        raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
+        raise PersonalizerError(
+            404, f"unknown event id {event_id!r} (never ranked here, or long forgotten){taken}"
+        )
     if out.status is ClaimStatus.EXPIRED:
         raise PersonalizerError(
-            410, f"event {event_id!r}: reward window passed; the model's default reward was applied"
+            410, f"{what}: reward window passed; the model's default reward was applied{taken}"
         )
     raise PersonalizerError(
-        409, f"event {event_id!r} was already answered ({claim.outcome}); a reward is learned once"
+        409, f"{what} was already answered ({claim.outcome}); a reward is learned once{taken}"
     )
+
+
+async def _learn(request: Request, value: float) -> Response:
+    """Claim the event's decision with reward ``value``: 204, or 404 / 409 / 410 naming why not."""
+    _check_value(value)
+    runtime, decision_id, event_id, model = await _event(request)
+    out, _ = await runtime.feedback(decision_id, value, _wait(request), model)
+    _claimed(out, event_id)
+    return Response(status_code=204)
 
 
 @_personalizer_errors
@@ -591,36 +542,65 @@ async def reward(request: Request) -> Response:
 
 @_personalizer_errors
 async def reward_multi_slot(request: Request) -> Response:
-    """The reward of a one-slot event: ``{"reward": [{"slotId", "value"}]}`` with one entry, for the
-    slot the event was ranked for (400 naming another, nothing learned)."""
+    """The rewards of an event's slots: ``{"reward": [{"slotId", "value"}]}``, any of its slots, each
+    named once; 204 once every one is stored. A slot the event does not have is 400 and nothing of
+    the call is learned; a slot rewarded before is 409 (a slot's reward is learned once: the
+    call's other slots are, and the message names them)."""
     _checked(request, multislot=True)
-    body = await _request(request, MultiSlotRewardRequest, {"reward": (1, f"reward: {ONE_SLOT}")})
-    entry = body.reward[0]  # one (the count is checked before the parse)
+    caps = {"reward": (MAX_SLOTS, f"reward: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page")}
+    body = await _request(request, MultiSlotRewardRequest, caps)
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(body.reward):
+        _check_value(entry.value, f"reward[{i}].value")
+        first = seen.setdefault(entry.slot_id, i)
+        if first != i:
+            message = f"reward[{i}].slotId {entry.slot_id!r} is reward[{first}]'s too: a value per slot"
+            raise PersonalizerError(400, message)
     runtime, decision_id, event_id, model = await _event(request)
     record = await runtime.store.get_decision(decision_id)
-    # pending in this loop (else the claim below words why not: unknown, answered, expired)
-    if record is not None and record.model == model:
+    if record is not None and record.model != model:  # another loop's event: unknown here
+        return await _learn(request, body.reward[0].value)
+    if record is not None and page_slot(record.decision) is None:  # a single decision, pending
         slot = record.decision.get(f"memo.{SLOT_MEMO}")
-        if slot != entry.slot_id:
-            ranked = f"for slot {slot!r}" if slot is not None else "without slots (a single-slot rank)"
-            raise PersonalizerError(
-                400,
-                f"reward[0].slotId {entry.slot_id!r} is not the slot of event {event_id!r}, ranked {ranked}",
-            )
-    return await _learn(request, entry.value)
+        for i, entry in enumerate(body.reward):
+            if entry.slot_id != slot:
+                ranked = f"for slot {slot!r}" if slot is not None else "without slots (a single-slot rank)"
+                raise PersonalizerError(
+                    400,
+                    f"reward[{i}].slotId {entry.slot_id!r} is not the slot of event {event_id!r}, "
+                    f"ranked {ranked}",
+                )
+        return await _learn(request, body.reward[0].value)
+    # A page (or nothing pending): every slot id checked against the page's before anything is claimed.
+    indices = [await runtime.requests.slot_index(decision_id, entry.slot_id) for entry in body.reward]
+    if all(index is None for index in indices):  # no slot pending: unknown, or every slot answered
+        return await _learn(request, body.reward[0].value)  # the event's own first outcome
+    learned: list[str] = []
+    for entry, index in zip(body.reward, indices, strict=True):
+        slot = entry.slot_id if index is None else index
+        out, _ = await runtime.feedback_slot(decision_id, slot, entry.value, _wait(request), model)
+        _claimed(out, event_id, entry.slot_id, learned)
+        learned.append(entry.slot_id)
+    return Response(status_code=204)
 
 
 async def _activate(request: Request, multislot: bool) -> Response:
     """Say that a ``deferActivation`` event was shown: 204, and it is learned from (its held reward
-    now, else the reward to come, else the model's default reward at expiry). An event that was
-    not deferred, or is active already, is a harmless 204 too."""
+    now, else the reward to come, else the model's default reward at expiry); a multi-slot event's
+    every slot (:meth:`Runtime.activate_page`). An event that was not deferred, or is active
+    already, is a harmless 204 too."""
     _checked(request, multislot)
     runtime, decision_id, event_id, model = await _event(request)
-    out = await runtime.activate(decision_id, _wait(request), model)
-    metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
-    if out.status is ActivateStatus.UNKNOWN:
+    wait = _wait(request)
+    if multislot:
+        outs = await runtime.activate_page(decision_id, wait, model)
+    else:
+        outs = [await runtime.activate(decision_id, wait, model)]
+    for out in outs:
+        metrics.ACTIVATIONS.labels(out.status.value if out.deferred else "not_deferred").inc()
+    if outs[0].status is ActivateStatus.UNKNOWN:
         raise PersonalizerError(404, f"unknown event id {event_id!r} (never ranked here, or long forgotten)")
-    if out.status is ActivateStatus.EXPIRED:
+    if any(out.status is ActivateStatus.EXPIRED for out in outs):
         raise PersonalizerError(
             410, f"event {event_id!r}: deferred and not activated within its reward window; dropped"
         )
@@ -635,7 +615,7 @@ async def activate(request: Request) -> Response:
 
 @_personalizer_errors
 async def activate_multi_slot(request: Request) -> Response:
-    """Activate a one-slot event (:func:`_activate`)."""
+    """Activate a multi-slot event, every slot of it (:func:`_activate`)."""
     return await _activate(request, multislot=True)
 
 

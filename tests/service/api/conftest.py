@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from fastapi import FastAPI
 
 from service.api.app import create_app
 from service.config import Settings
+from service.store.redis import RedisStore
 from tests.conftest import free_port
 
 
@@ -74,3 +77,33 @@ def uvicorn_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def keyed_server(models_file: Path, default_model: str, api_key: str, admin_key: str) -> Iterator[str]:
+    """:func:`uvicorn_server` with the models of ``models_file``, ``default_model`` as its default
+    model and both keys configured (the Personalizer clients' tests)."""
+    env = {
+        "CLICKBOOST_CONFIG_FILE": str(models_file),
+        "CLICKBOOST_DEFAULT_MODEL": default_model,
+        "CLICKBOOST_API_KEY": api_key,
+        "CLICKBOOST_ADMIN_KEY": admin_key,
+    }
+    with uvicorn_server(env) as url:
+        yield url
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def any_store(
+    request: pytest.FixtureRequest, models_file: Path, tmp_path: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app of the module's ``models_file`` (default model ``grocery``) on each store: memory,
+    SQLite, Redis (the Personalizer tests' claims on every store)."""
+    settings = {"config_file": models_file, "default_model": "grocery"}
+    if request.param == "redis":
+        store = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
+        app = create_app(Settings(store="memory", **settings), store=store)
+    else:
+        app = create_app(Settings(store=request.param, data_dir=tmp_path, **settings))
+    async with app_client(app) as client:
+        yield client

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,8 @@ import httpx
 import pytest
 
 from service.api import personalizer
-from service.api.app import create_app
-from service.config import Settings
 from service.features import MAX_FEATURE_CHARS
-from service.store.redis import RedisStore
+from service.slots import MAX_SLOTS
 from tests.service.api.conftest import app_client, make_app
 
 KEY = "pk"
@@ -206,12 +203,12 @@ async def test_every_capped_list_is_counted(http: httpx.AsyncClient) -> None:
     actions = [{"id": a} for a in LABELS]
     r = await http.post(RANK, json={"actions": actions, "excludedActions": ["bao"] * 4})
     assert error(r, 400, "excludedActions: more than 3")
-    slots = [{"id": f"s{i}", "baselineAction": "bao"} for i in range(2)]
+    slots = [{"id": f"s{i}", "baselineAction": "bao"} for i in range(MAX_SLOTS + 1)]
     r = await http.post(MULTISLOT_RANK, json={"actions": actions, "slots": slots})
-    assert error(r, 400, "slots: one slot per event here")
-    rewards = {"reward": [{"slotId": "s0", "value": 1}, {"slotId": "s1", "value": 1}]}
+    assert error(r, 400, f"slots: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page")
+    rewards = {"reward": [{"slotId": f"s{i}", "value": 1} for i in range(MAX_SLOTS + 1)]}
     r = await http.post("/personalizer/multislot/events/e/reward", json=rewards)
-    assert error(r, 400, "reward: one slot per event here")
+    assert error(r, 400, f"reward: more than {MAX_SLOTS} slots, at most {MAX_SLOTS} per page")
 
 
 @pytest.mark.anyio
@@ -259,20 +256,6 @@ async def test_a_reward_value_is_a_json_number(http: httpx.AsyncClient, value: A
 
 
 # -- the slot of a multi-slot reward, on every store ---------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def any_store(
-    request: pytest.FixtureRequest, models_file: Path, tmp_path: Path
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = {"config_file": models_file, "default_model": "grocery"}
-    if request.param == "redis":
-        store = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
-        app = create_app(Settings(store="memory", **settings), store=store)
-    else:
-        app = create_app(Settings(store=request.param, data_dir=tmp_path, **settings))
-    async with app_client(app) as client:
-        yield client
 
 
 @pytest.mark.anyio
