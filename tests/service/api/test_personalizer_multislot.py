@@ -305,9 +305,10 @@ async def test_a_page_decides_as_predict_page(models_file: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_page_in_logging_rollout_is_refused(models_file: Path) -> None:
-    """Pages are served in online rollout only for now (issue 53, item 5): 400 naming the mode; a
-    rank of one slot without features still serves the slot's baselineAction."""
+async def test_a_page_in_logging_and_apprentice_rollout(models_file: Path) -> None:
+    """Safe rollout per page (issue 53, item 5; service/page_rollout.py): in logging rollout a page
+    serves every slot's baselineAction (probability 1) and a rank of one slot without features still
+    serves the slot's baselineAction; in apprentice rollout each slot's reward is evidence."""
     app = make_app(config_file=models_file, default_model="shop", api_keys=KEY, admin_key=ADMIN_KEY)
     async with app_client(app) as http:
         r = await http.post(
@@ -315,10 +316,26 @@ async def test_a_page_in_logging_rollout_is_refused(models_file: Path) -> None:
         )
         assert r.status_code == 200, r.text
         http.headers["Ocp-Apim-Subscription-Key"] = KEY
-        r = await http.post(RANK, json=page(HERO, SIDE))
-        assert r.status_code == 400 and "pages are served in online mode only" in r.json()["error"]["message"]
+        body = page(HERO, SIDE)
+        r = await http.post(RANK, json=body)
+        assert r.status_code == 201, r.text
+        served = [s["rewardActionId"] for s in r.json()["slots"]]
+        assert served == [s["baselineAction"] for s in body["slots"]]
         r = await http.post(RANK, json=page(slot("hero", "racket", ["monitor"])))
         assert r.status_code == 201 and r.json()["slots"][0]["rewardActionId"] == "racket", r.text
+        # apprentice: each slot's reward adds to the rollout's evidence, and the learner learns it
+        r = await http.post(
+            "/models/shop/rollout", json={"mode": "apprentice"}, headers={"X-API-Key": ADMIN_KEY}
+        )
+        assert r.status_code == 200, r.text
+        for _ in range(10):
+            r = await http.post(RANK, json=page(HERO, SIDE))
+            assert r.status_code == 201, r.text
+            rewards = [{"slotId": s["id"], "value": 1.0} for s in r.json()["slots"]]
+            reward = await http.post(REWARD.format(r.json()["eventId"]), json={"reward": rewards})
+            assert reward.status_code == 204, reward.text
+        model = (await http.get("/models/shop", headers={"X-API-Key": ADMIN_KEY})).json()
+        assert model["rollout"]["mode"] == "apprentice" and model["rollout"]["estimates"]["n"] == 20
 
 
 # -- the quickstart -----------------------------------------------------------------------------------
