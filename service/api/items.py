@@ -94,6 +94,7 @@ class ItemPage(BaseModel):
     model: str
     version: int
     total: int = Field(description="Items in the catalog (active or not).")
+    bytes: int = Field(description="The catalog's memory as the model's memory budget counts it.")
     offset: int
     items: list[ItemInfo]
     next_offset: int | None = Field(description="The offset of the next page; none after the last.")
@@ -246,6 +247,7 @@ async def list_items(
         model=m.name,
         version=m.position,
         total=int(live.size),
+        bytes=catalog.nbytes(),
         offset=offset,
         items=page,
         next_offset=end if end < live.size else None,

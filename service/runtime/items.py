@@ -120,7 +120,7 @@ def apply_event(catalog: Catalog | None, data: bytes) -> None:
     if state["op"] == "remove":
         catalog.discard(ids)
         return
-    cats = [[(name, value) for name, value in item] for item in json.loads(state["categorical"])]
+    cats = json.loads(state["categorical"])  # [[name, value], ...] per item: unpacked as the pairs
     catalog.insert(
         HashedItems(
             ids,
