@@ -44,15 +44,19 @@ import numpy as np
 
 from service import serial
 from service._jit_cache import kernel
-from service.actions import MAX_ACTION_ID, ActionInput
-from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
+from service.actions import ActionInput
+from service.catalog_items import CATEGORICAL, CatalogError, HashedItems, hash_items
+from service.features import FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
 
 __all__ = [
     "Catalog",
     "CatalogError",
+    "HashedItems",
+    "added_bytes",
     "catalog_scores",
     "context_side",
+    "describe",
 ]
 
 #: Format of :meth:`Catalog.to_bytes`.
@@ -60,14 +64,12 @@ FORMAT = 1
 #: Holes tolerated beyond what lives before a compaction (slots, entries, vocabulary): small
 #: catalogs never compact, large ones when half of a pool is holes.
 SLACK = 1024
-_CATEGORICAL = (str, bool)
 #: A Python int beyond the small ones, as a dictionary keeps a bucket (``sys.getsizeof(2**40)``).
 _INT_BYTES = 32
+#: A dictionary entry (key and value pointers, hash, index; ``sys.getsizeof`` of a dictionary of
+#: 100,000 ids over their number, between resizes 26 to 38 bytes).
+_ENTRY_BYTES = 40
 _PAIR_TAG = np.uint64(1) << np.uint64(63)  # service.actions' tag of a context pair's id
-
-
-class CatalogError(ValueError):
-    """A catalog operation or lookup that cannot be done; the message names the item or the field."""
 
 
 @kernel("int64[::1](int64[::1], int64)")
@@ -308,56 +310,47 @@ class Catalog:
         """Register or replace every item of ``items`` (``{"id", "features", "active"?,
         "expires_at"?}`` each), in order, as one change; how many replaced one already there.
 
-        All or nothing: every item is checked and hashed first, and a :class:`CatalogError` naming
-        ``items.{i}`` leaves the catalog as it was. An id given twice is refused.
+        All or nothing: every item is checked and hashed first (:meth:`hash_items`), and a
+        :class:`CatalogError` naming ``items.{i}`` leaves the catalog as it was. An id given twice
+        is refused.
         """
-        ids: list[str] = []
-        seen: set[str] = set()
-        vectors: list[SparseVector] = []
-        cats: list[list[tuple[str, str | bool]]] = []
-        flags: list[tuple[bool, float]] = []
-        for i, item in enumerate(items):
-            item_id, features, active, expires = _item_fields(item, i)
-            if item_id in seen:
-                raise CatalogError(f"items.{i}.id: {item_id!r} is given twice")
-            seen.add(item_id)
-            try:
-                v = self._featuriser(features)
-            except FeatureError as exc:
-                raise CatalogError(f"items.{i}.{exc}") from None
-            ids.append(item_id)
-            vectors.append(v)  # type: ignore[arg-type]  # a hashed featuriser gives a SparseVector
-            cats.append([(k, x) for k, x in features.items() if isinstance(x, _CATEGORICAL)])
-            flags.append((active, expires))
+        return self.insert(self.hash_items(items))
+
+    def hash_items(self, items: Iterable[Mapping[str, Any]]) -> HashedItems:
+        """``items`` checked and hashed (:class:`HashedItems`), the catalog unchanged: what
+        :meth:`insert` takes, here or on another replica. :class:`CatalogError` naming ``items.{i}``."""
+        return hash_items(self._featuriser, items)
+
+    def insert(self, items: HashedItems) -> int:
+        """Register or replace the hashed ``items`` in order, as one change (as :meth:`put_many`
+        would have); how many replaced one already there. Never fails on items
+        :meth:`hash_items` gave."""
+        ids = items.ids
         if not ids:
             return 0
-        counts = np.fromiter((v.nnz for v in vectors), np.int64, len(vectors))
-        buckets = np.concatenate([v.idx for v in vectors])
-        values = np.concatenate([v.val for v in vectors])
+        counts, buckets = items.counts, items.buckets
         voc = self._vocabulary(buckets)
-        replaced = 0
-        for slot_item_id in ids:  # released first, so a replaced item's vocabulary refs stay counted
-            if slot_item_id in self._slot:
-                replaced += 1
-                self._release(self._slot[slot_item_id], keep_slot=True)
+        # Vectorised over the items (a follower applies 5,000 an event on its event loop): the
+        # replaced ones' entries released, the new ones' slots made in order, then the rows set.
+        slots = np.fromiter((self._slot.get(i, -1) for i in ids), np.int64, len(ids))
+        old = slots >= 0
+        replaced = int(old.sum())
+        if replaced:  # released first, so a replaced item's vocabulary refs stay counted
+            self._release_entries(slots[old])
+        self._new_slots([i for i, s in zip(ids, slots.tolist(), strict=True) if s < 0])
+        slots[~old] = np.arange(self._n - (len(ids) - replaced), self._n)
         at = self._n_entries
         self._n_entries += int(buckets.size)
         self._voc = _grow(self._voc, self._n_entries)
         self._val = _grow(self._val, self._n_entries)
         self._voc[at : self._n_entries] = voc
-        self._val[at : self._n_entries] = values
+        self._val[at : self._n_entries] = items.values
         np.add.at(self._refs, voc, 1)
         self._live += int(buckets.size)
-        starts = at + np.concatenate(([0], np.cumsum(counts)[:-1]))
-        for k, item_id in enumerate(ids):
-            slot = self._slot.get(item_id)
-            if slot is None:
-                slot = self._new_slot(item_id)
-            self._start[slot] = starts[k]
-            self._count[slot] = counts[k]
-            self._active[slot], self._expires[slot] = flags[k]
-            for name, value in cats[k]:
-                self._categorise(slot, name, value)
+        self._start[slots] = at + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self._count[slots] = counts
+        self._active[slots], self._expires[slots] = items.active, items.expires
+        _categorise(self, slots, items.categorical)
         self.version += 1
         self._maybe_compact()
         return replaced
@@ -370,6 +363,20 @@ class Catalog:
         self._release(slot, keep_slot=False)
         self.version += 1
         self._maybe_compact()
+
+    def discard(self, ids: Iterable[str]) -> list[str]:
+        """Remove those of ``ids`` that are registered (one change, if any); their ids. An id not
+        there is passed over: a removal applied from a log, where an earlier one may have taken it."""
+        gone = []
+        for item_id in ids:
+            slot = self._slot.get(item_id)
+            if slot is not None:
+                self._release(slot, keep_slot=False)
+                gone.append(item_id)
+        if gone:
+            self.version += 1
+            self._maybe_compact()
+        return gone
 
     def expire(self, now: float) -> list[str]:
         """Remove the items whose ``expires_at`` is at or before ``now`` (one change, if any); their ids."""
@@ -409,21 +416,30 @@ class Catalog:
                 self._voc_of[b] = v
         return codes[inverse.reshape(-1)]
 
-    def _new_slot(self, item_id: str) -> int:
-        slot = self._n
-        self._n += 1
-        n = self._n
+    def _new_slots(self, ids: list[str]) -> None:
+        """Slots for the new items ``ids``, in order, at the end."""
+        n0 = self._n
+        self._n = n = n0 + len(ids)
         self._alive = _grow(self._alive, n)
         self._active = _grow(self._active, n)
         self._expires = _grow(self._expires, n, math.inf)
         self._start = _grow(self._start, n)
         self._count = _grow(self._count, n)
         self._cat_codes = _grow(self._cat_codes, n, -1)
-        self._alive[slot] = True
-        self._ids.append(item_id)
-        self._id_bytes += sys.getsizeof(item_id)
-        self._slot[item_id] = slot
-        return slot
+        self._alive[n0:n] = True
+        self._ids.extend(ids)
+        self._id_bytes += sum(map(sys.getsizeof, ids))
+        self._slot.update(zip(ids, range(n0, n), strict=True))
+
+    def _release_entries(self, slots: np.ndarray) -> None:
+        """Turn the entries of ``slots`` into holes (the slots stay: their items are replaced)."""
+        counts = self._count[slots]
+        take = np.repeat(self._start[slots] - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        voc = self._voc[take + np.arange(int(counts.sum()))]
+        np.add.at(self._refs, voc, -1)
+        self._live -= voc.size
+        self._count[slots] = 0
+        self._cat_codes[:, slots] = -1
 
     def _release(self, slot: int, keep_slot: bool) -> None:
         """Turn ``slot``'s entries into a hole (and the slot too unless ``keep_slot``)."""
@@ -439,23 +455,6 @@ class Catalog:
             del self._slot[self._ids[slot]]  # type: ignore[arg-type]
             self._id_bytes -= sys.getsizeof(self._ids[slot])
             self._ids[slot] = None
-
-    def _categorise(self, slot: int, name: str, value: str | bool) -> None:
-        k = self._cat_index.get(name)
-        if k is None:
-            k = self._cat_index[name] = len(self._cat_names)
-            self._cat_names.append(name)
-            self._cat_values.append([])
-            self._cat_code_of.append({})
-            codes = np.full((k + 1, max(self._cat_codes.shape[1], self._n)), -1, np.int32)
-            codes[:k] = self._cat_codes
-            self._cat_codes = codes
-        key = (type(value), value)
-        code = self._cat_code_of[k].get(key)
-        if code is None:
-            code = self._cat_code_of[k][key] = len(self._cat_values[k])
-            self._cat_values[k].append(value)
-        self._cat_codes[k, slot] = code
 
     # -- compaction and serialisation ------------------------------------------------------------
 
@@ -531,7 +530,7 @@ class Catalog:
             k = self._cat_index.get(name)
             values = list(wanted) if isinstance(wanted, list | tuple) else [wanted]
             for x in values:
-                if not isinstance(x, _CATEGORICAL):
+                if not isinstance(x, CATEGORICAL):
                     raise CatalogError(f"where.{name}: a string or a boolean (or a list of them) is required")
             if k is None:
                 return np.zeros(0, np.int64)
@@ -572,12 +571,91 @@ class Catalog:
             self._val, self._bucket, self._col0, self._refs, self.hashing_bits,
         )  # fmt: skip
 
+    def live_slots(self) -> np.ndarray:
+        """The slots of every registered item (active or not, expired or not), in slot order."""
+        return np.flatnonzero(self._alive[: self._n])
+
+    def slot_of(self, item_id: str) -> int | None:
+        """The slot of item ``item_id``, None if it is not registered."""
+        return self._slot.get(item_id)
+
     def entry_counts(self, slots: np.ndarray) -> np.ndarray:
         """Hashed entries of each item of ``slots``."""
         return self._count[slots]
 
 
-# The canonical state lives outside the class to keep Catalog readable (issue 52's 400-line bound).
+# The canonical state, an item's view and a budget's estimate live outside the class to keep Catalog
+# readable (issue 52's 400-line bound).
+
+
+def added_bytes(cat: Catalog, items: HashedItems) -> int:
+    """About what ``cat``'s :meth:`~Catalog.nbytes` grows by when ``items`` are inserted, spare
+    capacity aside: a new item's slot (the arrays' row, a categorical code per name, its id and its
+    list and dictionary entries, :data:`_ENTRY_BYTES` for the latter), 12 bytes per hashed entry (a
+    replaced item's old entries stay as a hole until a compaction) and a new bucket's rows and
+    key. For a memory budget, before the items are applied."""
+    new = [i for i in items.ids if i not in cat._slot]
+    names = set(cat._cat_names).union(k for item in items.categorical for k, _ in item)
+    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + _ENTRY_BYTES
+    buckets = np.unique(items.buckets).tolist()
+    fresh = sum(1 for b in buckets if b not in cat._voc_of)
+    return (
+        len(new) * slot
+        + sum(sys.getsizeof(i) for i in new)
+        + 12 * int(items.buckets.size)
+        + fresh * (3 * 8 + _INT_BYTES + _ENTRY_BYTES)
+    )
+
+
+def describe(cat: Catalog, slot: int) -> dict[str, Any]:
+    """What ``cat`` keeps of the item in ``slot``: its id, ``active``, ``expires_at`` (None:
+    never), its categorical features (``{name: value}``; numbers are kept hashed only) and how
+    many hashed entries it has."""
+    expires = float(cat._expires[slot])
+    codes = cat._cat_codes[:, slot] if cat._cat_codes.shape[1] > slot else ()
+    return {
+        "id": cat.id_of(slot),
+        "active": bool(cat._active[slot]),
+        "expires_at": None if math.isinf(expires) else expires,
+        "categorical": {
+            cat._cat_names[k]: cat._cat_values[k][c]
+            for k, c in enumerate(np.asarray(codes).tolist())
+            if c >= 0
+        },
+        "entries": int(cat._count[slot]),
+    }
+
+
+def _categorise(cat: Catalog, slots: np.ndarray, cats: list[list[tuple[str, str | bool]]]) -> None:
+    """Code in ``cat`` the categorical features ``cats[i]`` of the item in ``slots[i]``: names and each
+    name's values numbered in order of first appearance."""
+    by_name: dict[str, tuple[list[int], list[str | bool]]] = {}
+    for slot, pairs in zip(slots.tolist(), cats, strict=True):
+        for name, value in pairs:
+            group = by_name.get(name)
+            if group is None:
+                group = by_name[name] = ([], [])
+            group[0].append(slot)
+            group[1].append(value)
+    for name, (where, values) in by_name.items():
+        k = cat._cat_index.get(name)
+        if k is None:
+            k = cat._cat_index[name] = len(cat._cat_names)
+            cat._cat_names.append(name)
+            cat._cat_values.append([])
+            cat._cat_code_of.append({})
+            codes = np.full((k + 1, max(cat._cat_codes.shape[1], cat._n)), -1, np.int32)
+            codes[:k] = cat._cat_codes
+            cat._cat_codes = codes
+        code_of, known = cat._cat_code_of[k], cat._cat_values[k]
+        out = np.empty(len(values), np.int32)
+        for j, value in enumerate(values):
+            code = code_of.get((type(value), value))
+            if code is None:
+                code = code_of[(type(value), value)] = len(known)
+                known.append(value)
+            out[j] = code
+        cat._cat_codes[k, where] = out
 
 
 def _canonical_state(cat: Catalog) -> dict[str, Any]:
@@ -660,23 +738,3 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
         cat._cat_values.append(list(values))
         cat._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
     cat.version = int(state["version"])
-
-
-def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bool, float]:
-    """Item ``i``'s id, features, active flag and expiry (``inf``: never); :class:`CatalogError`."""
-    if not isinstance(item, Mapping):
-        raise CatalogError(f"items.{i}: an object {{id, features, active?, expires_at?}} is required")
-    item_id, features = item.get("id"), item.get("features", {})
-    if not isinstance(item_id, str) or not 1 <= len(item_id) <= MAX_ACTION_ID:
-        raise CatalogError(f"items.{i}.id: a string of 1 to {MAX_ACTION_ID} characters is required")
-    if not isinstance(features, Mapping):
-        raise CatalogError(f"items.{i}.features: an object {{name: value}} is required")
-    active = item.get("active", True)
-    if not isinstance(active, bool):
-        raise CatalogError(f"items.{i}.active: true or false is required")
-    expires = item.get("expires_at")
-    if expires is None:
-        expires = math.inf
-    elif isinstance(expires, bool) or not isinstance(expires, int | float) or math.isnan(expires):
-        raise CatalogError(f"items.{i}.expires_at: a time in seconds since the epoch is required")
-    return item_id, features, active, float(expires)

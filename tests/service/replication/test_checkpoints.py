@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,39 +19,11 @@ from service.runtime import ModelUnavailableError, Runtime
 from service.serial import encode
 from service.store import Checkpoint
 from service.store.redis import RedisStore
+from tests.service.replication.conftest import Start
 
 pytestmark = pytest.mark.anyio
 
 SPEC = ModelSpec(learner="banditron", n_features=4, n_labels=3, reward_window_seconds=600)
-
-Start = Callable[..., Awaitable[Runtime]]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def replicas(redis_url: str) -> AsyncIterator[Start]:
-    """``start(**settings)``: a started Runtime on its own client of one fresh key prefix."""
-    prefix = f"test-{uuid.uuid4().hex}:"
-    started: list[Runtime] = []
-
-    async def start(**settings: object) -> Runtime:
-        runtime = Runtime(RedisStore(redis_url, prefix=prefix), Settings(**settings))  # type: ignore[arg-type]
-        started.append(runtime)
-        await runtime.start()
-        return runtime
-
-    yield start
-    for runtime in started:
-        await runtime.stop()
-    cleaner = RedisStore(redis_url, prefix=prefix)
-    async for key in cleaner.redis.scan_iter(match=prefix + "*"):
-        await cleaner.redis.delete(key)
-    for store in [cleaner, *(runtime.store for runtime in started)]:
-        await store.close()
 
 
 async def traffic(runtimes: list[Runtime], n: int, seed: int) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from service.config import ModelSpec
-from tests.service.replication.test_checkpoints import Start, replicas  # noqa: F401 (the fixture)
+from tests.service.replication.conftest import Start
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_both_replicas_switch_at_the_same_log_position(replicas: Start) -> None:  # noqa: F811
+async def test_both_replicas_switch_at_the_same_log_position(replicas: Start) -> None:
     r1, r2 = await replicas(**SETTINGS), await replicas(**SETTINGS)
     await r1.create_model("ro", SPEC)
     await r2.sync_models()
