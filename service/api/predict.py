@@ -30,6 +30,7 @@ from service.api.auth import SECURITY, check_api_key
 from service.api.json_scan import count_lists, may_exceed
 from service.api.schemas import (
     ActivateResponse,
+    CatalogPredictResponse,
     ErrorBody,
     FeedbackRequest,
     FeedbackResponse,
@@ -40,6 +41,8 @@ from service.api.schemas import (
     error_responses,
 )
 from service.runtime import Runtime
+from service.runtime.catalog_requests import CatalogQuery
+from service.runtime.requests import Prediction
 from service.store import ActivateStatus, Claim, ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
@@ -131,7 +134,7 @@ def parse(model: type[M], body: bytes, fast: type[M] | None = None) -> M:
 
 @router.post(
     "/predict",
-    response_model=PredictResponse,
+    response_model=PredictResponse | CatalogPredictResponse,
     responses={
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
@@ -165,8 +168,11 @@ async def predict(request: Request) -> Response:
         event_id=body.decision_id,
         defer=body.defer,
         actions=body.actions,
+        catalog=_catalog_query(body),
     )
     metrics.DECISIONS.labels(p.model).inc()
+    if p.catalog is not None:
+        return Response(to_json(_catalog_answer(p)), media_type="application/json")
     d = p.decision
     probs = d.probs.tolist()
     mask = d.memo.get("eligible")
@@ -186,6 +192,30 @@ async def predict(request: Request) -> Response:
         "model_version": p.model_version,
     }
     return Response(to_json(out), media_type="application/json")
+
+
+def _catalog_query(body: PredictRequest) -> CatalogQuery | None:
+    """The body's catalog fields (issue 54), or None when it has none."""
+    if body.candidates is None and body.filter is None and body.k is None:
+        return None
+    return CatalogQuery(body.candidates, body.filter, body.k)
+
+
+def _catalog_answer(p: Prediction) -> dict[str, Any]:
+    """A catalog decision's answer (:class:`CatalogPredictResponse`'s fields, in its order)."""
+    c = p.catalog
+    assert c is not None
+    return {
+        "decision_id": p.decision_id,
+        "label": p.label,
+        "label_index": c.index,
+        "probability": p.decision.probability,
+        "ranking": [{"label": i, "label_index": k, "probability": q} for i, k, q in c.top],
+        "candidates": c.candidates,
+        "catalog_version": c.version,
+        "model": p.model,
+        "model_version": p.model_version,
+    }
 
 
 @router.post(
