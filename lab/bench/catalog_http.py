@@ -151,34 +151,21 @@ def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
             httpx.post(f"{url}/lab/catalog/shop", json={"put": items}, timeout=120).raise_for_status()
         rng = np.random.default_rng(0)
         contexts = [stream.context(t) for t in range(stream.visits)]
-        whole = [
-            json.dumps({"model": "shop", "features": contexts[t % len(contexts)]}).encode()
-            for t in range(requests)
-        ]
-        ids = [
-            json.dumps(
-                {
-                    "model": "shop",
-                    "features": contexts[t % len(contexts)],
-                    "candidates": [
-                        stream.item_id(int(i)) for i in rng.choice(ITEMS, IDS_PER_REQUEST, replace=False)
-                    ],
-                }
-            ).encode()
-            for t in range(requests)
-        ]
-        sent = [
-            json.dumps(
-                {
-                    "model": "shop",
-                    "features": contexts[t % len(contexts)],
-                    "actions": [
-                        _item(stream, int(i)) for i in rng.choice(ITEMS, IDS_PER_REQUEST, replace=False)
-                    ],
-                }
-            ).encode()
-            for t in range(min(requests, 1_000))
-        ]
+
+        def bodies(n: int, field: str | None, each: Any = None) -> list[bytes]:
+            """``n`` predict bodies, with ``field`` holding ``each(item)`` of 100 random items."""
+            out = []
+            for t in range(n):
+                body: dict[str, Any] = {"model": "shop", "features": contexts[t % len(contexts)]}
+                if field is not None:
+                    picked = rng.choice(ITEMS, IDS_PER_REQUEST, replace=False).tolist()
+                    body[field] = [each(i) for i in picked]
+                out.append(json.dumps(body).encode())
+            return out
+
+        whole = bodies(requests, None)
+        ids = bodies(requests, "candidates", stream.item_id)
+        sent = bodies(min(requests, 1_000), "actions", lambda i: _item(stream, i))
 
         def catalog_answer(a: dict[str, Any]) -> None:
             assert a["label"] in {r["label"] for r in a["ranking"]} or len(a["ranking"]) == 10
