@@ -24,7 +24,7 @@ bound's ``sqrt(K)``: the items share features, so the regression's error does no
 assumes of K separate arms, and an item is learned from every item like it; Zhu, Foster, Langford &
 Mineiro (ICML 2022, "Contextual bandits with large action spaces: made practical") bound the regret
 by the features' dimension ``d`` instead of K, and VW's ``--large_action_space`` runs IGW over a
-spanner of ``d`` actions (``--max_actions``, 50) of a low-rank embedding. That needs an SVD of
+spanner of at most ``--max_actions`` (20 by default) actions of a low-rank embedding. That needs an SVD of
 the candidates per decision and an embedding our hashed product rows do not have (not done here).
 Why more than 0: with VW's gamma at ``K = 10,000`` the rule's ``K`` in the denominator spreads
 much mass over the catalog (at ``t = 10,000``, gamma 30,000, every item of gap 0.3 still gets
