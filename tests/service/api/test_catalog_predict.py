@@ -13,11 +13,17 @@ import time
 import numpy as np
 import pytest
 
+from service.api.app import create_app
 from service.catalog import Catalog
+from service.config import Settings
+from service.learners.base import Decision
 from service.learners.squarecb import igw_scores
 from service.sampling import decision_rng
 from service.serial import checksum
+from service.store import Store
+from service.store.redis import RedisStore
 from tests.service.api.conftest import app_client, make_app
+from tests.service.test_decision_log import store  # noqa: F401 (the store fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -236,3 +242,44 @@ async def test_learning_from_a_catalog_decision_and_its_log(c) -> None:
     cat.put(chosen, {"category": "other"})
     r = await c.get("/models/cat/log")
     assert json.loads(r.text.splitlines()[-1])["actions"][0]["idx"] == v.idx.tolist()
+
+
+async def test_every_store_keeps_catalog_decisions_and_a_replica_learns_without_the_catalog(
+    store: Store,  # noqa: F811
+) -> None:
+    """On memory, SQLite and Redis: the stored record of a catalog decision is the chosen item alone
+    with its features and probability (and the candidates' count and catalog version in the memo),
+    the log lists it, and a second runtime on the store, which has no catalog, applies the same
+    events to the same checksum."""
+    app = create_app(Settings(store="memory", decision_id_seed=5), store=store)
+    async with app_client(app) as c:
+        c.app_ref = app
+        cat = await catalog_model(c)
+        m = app.state.runtime.models["shop"]
+        for t in range(12):
+            body = {"model": "shop", "features": {"user": f"u{t % 3}"}}
+            if t % 3 == 1:
+                body["candidates"] = [f"sku-{i}" for i in range(t, t + 5)]
+            p = (await c.post("/predict", json=body)).json()
+            record = await store.get_decision(p["decision_id"])
+            x = m.featurise.unpack(record.x)
+            v = cat.features(cat.slot_of(p["label"]))
+            assert x.ids == [p["label"]] and x.a_idx.tolist() == v.idx.tolist()
+            d = Decision.from_state(record.decision)
+            assert d.probs.tolist() == [p["probability"]] and d.label == 0
+            assert int(d.memo["catalog.candidates"]) == p["candidates"] == (5 if t % 3 == 1 else 30)
+            assert int(d.memo["catalog.version"]) == cat.version
+            r = await c.post(
+                "/feedback?wait=true", json={"decision_id": p["decision_id"], "click": t % 2 == 0}
+            )
+            assert r.status_code == 200, r.text
+        log = [json.loads(line) for line in (await c.get("/models/shop/log")).text.splitlines()]
+        assert len(log) == 12 and all(
+            len(e["actions"]) == 1 and e["actions"][0]["id"] == e["label"] for e in log
+        )
+        shared = RedisStore(store.url, prefix=store.prefix) if isinstance(store, RedisStore) else store
+        replica = create_app(Settings(store="memory"), store=shared)
+        async with app_client(replica):
+            b = replica.state.runtime.models["shop"]
+            assert getattr(b, "catalog", None) is None
+            assert m.position == b.position == 12 and m.checksum() == b.checksum()
