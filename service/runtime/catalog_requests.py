@@ -104,14 +104,19 @@ def catalog_request(
     selected and checked (items expired at ``clock()`` left out); None when the request does not use
     the catalog (module docstring), at the cost of two checks."""
     catalog: Catalog | None = getattr(m, "catalog", None)
-    if query is None and (actions is not None or catalog is None):
-        return None
+    if query is None and (actions is not None or catalog is None or len(catalog) == 0):
+        return None  # today's request (or today's 422 asking for actions: the catalog is empty)
     if not isinstance(m.featurise, ActionFeaturiser):
         raise FeatureError(
             f"candidates: model {m.name!r} has fixed labels; catalog candidates need a model with "
             '"actions": "features"'
         )
     query = query or CatalogQuery()
+    if actions is not None and query.candidates is None and query.where is None:
+        raise ParamError(  # a k alone would turn today's request into a catalog decision
+            "k: the top k answers catalog decisions (candidates, filter, or neither actions nor "
+            "candidates); a request with actions alone answers every probability"
+        )
     return CatalogRequest(m, catalog, features, actions, query, eligible, excluded, baseline, clock())
 
 

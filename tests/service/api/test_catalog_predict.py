@@ -18,6 +18,7 @@ from service.catalog import Catalog
 from service.config import Settings
 from service.learners.base import Decision
 from service.learners.squarecb import igw_scores
+from service.ope import LoggedData
 from service.sampling import decision_rng
 from service.serial import checksum
 from service.store import Store
@@ -139,7 +140,10 @@ async def test_unknown_inactive_expired_ids_are_422s_naming_them(c) -> None:
     r = await c.post("/predict", json={"model": "bare", "features": CTX, "candidates": ["a"]})
     assert r.status_code == 422 and "has no catalog" in r.json()["detail"]
     r = await c.post("/predict", json={"model": "bare", "features": CTX})
-    assert r.status_code == 422 and "actions" in r.json()["detail"]
+    assert r.status_code == 422 and 'send "actions"' in r.json()["detail"]
+    c.app_ref.state.runtime.shared.models["bare"].catalog = Catalog(BITS)  # empty: the same answer
+    r = await c.post("/predict", json={"model": "bare", "features": CTX})
+    assert r.status_code == 422 and 'send "actions"' in r.json()["detail"]
 
 
 async def test_mixed_actions_and_catalog_ids(c) -> None:
@@ -156,6 +160,8 @@ async def test_mixed_actions_and_catalog_ids(c) -> None:
         json={"model": "shop", "features": CTX, "actions": [{"id": "sku-1"}], "candidates": ["sku-1"]},
     )
     assert r.status_code == 422 and "actions.0.id: 'sku-1' is also a catalog candidate" in r.json()["detail"]
+    r = await c.post("/predict", json={"model": "shop", "features": CTX, "actions": sent, "k": 3})
+    assert r.status_code == 422 and "k: the top k answers catalog decisions" in r.json()["detail"]
     # actions alone: today's answer, every probability
     r = await c.post("/predict", json={"model": "shop", "features": CTX, "actions": sent})
     assert r.json()["probabilities"] == [1.0]
@@ -235,6 +241,8 @@ async def test_learning_from_a_catalog_decision_and_its_log(c) -> None:
     assert last["label"] == chosen and last["probs"] == [p] and last["label_index"] == 0
     v = cat.features(cat.slot_of(chosen))
     assert last["actions"] == [{"id": chosen, "idx": v.idx.tolist(), "val": v.val.tolist()}]
+    with pytest.raises(ValueError, match="25 catalog decisions, which keep their chosen item only"):
+        LoggedData.from_records(lines)  # another policy's probability needs every candidate
     r = await c.get("/models/cat/log", params={"format": "dsjson"})
     ds = json.loads(r.text.splitlines()[-1])
     assert ds["_label_probability"] == p and ds["p"] == [p] and len(ds["c"]["_multi"]) == 1
