@@ -246,6 +246,15 @@ async def test_learning_from_a_catalog_decision_and_its_log(c) -> None:
     r = await c.get("/models/cat/log", params={"format": "dsjson"})
     ds = json.loads(r.text.splitlines()[-1])
     assert ds["_label_probability"] == p and ds["p"] == [p] and len(ds["c"]["_multi"]) == 1
+    vw = pytest.importorskip("vowpalwabbit")
+    ws = vw.Workspace("--cb_explore_adf --dsjson --quiet -q xa")
+    for line in r.text.splitlines():  # VW reads each line: the shown item, its cost and probability
+        examples = ws.parse(line)
+        ((cost,),) = [e.get_label(vw.LabelType.CONTEXTUAL_BANDIT).costs for e in examples[1:]]
+        assert len(examples) == 2 and cost.probability == pytest.approx(json.loads(line)["p"][0], rel=1e-6)
+        ws.learn(examples)
+        ws.finish_example(examples)
+    ws.finish()
     # the item changed afterwards: what was logged and learned is what the decision saw
     cat.put(chosen, {"category": "other"})
     r = await c.get("/models/cat/log")
