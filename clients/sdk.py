@@ -234,6 +234,20 @@ def _action(candidate: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": candidate["id"], "features": dict(candidate.get("features") or {})}
 
 
+def _catalog_fields(
+    candidates: Sequence[str] | None, where: Mapping[str, Any] | None, k: int | None
+) -> dict[str, Any]:
+    """The catalog fields of a predict body (issue 54), those given only."""
+    out: dict[str, Any] = {}
+    if candidates is not None:
+        out["candidates"] = list(candidates)
+    if where is not None:
+        out["filter"] = dict(where)
+    if k is not None:
+        out["k"] = k
+    return out
+
+
 class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
@@ -247,6 +261,7 @@ class _Calls:
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        catalog: Mapping[str, Any] | None = None,
     ) -> _Call[Prediction]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
@@ -266,6 +281,7 @@ class _Calls:
                 body[key] = list(labels)
         if baseline is not None:
             body["baseline"] = baseline
+        body.update(catalog or {})
         return _Call(
             "POST",
             "/predict",
@@ -822,6 +838,9 @@ class Client(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
     ) -> Prediction:
         """Ask for a label: ``POST /predict``.
 
@@ -851,6 +870,13 @@ class Client(_Base):
             refused by a label model. The answer's ``label`` is the chosen id, ``label_index`` its
             position here; ``eligible``, ``excluded`` and ``baseline`` then name action ids (or
             positions).
+        candidates, filter, k : optional
+            A model's catalog (issue 54): ``candidates`` are item ids whose features the server
+            holds (with neither ``actions`` nor ``candidates``, its whole active catalog is the
+            candidates), ``filter`` keeps the items whose string or boolean features match
+            (``{"category": ["shoes"]}``), ``k`` the ranking's length (default 10). The answer has
+            the chosen item, its probability and the top ``k`` (``probabilities`` is empty;
+            ``candidates`` says how many there were).
 
         Examples
         --------
@@ -864,7 +890,17 @@ class Client(_Base):
         ...     p.label  # "sku-1" or "sku-2"
         """
         return self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+            _Calls.predict(
+                features,
+                model,
+                defer,
+                decision_id,
+                eligible,
+                excluded,
+                baseline,
+                actions,
+                _catalog_fields(candidates, filter, k),
+            )
         )
 
     def feedback(
@@ -1091,10 +1127,23 @@ class AsyncClient(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
     ) -> Prediction:
         """See :meth:`Client.predict`."""
         return await self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+            _Calls.predict(
+                features,
+                model,
+                defer,
+                decision_id,
+                eligible,
+                excluded,
+                baseline,
+                actions,
+                _catalog_fields(candidates, filter, k),
+            )
         )
 
     async def feedback(
