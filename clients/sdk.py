@@ -261,7 +261,6 @@ class _Calls:
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
-        catalog: Mapping[str, Any] | None = None,
     ) -> _Call[Prediction]:
         if isinstance(features, Mapping):
             feats: Any = dict(features)
@@ -281,7 +280,6 @@ class _Calls:
                 body[key] = list(labels)
         if baseline is not None:
             body["baseline"] = baseline
-        body.update(catalog or {})
         return _Call(
             "POST",
             "/predict",
@@ -889,19 +887,9 @@ class Client(_Base):
         ...     )
         ...     p.label  # "sku-1" or "sku-2"
         """
-        return self._run(
-            _Calls.predict(
-                features,
-                model,
-                defer,
-                decision_id,
-                eligible,
-                excluded,
-                baseline,
-                actions,
-                _catalog_fields(candidates, filter, k),
-            )
-        )
+        call = _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+        call.json.update(_catalog_fields(candidates, filter, k))
+        return self._run(call)
 
     def feedback(
         self,
@@ -1132,19 +1120,9 @@ class AsyncClient(_Base):
         k: int | None = None,
     ) -> Prediction:
         """See :meth:`Client.predict`."""
-        return await self._run(
-            _Calls.predict(
-                features,
-                model,
-                defer,
-                decision_id,
-                eligible,
-                excluded,
-                baseline,
-                actions,
-                _catalog_fields(candidates, filter, k),
-            )
-        )
+        call = _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions)
+        call.json.update(_catalog_fields(candidates, filter, k))
+        return await self._run(call)
 
     async def feedback(
         self,

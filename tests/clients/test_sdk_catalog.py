@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from clickboost_client import Prediction
-from clickboost_client.sdk import _Calls
+from clickboost_client.sdk import _catalog_fields
 
 ANSWER = {
     "decision_id": "d1",
@@ -21,10 +21,9 @@ ANSWER = {
 
 
 def test_predict_body_has_the_catalog_fields_given_only() -> None:
-    plain = _Calls.predict({"u": "a"}, "shop")
-    assert plain.json == {"features": {"u": "a"}, "model": "shop"}
-    body = _Calls.predict({"u": "a"}, "shop", catalog={"candidates": ["a", "b"], "k": 3}).json
-    assert body == {"features": {"u": "a"}, "model": "shop", "candidates": ["a", "b"], "k": 3}
+    assert _catalog_fields(None, None, None) == {}
+    assert _catalog_fields(("a", "b"), None, 3) == {"candidates": ["a", "b"], "k": 3}
+    assert _catalog_fields(None, {"category": ["shoes"]}, None) == {"filter": {"category": ["shoes"]}}
 
 
 def test_a_catalog_answer_reads_as_a_prediction() -> None:
