@@ -115,6 +115,19 @@ async def test_whole_catalog_ids_filter_and_top_k(c) -> None:
     assert {x["label"] for x in r.json()["ranking"]} == {"sku-4", "sku-9"}
     assert {x["label_index"] for x in r.json()["ranking"]} == {0, 2}  # positions among the candidates
 
+    # a baseline names a candidate (checked, unused online); other modes are refused for now
+    r = await c.post(
+        "/predict", json={"model": "shop", "features": CTX, "candidates": ids, "baseline": "sku-2"}
+    )
+    assert r.status_code == 200
+    r = await c.post(
+        "/predict", json={"model": "shop", "features": CTX, "candidates": ids, "baseline": "sku-5"}
+    )
+    assert r.status_code == 422 and "baseline: 'sku-5' is not one of this request's candidates" in r.text
+    assert (await c.post("/models/shop/rollout", json={"mode": "logging"})).status_code == 200
+    r = await c.post("/predict", json={"model": "shop", "features": CTX, "baseline": "sku-2"})
+    assert r.status_code == 422 and "served in online mode only" in r.json()["detail"]
+
 
 async def test_unknown_inactive_expired_ids_are_422s_naming_them(c) -> None:
     cat = await catalog_model(c)
