@@ -44,15 +44,19 @@ import numpy as np
 
 from service import serial
 from service._jit_cache import kernel
-from service.actions import MAX_ACTION_ID, ActionInput
-from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
+from service.actions import ActionInput
+from service.catalog_items import CATEGORICAL, CatalogError, HashedItems, hash_items
+from service.features import FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
 
 __all__ = [
     "Catalog",
     "CatalogError",
+    "HashedItems",
+    "added_bytes",
     "catalog_scores",
     "context_side",
+    "describe",
 ]
 
 #: Format of :meth:`Catalog.to_bytes`.
@@ -60,14 +64,12 @@ FORMAT = 1
 #: Holes tolerated beyond what lives before a compaction (slots, entries, vocabulary): small
 #: catalogs never compact, large ones when half of a pool is holes.
 SLACK = 1024
-_CATEGORICAL = (str, bool)
 #: A Python int beyond the small ones, as a dictionary keeps a bucket (``sys.getsizeof(2**40)``).
 _INT_BYTES = 32
+#: A dictionary entry (key and value pointers, hash, index; ``sys.getsizeof`` of a dictionary of
+#: 100,000 ids over their number, between resizes 26 to 38 bytes).
+_ENTRY_BYTES = 40
 _PAIR_TAG = np.uint64(1) << np.uint64(63)  # service.actions' tag of a context pair's id
-
-
-class CatalogError(ValueError):
-    """A catalog operation or lookup that cannot be done; the message names the item or the field."""
 
 
 @kernel("int64[::1](int64[::1], int64)")
@@ -308,32 +310,25 @@ class Catalog:
         """Register or replace every item of ``items`` (``{"id", "features", "active"?,
         "expires_at"?}`` each), in order, as one change; how many replaced one already there.
 
-        All or nothing: every item is checked and hashed first, and a :class:`CatalogError` naming
-        ``items.{i}`` leaves the catalog as it was. An id given twice is refused.
+        All or nothing: every item is checked and hashed first (:meth:`hash_items`), and a
+        :class:`CatalogError` naming ``items.{i}`` leaves the catalog as it was. An id given twice
+        is refused.
         """
-        ids: list[str] = []
-        seen: set[str] = set()
-        vectors: list[SparseVector] = []
-        cats: list[list[tuple[str, str | bool]]] = []
-        flags: list[tuple[bool, float]] = []
-        for i, item in enumerate(items):
-            item_id, features, active, expires = _item_fields(item, i)
-            if item_id in seen:
-                raise CatalogError(f"items.{i}.id: {item_id!r} is given twice")
-            seen.add(item_id)
-            try:
-                v = self._featuriser(features)
-            except FeatureError as exc:
-                raise CatalogError(f"items.{i}.{exc}") from None
-            ids.append(item_id)
-            vectors.append(v)  # type: ignore[arg-type]  # a hashed featuriser gives a SparseVector
-            cats.append([(k, x) for k, x in features.items() if isinstance(x, _CATEGORICAL)])
-            flags.append((active, expires))
+        return self.insert(self.hash_items(items))
+
+    def hash_items(self, items: Iterable[Mapping[str, Any]]) -> HashedItems:
+        """``items`` checked and hashed (:class:`HashedItems`), the catalog unchanged: what
+        :meth:`insert` takes, here or on another replica. :class:`CatalogError` naming ``items.{i}``."""
+        return hash_items(self._featuriser, items)
+
+    def insert(self, items: HashedItems) -> int:
+        """Register or replace the hashed ``items`` in order, as one change (as :meth:`put_many`
+        would have); how many replaced one already there. Never fails on items
+        :meth:`hash_items` gave."""
+        ids = items.ids
         if not ids:
             return 0
-        counts = np.fromiter((v.nnz for v in vectors), np.int64, len(vectors))
-        buckets = np.concatenate([v.idx for v in vectors])
-        values = np.concatenate([v.val for v in vectors])
+        counts, buckets, cats = items.counts, items.buckets, items.categorical
         voc = self._vocabulary(buckets)
         replaced = 0
         for slot_item_id in ids:  # released first, so a replaced item's vocabulary refs stay counted
@@ -345,7 +340,7 @@ class Catalog:
         self._voc = _grow(self._voc, self._n_entries)
         self._val = _grow(self._val, self._n_entries)
         self._voc[at : self._n_entries] = voc
-        self._val[at : self._n_entries] = values
+        self._val[at : self._n_entries] = items.values
         np.add.at(self._refs, voc, 1)
         self._live += int(buckets.size)
         starts = at + np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -355,7 +350,7 @@ class Catalog:
                 slot = self._new_slot(item_id)
             self._start[slot] = starts[k]
             self._count[slot] = counts[k]
-            self._active[slot], self._expires[slot] = flags[k]
+            self._active[slot], self._expires[slot] = items.active[k], items.expires[k]
             for name, value in cats[k]:
                 self._categorise(slot, name, value)
         self.version += 1
@@ -370,6 +365,20 @@ class Catalog:
         self._release(slot, keep_slot=False)
         self.version += 1
         self._maybe_compact()
+
+    def discard(self, ids: Iterable[str]) -> list[str]:
+        """Remove those of ``ids`` that are registered (one change, if any); their ids. An id not
+        there is passed over: a removal applied from a log, where an earlier one may have taken it."""
+        gone = []
+        for item_id in ids:
+            slot = self._slot.get(item_id)
+            if slot is not None:
+                self._release(slot, keep_slot=False)
+                gone.append(item_id)
+        if gone:
+            self.version += 1
+            self._maybe_compact()
+        return gone
 
     def expire(self, now: float) -> list[str]:
         """Remove the items whose ``expires_at`` is at or before ``now`` (one change, if any); their ids."""
@@ -531,7 +540,7 @@ class Catalog:
             k = self._cat_index.get(name)
             values = list(wanted) if isinstance(wanted, list | tuple) else [wanted]
             for x in values:
-                if not isinstance(x, _CATEGORICAL):
+                if not isinstance(x, CATEGORICAL):
                     raise CatalogError(f"where.{name}: a string or a boolean (or a list of them) is required")
             if k is None:
                 return np.zeros(0, np.int64)
@@ -581,12 +590,59 @@ class Catalog:
             self._val, self._bucket, self._col0, self._refs, self.hashing_bits,
         )  # fmt: skip
 
+    def live_slots(self) -> np.ndarray:
+        """The slots of every registered item (active or not, expired or not), in slot order."""
+        return np.flatnonzero(self._alive[: self._n])
+
+    def slot_of(self, item_id: str) -> int | None:
+        """The slot of item ``item_id``, None if it is not registered."""
+        return self._slot.get(item_id)
+
     def entry_counts(self, slots: np.ndarray) -> np.ndarray:
         """Hashed entries of each item of ``slots``."""
         return self._count[slots]
 
 
-# The canonical state lives outside the class to keep Catalog readable (issue 52's 400-line bound).
+# The canonical state, an item's view and a budget's estimate live outside the class to keep Catalog
+# readable (issue 52's 400-line bound).
+
+
+def added_bytes(cat: Catalog, items: HashedItems) -> int:
+    """About what ``cat``'s :meth:`~Catalog.nbytes` grows by when ``items`` are inserted, spare
+    capacity aside: a new item's slot (the arrays' row, a categorical code per name, its id and its
+    list and dictionary entries, :data:`_ENTRY_BYTES` for the latter), 12 bytes per hashed entry (a
+    replaced item's old entries stay as a hole until a compaction) and a new bucket's rows and
+    key. For a memory budget, before the items are applied."""
+    new = [i for i in items.ids if i not in cat._slot]
+    names = set(cat._cat_names).union(k for item in items.categorical for k, _ in item)
+    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + _ENTRY_BYTES
+    buckets = np.unique(items.buckets).tolist()
+    fresh = sum(1 for b in buckets if b not in cat._voc_of)
+    return (
+        len(new) * slot
+        + sum(sys.getsizeof(i) for i in new)
+        + 12 * int(items.buckets.size)
+        + fresh * (3 * 8 + _INT_BYTES + _ENTRY_BYTES)
+    )
+
+
+def describe(cat: Catalog, slot: int) -> dict[str, Any]:
+    """What ``cat`` keeps of the item in ``slot``: its id, ``active``, ``expires_at`` (None:
+    never), its categorical features (``{name: value}``; numbers are kept hashed only) and how
+    many hashed entries it has."""
+    expires = float(cat._expires[slot])
+    codes = cat._cat_codes[:, slot] if cat._cat_codes.shape[1] > slot else ()
+    return {
+        "id": cat.id_of(slot),
+        "active": bool(cat._active[slot]),
+        "expires_at": None if math.isinf(expires) else expires,
+        "categorical": {
+            cat._cat_names[k]: cat._cat_values[k][c]
+            for k, c in enumerate(np.asarray(codes).tolist())
+            if c >= 0
+        },
+        "entries": int(cat._count[slot]),
+    }
 
 
 def _canonical_state(cat: Catalog) -> dict[str, Any]:
@@ -669,23 +725,3 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
         cat._cat_values.append(list(values))
         cat._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
     cat.version = int(state["version"])
-
-
-def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bool, float]:
-    """Item ``i``'s id, features, active flag and expiry (``inf``: never); :class:`CatalogError`."""
-    if not isinstance(item, Mapping):
-        raise CatalogError(f"items.{i}: an object {{id, features, active?, expires_at?}} is required")
-    item_id, features = item.get("id"), item.get("features", {})
-    if not isinstance(item_id, str) or not 1 <= len(item_id) <= MAX_ACTION_ID:
-        raise CatalogError(f"items.{i}.id: a string of 1 to {MAX_ACTION_ID} characters is required")
-    if not isinstance(features, Mapping):
-        raise CatalogError(f"items.{i}.features: an object {{name: value}} is required")
-    active = item.get("active", True)
-    if not isinstance(active, bool):
-        raise CatalogError(f"items.{i}.active: true or false is required")
-    expires = item.get("expires_at")
-    if expires is None:
-        expires = math.inf
-    elif isinstance(expires, bool) or not isinstance(expires, int | float) or math.isnan(expires):
-        raise CatalogError(f"items.{i}.expires_at: a time in seconds since the epoch is required")
-    return item_id, features, active, float(expires)

@@ -21,6 +21,7 @@ __all__ = [
     "bandit_class",
     "build_learner",
     "check_budget",
+    "check_catalog_budget",
     "check_declared",
     "check_event_budget",
     "human_bytes",
@@ -101,6 +102,29 @@ def check_budget(name: str, spec: ModelSpec, settings: Settings, others: int = 0
             f"{human_bytes(settings.max_total_model_bytes)} budget (CLICKBOOST_MAX_TOTAL_MODEL_BYTES)"
         )
     return need
+
+
+def check_catalog_budget(
+    name: str, learned: int, catalog: int, items: int, settings: Settings, others: int
+) -> None:
+    """:class:`BudgetError` naming both sizes when model ``name``'s catalog of ``catalog`` bytes
+    (``items`` items, after the write being checked), beside its ``learned`` bytes of learned state,
+    would not fit the budget per model, or with ``others`` (what the process's other models hold)
+    the budget of the process (issue 54: the catalog counts as the learned state does)."""
+    what = (
+        f"model {name!r} would hold a catalog of {human_bytes(catalog)} ({items:,} items) beside "
+        f"{human_bytes(learned)} of learned state"
+    )
+    if learned + catalog > settings.max_model_bytes:
+        raise BudgetError(
+            f"{what}; the budget per model is {human_bytes(settings.max_model_bytes)} "
+            "(CLICKBOOST_MAX_MODEL_BYTES)"
+        )
+    if others + learned + catalog > settings.max_total_model_bytes:
+        raise BudgetError(
+            f"{what}; this process's other models already hold {human_bytes(others)} of the "
+            f"{human_bytes(settings.max_total_model_bytes)} budget (CLICKBOOST_MAX_TOTAL_MODEL_BYTES)"
+        )
 
 
 #: Steps a decision takes per label beyond the learner's arithmetic: the answer's probabilities and

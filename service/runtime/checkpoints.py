@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 
+from service.catalog import Catalog
 from service.learners.base import Learner, learner_from_state
 from service.rollout import Rollout
+from service.runtime.items import pop_catalog
 from service.runtime.model import ModelRuntime
 from service.runtime.state import Shared
 from service.serial import State, decode, encode_sparse
@@ -55,20 +57,22 @@ class Checkpoints:
         config = m.learner.config()
         hashed = m.spec.hashing_bits is not None
         rollout = Rollout(m.spec.rollout, m.spec.apprentice_epsilon, m.spec.promote_confidence)
+        max_named = 0 if m.catalog is None else m.catalog.max_named  # a label model has none
 
-        def load() -> Learner:
+        def load() -> tuple[Learner, Catalog | None]:
             state = decode(cp.state)
             keys = [k for k in state if k.startswith("rollout.")]
             if keys:  # the rollout's mode and evidence at the checkpoint (ModelRuntime.checkpoint_state)
                 rollout.load({k: state.pop(k) for k in keys})
+            catalog = pop_catalog(state, m.spec, max_named)  # the catalog.* keys (service.runtime.items)
             learner = learner_from_state(config, state)
             if hashed:  # here, not in the setter on the event loop: a copy of up to K 2**22 weights
                 learner.use_sparse_layout()
-            return learner
+            return learner, catalog
 
-        learner = await asyncio.to_thread(load)
+        learner, catalog = await asyncio.to_thread(load)
         if cp.position > m.position:  # else a concurrent catch_up got further meanwhile
-            m.learner, m.rollout = learner, rollout
+            m.learner, m.rollout, m.catalog = learner, rollout, catalog
             m.position = m.checkpoint_position = cp.position
 
     async def maybe_write(self, m: ModelRuntime) -> None:

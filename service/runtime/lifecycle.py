@@ -22,6 +22,7 @@ from service.evaluations import Evaluations, remove_stale
 from service.learners.base import learners
 from service.runtime.budgets import check_declared
 from service.runtime.checkpoints import Checkpoints
+from service.runtime.items import Items
 from service.runtime.moves import Moves
 from service.runtime.registry import Registry
 from service.runtime.replication import Replication
@@ -73,6 +74,7 @@ class Runtime:
         self.replication.registry = self.registry
         self.sweeper = Sweeper(shared, self.replication, self.reports)
         self.moves = Moves(shared)
+        self.items = Items(shared, self.registry, self.replication)  # the catalogs' admin calls
         self.requests = RequestPath(shared, self.registry, self.replication, self.reports)
         self.ids = self.requests.ids
         self.host, self.pid, self.started_at = self.reports.host, self.reports.pid, self.reports.started_at

@@ -26,6 +26,7 @@ from service.learners.ccb_adf import CCB, PageDecision
 from service.pages import is_single, learn_slot, page_slot
 from service.rollout import Rollout, served
 from service.runtime.budgets import build_learner, state_nbytes
+from service.runtime.items import apply_event, checkpoint_keys, new_catalog
 from service.sampling import decision_rng, reward_bit
 from service.serial import State, checksum, decode, encode
 from service.slots import PageFeaturiser, PageInput
@@ -75,6 +76,7 @@ class ModelRuntime:
         self.labels = spec.label_names
         self.label_index = {name: i for i, name in enumerate(self.labels)}  # label name -> index
         self.learner = build_learner(spec)
+        self.catalog = new_catalog(spec, max_named)  # items registered once (issue 54); None: labels
         # Safe rollout (service.rollout): the mode and its evidence, changed only by log events
         self.rollout = Rollout(spec.rollout, spec.apprentice_epsilon, spec.promote_confidence)
         self.position = 0
@@ -311,6 +313,9 @@ class ModelRuntime:
         elif event.kind == "rollout":
             assert event.state is not None
             self.rollout.apply_event(event.state, event.position, event.at)
+        elif event.kind == "items":  # the catalog, kept apart from the learner (reset and import too)
+            assert event.state is not None
+            apply_event(self.catalog, event.state)
         else:
             if event.kind == "reset":
                 self.learner = build_learner(self.spec)
@@ -358,9 +363,9 @@ class ModelRuntime:
             rewards.clear()
 
     def checkpoint_state(self) -> State:
-        """What a checkpoint stores: the learner's state (views), and the rollout's keys unless the
-        model has been online from the start (its checkpoints are then the learner's state alone)."""
-        state = self.learner.state(copy=False)
+        """What a checkpoint stores: the learner's state (views), the catalog's (``catalog.*``, a
+        copy) and the rollout's keys unless the model has been online from the start."""
+        state = {**self.learner.state(copy=False), **checkpoint_keys(self.catalog)}
         return {**state, **self.rollout.to_state()} if self.rollout.persistent else state
 
     def learned(self, event: Event) -> Learner:

@@ -31,7 +31,8 @@ claims
     ``claim_ttl`` seconds so late duplicates get 409 (after that they get 404).
 an append-only event log
     Positions 1, 2, 3, ... with no gaps. Every change of a model's learned state is an event
-    (``learn``, ``reset``, ``import``), and every replica applies the log in order, so the model
+    (``learn``, ``reset``, ``import``, ``rollout``), as is every change of an action-feature model's
+    catalog (``items``), and every replica applies the log in order, so the model
     version is the log position and replicas that applied the same prefix hold identical models.
 checkpoints
     ``(position, serialised state)``: the model after applying events ``1..position``. A replica
@@ -265,8 +266,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def append(self, model: str, event: Event) -> int:
-        """Append a ``reset``, ``import`` or ``rollout`` event (its ``position`` is ignored); return the
-        position."""
+        """Append a ``reset``, ``import``, ``rollout`` or ``items`` event (its ``position`` is ignored);
+        return the position."""
 
     @abc.abstractmethod
     async def read_log(self, model: str, after: int, limit: int = 1000) -> list[Event]:

@@ -50,7 +50,7 @@ __all__ = [
     "split_slot_id",
 ]
 
-EventKind = Literal["learn", "reset", "import", "rollout"]
+EventKind = Literal["learn", "reset", "import", "rollout", "items"]
 #: "reward": feedback with a graded reward strictly between 0 and 1 (issue 38).
 Outcome = Literal["click", "no_click", "reward", "expired"]
 #: A logged decision's outcome: an expiry is "expired" when it taught the default reward (no click),
@@ -205,10 +205,12 @@ class Event:
     ----------
     position : int
         1-based position in the model's log; the model version after applying this event.
-    kind : {"learn", "reset", "import", "rollout"}
+    kind : {"learn", "reset", "import", "rollout", "items"}
         ``learn``: apply ``learner.learn(x, decision, reward)``. ``reset``: replace the model by
         a fresh one from its config. ``import``: replace the learned state by ``state``.
         ``rollout``: switch the model's rollout mode (:mod:`service.rollout`), ``state`` its JSON.
+        ``items``: change the model's catalog (:mod:`service.runtime.items`), ``state`` the items
+        hashed or the ids removed, :func:`service.serial.encode`'s bytes.
     decision_id : str
         For ``learn``: the decision learned from; empty otherwise.
     x, decision, reward
@@ -220,8 +222,8 @@ class Event:
         For ``learn``: why the reward is what it is.
     state : bytes or None
         For ``import``: the state encoded by :func:`service.serial.encode`; for ``rollout``: the
-        change as JSON (:meth:`service.rollout.Rollout.event`). Every store keeps it as it keeps an
-        import's.
+        change as JSON (:meth:`service.rollout.Rollout.event`); for ``items``: the catalog change
+        (up to a few MB). Every store keeps it as it keeps an import's.
     at : float
         Unix seconds when the event was appended.
     """

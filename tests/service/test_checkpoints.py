@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 import pytest
 
 import service.runtime.checkpoints
-from service.config import ModelSpec, Settings
+from service.config import ModelSpec
 from service.runtime import INLINE_CHECKPOINT_BYTES, ModelRuntime, Runtime
 from service.serial import MAGIC_SPARSE, State, checksum, decode, encode, encode_sparse
-from service.store import Checkpoint, MemoryStore, Store
+from service.store import Checkpoint, MemoryStore
+from tests.service.conftest import Start
 
 pytestmark = pytest.mark.anyio
 
@@ -24,29 +24,6 @@ SPEC = ModelSpec(
     learner="banditron", hashing_bits=18, labels=[f"l{i}" for i in range(10)], reward_window_seconds=600
 )
 ENCODE_SECONDS = 0.5  # the encode is slowed down by this much, to hold the checkpoint in flight
-
-Start = Callable[..., Awaitable[Runtime]]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[Start]:
-    """``start(store=None, **settings)``: a started Runtime (memory store unless given), stopped after."""
-    started: list[Runtime] = []
-
-    async def go(store: Store | None = None, **settings: object) -> Runtime:
-        runtime = Runtime(store or MemoryStore(), Settings(store="memory", **settings))  # type: ignore[arg-type]
-        started.append(runtime)
-        await runtime.start()
-        return runtime
-
-    yield go
-    for runtime in started:
-        await runtime.stop()
 
 
 @pytest.fixture

@@ -748,3 +748,39 @@ async def test_the_decision_log_keeps_each_slot_of_a_page(store: Store) -> None:
     for e, slot in zip(entries, d.slots, strict=False):  # candidates, choice and conditional probabilities
         assert e.x.tobytes() == records[0].x.tobytes()
         assert e.probs.tobytes() == slot.probs.tobytes() and e.label == slot.label
+
+
+async def test_items_events_of_a_full_bulk_come_back_byte_for_byte(store: Store) -> None:
+    """The catalog's ``items`` events (issue 54, service/runtime/items.py): a bulk of two full events
+    of hashed items and a removal, appended and read back (and followed, on a shared store) bit for
+    bit, kept through a checkpoint of the catalog's size; a catalog replayed from them is the one
+    that registered the items."""
+    from service.catalog import Catalog
+    from service.runtime.items import ITEMS_PER_EVENT, apply_event, put_events, remove_event
+
+    await store.create_model("m", CONFIG)
+    its = [
+        {"id": f"item-{i}", "features": {f"f{j}": float(i * j) for j in range(10)} | {"c": f"c{i % 7}"}}
+        for i in range(ITEMS_PER_EVENT + 10)
+    ]
+    states = [*put_events(Catalog(12).hash_items(its)), remove_event(["item-3"])]
+    assert len(states) == 3 and len(states[0]) > 500_000  # a full event: about 1 MB
+    for i, state in enumerate(states):
+        assert await store.append("m", Event(0, "items", at=float(i), state=state)) == i + 1
+    log = await store.read_log("m", after=0)
+    assert [(e.position, e.kind, e.state) for e in log] == [(i + 1, "items", s) for i, s in enumerate(states)]
+    if store.shared:
+        tail = await store.tail({"m": 0}, 0.1)  # the first call only reports the registry
+        tail = await store.tail({"m": 0}, 1.0)
+        assert [e.state for e in tail.events["m"]] == states
+    replayed, direct = Catalog(12), Catalog(12)
+    for e in log:
+        assert e.state is not None
+        apply_event(replayed, e.state)
+    direct.put_many(its[:ITEMS_PER_EVENT])  # one change per event: the version counts them
+    direct.put_many(its[ITEMS_PER_EVENT:])
+    direct.remove("item-3")
+    assert replayed.to_bytes() == direct.to_bytes()
+    await store.put_checkpoint("m", Checkpoint(3, replayed.to_bytes()))
+    cp = await store.get_checkpoint("m")
+    assert cp is not None and Catalog.from_bytes(cp.state).to_bytes() == direct.to_bytes()
