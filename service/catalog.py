@@ -548,10 +548,6 @@ class Catalog:
             keep &= np.isin(self._cat_codes[k, :n], np.asarray(codes, np.int32))
         return np.flatnonzero(keep)
 
-    def slot_of(self, item_id: str) -> int | None:
-        """The slot of item ``item_id`` (active or not), None if it is not registered."""
-        return self._slot.get(item_id)
-
     @property
     def n_slots(self) -> int:
         """Slots in use, live or not: every slot :meth:`select` and :meth:`select_all` give is below it."""

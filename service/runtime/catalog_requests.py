@@ -30,9 +30,11 @@ learns it as the shown item sent alone (:meth:`CatalogDecision.learn_input
 <service.catalog_explore.CatalogDecision.learn_input>`; why: :mod:`service.catalog_explore`).
 
 **Consistency.** Selection, scoring, the draw and the copy of the chosen item's features run in one
-synchronous stretch on the event loop with one reference to the model's catalog, so a change of
-the catalog (applied on the event loop, or built aside and swapped in whole) cannot land between
-them: every decision sees one version.
+synchronous stretch on the event loop with one reference to the model's catalog. The catalog
+changes only when the model applies an ``items`` event of its log (:mod:`service.runtime.items`),
+on the event loop too, between two requests (the items are hashed beforehand in a thread, on a
+catalog of their own), so no change lands inside a decision and every decision sees one version;
+no lock is needed, and a write costs predicts only the time its event takes to apply.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class CatalogAnswer:
     candidates : int
         How many candidates the decision was over (after ``eligible`` / ``excluded``).
     version : int
-        The catalog's version the decision saw (-1: no catalog, sent actions only).
+        The catalog's version the decision saw.
     index : int
         The chosen item's position among the candidates.
     """
@@ -103,10 +105,10 @@ def catalog_request(
     """The catalog request of a predict to model ``m`` (a :class:`~service.runtime.model.ModelRuntime`),
     selected and checked (items expired at ``clock()`` left out); None when the request does not use
     the catalog (module docstring), at the cost of two checks."""
-    catalog: Catalog | None = getattr(m, "catalog", None)
+    catalog: Catalog | None = m.catalog  # one reference for the whole decision (module docstring)
     if query is None and (actions is not None or catalog is None or len(catalog) == 0):
         return None  # today's request (or today's 422 asking for actions: the catalog is empty)
-    if not isinstance(m.featurise, ActionFeaturiser):
+    if catalog is None:  # a label model (an action-feature model always has one, maybe empty)
         raise FeatureError(
             f"candidates: model {m.name!r} has fixed labels; catalog candidates need a model with "
             '"actions": "features"'
@@ -128,7 +130,7 @@ class CatalogRequest:
     def __init__(
         self,
         m: Any,
-        catalog: Catalog | None,
+        catalog: Catalog,
         features: Sequence[float] | Mapping[str, FeatureValue],
         actions: Sequence[Any] | None,
         query: CatalogQuery,
@@ -158,25 +160,17 @@ class CatalogRequest:
             raise FeatureError("features: an action model takes named context features {name: value}")
         self.context: SparseVector = f.context(features)  # type: ignore[assignment]
         self.catalog = catalog
-        self.version = -1 if catalog is None else catalog.version
+        self.version = catalog.version
         self.parts: list[tuple[Catalog, np.ndarray]] = []
         sent = self._sent(f, actions) if actions is not None else None
         if sent is not None:
             self.parts.append((sent, np.arange(len(sent), dtype=np.int64)))
         if query.candidates is not None or query.where is not None or actions is None:
-            self.parts.append((self._catalog(), self._select(query, now)))
+            self.parts.append((catalog, self._select(query, now)))
         self._check_overlap(sent)
         self._restrict(eligible, excluded, baseline)
 
     # -- selection -------------------------------------------------------------------------------
-
-    def _catalog(self) -> Catalog:
-        if self.catalog is None:
-            raise FeatureError(
-                f"candidates: model {self.m.name!r} has no catalog (register items with "
-                f"PUT /models/{self.m.name}/items/{{id}})"
-            )
-        return self.catalog
 
     def _sent(self, f: ActionFeaturiser, actions: Sequence[Any]) -> Catalog:
         """The sent actions hashed into a catalog of their own (the action featuriser's hashing)."""
@@ -194,7 +188,7 @@ class CatalogRequest:
         return sent
 
     def _select(self, query: CatalogQuery, now: float) -> np.ndarray:
-        catalog = self._catalog()
+        catalog = self.catalog
         try:
             if query.candidates is None:
                 return catalog.select_all(query.where, now)

@@ -46,15 +46,17 @@ def items(n: int) -> list[dict[str, object]]:
 
 
 async def catalog_model(c, name: str = "shop", n: int = 30, **extra: object) -> Catalog:
-    """A squarecb-adf model with a catalog of ``n`` items filled on the runtime's model (until the
-    item routes exist, as the catalog's log events would fill it)."""
+    """A squarecb-adf model with a catalog of ``n`` items, registered through the runtime's write
+    path (one ``items`` event of the model's log, :mod:`service.runtime.items`)."""
     spec = {"actions": "features", "learner": "squarecb-adf", "hashing_bits": BITS, "seed": 1, **extra}
     r = await c.put(f"/models/{name}", json=spec)
     assert r.status_code == 201, r.text
-    cat = Catalog(BITS)
-    cat.put_many(items(n))
-    c.app_ref.state.runtime.shared.models[name].catalog = cat
-    return cat
+    await put_items(c, name, items(n))
+    return c.app_ref.state.runtime.models[name].catalog
+
+
+async def put_items(c, name: str, its: list[dict[str, object]]) -> None:
+    await c.app_ref.state.runtime.items.put(name, its)
 
 
 @pytest.fixture
@@ -130,9 +132,15 @@ async def test_whole_catalog_ids_filter_and_top_k(c) -> None:
 
 
 async def test_unknown_inactive_expired_ids_are_422s_naming_them(c) -> None:
-    cat = await catalog_model(c)
-    cat.put("sku-off", {"category": "shoes"}, active=False)
-    cat.put("sku-old", {"category": "shoes"}, expires_at=time.time() - 1)
+    await catalog_model(c)
+    await put_items(
+        c,
+        "shop",
+        [
+            {"id": "sku-off", "features": {"category": "shoes"}, "active": False},
+            {"id": "sku-old", "features": {"category": "shoes"}, "expires_at": time.time() - 1},
+        ],
+    )
     cases = {
         "sku-nope": "candidates.1: item 'sku-nope' is not in the catalog",
         "sku-off": "candidates.1: item 'sku-off' is inactive",
@@ -148,15 +156,16 @@ async def test_unknown_inactive_expired_ids_are_422s_naming_them(c) -> None:
     assert r.status_code == 422 and "'sku-off' is not one of this request's candidates" in r.json()["detail"]
     r = await c.post("/predict", json={"model": "shop", "features": CTX, "filter": {"price": 2.0}})
     assert r.status_code == 422 and "filter" in r.json()["detail"]
-    # a model without a catalog: candidates are refused, actions alone are today's
+    # a model whose catalog is empty: an id is unknown; without actions, today's 422 asking for them
     r = await c.put("/models/bare", json={"actions": "features", "hashing_bits": BITS})
     r = await c.post("/predict", json={"model": "bare", "features": CTX, "candidates": ["a"]})
-    assert r.status_code == 422 and "has no catalog" in r.json()["detail"]
+    assert r.status_code == 422 and "candidates.0: item 'a' is not in the catalog" in r.json()["detail"]
     r = await c.post("/predict", json={"model": "bare", "features": CTX})
     assert r.status_code == 422 and 'send "actions"' in r.json()["detail"]
-    c.app_ref.state.runtime.shared.models["bare"].catalog = Catalog(BITS)  # empty: the same answer
-    r = await c.post("/predict", json={"model": "bare", "features": CTX})
-    assert r.status_code == 422 and 'send "actions"' in r.json()["detail"]
+    # a label model: candidates are refused
+    r = await c.put("/models/labels", json={"labels": ["a", "b"], "hashing_bits": BITS})
+    r = await c.post("/predict", json={"model": "labels", "features": CTX, "candidates": ["a"]})
+    assert r.status_code == 422 and "has fixed labels" in r.json()["detail"]
 
 
 async def test_mixed_actions_and_catalog_ids(c) -> None:
@@ -185,7 +194,7 @@ async def test_exact_probability_by_enumeration_of_the_draw(c) -> None:
     (its decision id's generator) mapped over a fine grid gives every candidate a share within the
     grid's step of its inverse-gap-weighting probability, and the chosen one's is the answer's."""
     cat = await catalog_model(c, n=6)
-    m = c.app_ref.state.runtime.shared.models["shop"]
+    m = c.app_ref.state.runtime.models["shop"]
     for _ in range(20):  # train a little so the costs differ
         r = await c.post("/predict", json={"model": "shop", "features": CTX})
         label = r.json()["label"]
@@ -225,7 +234,7 @@ async def test_learning_from_a_catalog_decision_and_its_log(c) -> None:
         "/models/sent",
         json={"actions": "features", "learner": "squarecb-adf", "hashing_bits": BITS, "seed": 1},
     )
-    models = c.app_ref.state.runtime.shared.models
+    models = c.app_ref.state.runtime.models
     features = {i["id"]: i["features"] for i in items(30)}
     for t in range(25):
         ctx = {"user": f"u{t % 3}"}
@@ -269,18 +278,17 @@ async def test_learning_from_a_catalog_decision_and_its_log(c) -> None:
         ws.finish_example(examples)
     ws.finish()
     # the item changed afterwards: what was logged and learned is what the decision saw
-    cat.put(chosen, {"category": "other"})
+    await put_items(c, "cat", [{"id": chosen, "features": {"category": "other"}}])
     r = await c.get("/models/cat/log")
     assert json.loads(r.text.splitlines()[-1])["actions"][0]["idx"] == v.idx.tolist()
 
 
-async def test_every_store_keeps_catalog_decisions_and_a_replica_learns_without_the_catalog(
+async def test_every_store_keeps_catalog_decisions_and_a_replica_holds_the_same_model(
     store: Store,  # noqa: F811
 ) -> None:
     """On memory, SQLite and Redis: the stored record of a catalog decision is the chosen item alone
     with its features and probability (and the candidates' count and catalog version in the memo),
-    the log lists it, and a second runtime on the store, which has no catalog, applies the same
-    events to the same checksum."""
+    the log lists it, and a second runtime on the store holds the same catalog and model."""
     app = create_app(Settings(store="memory", decision_id_seed=5), store=store)
     async with app_client(app) as c:
         c.app_ref = app
@@ -311,5 +319,5 @@ async def test_every_store_keeps_catalog_decisions_and_a_replica_learns_without_
         replica = create_app(Settings(store="memory"), store=shared)
         async with app_client(replica):
             b = replica.state.runtime.models["shop"]
-            assert getattr(b, "catalog", None) is None
-            assert m.position == b.position == 12 and m.checksum() == b.checksum()
+            assert b.catalog.to_bytes() == cat.to_bytes()
+            assert m.position == b.position == 13 and m.checksum() == b.checksum()  # items + 12 learns
