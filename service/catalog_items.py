@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from service.actions import MAX_ACTION_ID
-from service.features import FeatureError, FeatureValue, Featuriser, SparseVector
+from service.features import MAX_FEATURE_CHARS, FeatureError, FeatureValue, Featuriser, SparseVector
 
 __all__ = ["CatalogError", "HashedItems", "hash_items"]
 
@@ -99,6 +99,10 @@ def hash_items(featuriser: Featuriser, items: Iterable[Mapping[str, Any]]) -> Ha
     return HashedItems(ids, counts, buckets, values, np.array(active, np.bool_), np.array(expires), cats)
 
 
+#: The fields of an item.
+_FIELDS = ("id", "features", "active", "expires_at")
+
+
 def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bool, float]:
     """Item ``i``'s id, features, active flag and expiry (``inf``: never); :class:`CatalogError`."""
     if not isinstance(item, Mapping):
@@ -108,6 +112,21 @@ def _item_fields(item: Any, i: int) -> tuple[str, Mapping[str, FeatureValue], bo
         raise CatalogError(f"items.{i}.id: a string of 1 to {MAX_ACTION_ID} characters is required")
     if not isinstance(features, Mapping):
         raise CatalogError(f"items.{i}.features: an object {{name: value}} is required")
+    extra = item.keys() - _FIELDS
+    if extra:
+        raise CatalogError(
+            f"items.{i}: unknown field {sorted(map(str, extra))[0]!r} (an item has {', '.join(_FIELDS)})"
+        )
+    for name, value in features.items():  # what the featuriser takes, worded here (JSON has more)
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_FEATURE_CHARS:
+            raise CatalogError(
+                f"items.{i}.features: a name of 1 to {MAX_FEATURE_CHARS} characters is required"
+            )
+        if isinstance(value, str):
+            if len(value) > MAX_FEATURE_CHARS:
+                raise CatalogError(f"items.{i}.features.{name}: at most {MAX_FEATURE_CHARS} characters")
+        elif not isinstance(value, int | float):  # bool is an int
+            raise CatalogError(f"items.{i}.features.{name}: a number, string or bool is required")
     active = item.get("active", True)
     if not isinstance(active, bool):
         raise CatalogError(f"items.{i}.active: true or false is required")

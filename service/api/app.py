@@ -19,7 +19,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from service.api import dashboard, errors, health, models, personalizer, predict
+from service.api import dashboard, errors, health, items, models, personalizer, predict
 from service.api.hygiene import RequestHygiene
 from service.api.metrics import HTTPMetrics
 from service.config import Settings, load_settings
@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
     app.include_router(predict.activation)
     app.include_router(models.router)
+    app.include_router(items.router)  # an action-feature model's catalog (issue 54)
     app.include_router(dashboard.stats)
     app.include_router(dashboard.replicas)
     app.include_router(health.router)

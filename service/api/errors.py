@@ -164,8 +164,10 @@ class BodyLimit:
     A state import (``PUT /models/{name}/state``) carrying the admin key may be as large as
     ``state_bytes`` (the model memory budget): an exported state is the model's arrays, which at
     default sizes are megabytes (issue 50: the default learner's table is 6 MiB), and only the admin
-    route takes it. The key is checked here, before any byte is read, so an anonymous client
-    still meets ``max_bytes``; ``admin_key`` None means no keys are configured (every route open).
+    route takes it. So may a catalog's bulk registration (``POST /models/{name}/items``, issue 54:
+    100,000 items of ten features are about 20 MB of JSON), which the same budget bounds. The key is
+    checked here, before any byte is read, so an anonymous client still meets ``max_bytes``;
+    ``admin_key`` None means no keys are configured (every route open).
     """
 
     def __init__(
@@ -183,8 +185,10 @@ class BodyLimit:
         self.keys_configured = keys_configured
 
     def _limit(self, scope: Scope) -> int:
-        path = scope.get("path", "")
-        if scope.get("method") != "PUT" or not path.startswith("/models/") or not path.endswith("/state"):
+        path, method = scope.get("path", ""), scope.get("method")
+        state = method == "PUT" and path.endswith("/state")
+        items = method == "POST" and path.endswith("/items")  # a catalog's bulk (service.api.items)
+        if not path.startswith("/models/") or not (state or items):
             return self.max_bytes
         if self.keys_configured:
             given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-api-key"), None)

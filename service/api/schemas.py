@@ -523,6 +523,7 @@ ERROR_MEANINGS = {
     f"`{MISDIRECTED_HEADER}` header give the addresses of the replicas that do (nothing was recorded)",
     413: "Body over CLICKBOOST_MAX_BODY_BYTES (a state import with the admin key: over "
     "CLICKBOOST_MAX_MODEL_BYTES)",
+    415: "The body is neither a JSON array nor JSON lines (its Content-Type says which)",
     422: "Wrong shape, type or value; `detail` names it, `errors` lists every problem",
     429: "Too many: evaluation jobs queued or running on this replica (at most "
     "service.evaluations.MAX_JOBS); retry after `Retry-After` seconds",

@@ -75,6 +75,8 @@ FALLBACK_BODIES: dict[tuple[str, str], Any] = {
     ("post", "/models/{name}/evaluations"): {"policies": ["uniform"], "runs": 2},
     ("post", "/models/{name}/rollout"): {"mode": "online"},
     ("post", "/models/{name}/placement"): {"groups": ["a"]},
+    ("put", "/models/{name}/items/{item_id}"): {"features": {"brand": "acme"}},
+    ("post", "/models/{name}/items"): [{"id": "sku-1", "features": {"brand": "acme"}}],
 }
 
 # Documented answers the apps here cannot give (a documentation drift, reported): none today. An
@@ -214,8 +216,13 @@ class Api:
         A secured operation gets the key it needs, or ``key`` (None: no key header at all).
         """
         expected = (expect,) if isinstance(expect, int) else expect
-        # {job}: an evaluation id; {decision_id}: a decision's
-        url = path.format(name=name, job=kw.pop("job", "0" * 32), decision_id=kw.pop("decision", "none"))
+        # {job}: an evaluation id; {decision_id}: a decision's; {item_id}: a catalog's item
+        url = path.format(
+            name=name,
+            job=kw.pop("job", "0" * 32),
+            decision_id=kw.pop("decision", "none"),
+            item_id=kw.pop("item", "sku-1"),
+        )
         url += query
         hdrs = dict(headers or {})
         header = self.contract.key_header(method, path)
@@ -649,6 +656,53 @@ async def exercise_models(api: Api) -> None:
         await api.call("delete", "/models/{name}", name=name, expect=404)
 
 
+async def exercise_items(api: Api) -> None:
+    """A catalog (issue 54): the documented examples registered (and JSON lines), read, paged and
+    removed (200); an unknown model or item 404; a model with fixed labels 422; a bulk that is not
+    JSON 400, not JSON by its media type 415, a bad item 422; one item's malformed body 400."""
+    one, bulk = "/models/{name}/items/{item_id}", "/models/{name}/items"
+    spec = {"actions": "features", "hashing_bits": 10}
+    await api.call("put", "/models/{name}", name="catalog", json=spec, expect=201)
+    for example in api.contract.request_examples("put", one):
+        _, w = await api.call("put", one, name="catalog", item="one", json=example, expect=200)
+        assert (w["model"], w["written"]) == ("catalog", 1)
+    (example,) = api.contract.request_examples("post", bulk)
+    _, w = await api.call("post", bulk, name="catalog", json=example, expect=200)
+    assert w["written"] == len(example) and w["items"] == len(example) + 1
+    lines = "".join(json.dumps({**item, "id": f"line-{item['id']}"}) + "\n" for item in example)
+    ndjson = {"content-type": "application/x-ndjson"}
+    _, w = await api.call("post", bulk, name="catalog", content=lines, headers=ndjson, expect=200)
+    assert w["items"] == 2 * len(example) + 1
+    _, got = await api.call("get", one, name="catalog", item=example[0]["id"], expect=200)
+    assert got["id"] == example[0]["id"]
+    _, page = await api.call("get", bulk, name="catalog", query="?limit=2", expect=200)
+    assert page["total"] == w["items"] and len(page["items"]) == 2 and page["next_offset"] == 2
+    _, gone = await api.call("delete", one, name="catalog", item="one", expect=200)
+    assert gone["items"] == w["items"] - 1 and gone["version"] > w["version"]
+    for method, kw in [("get", {}), ("delete", {})]:
+        _, body = await api.call(method, one, name="catalog", item="one", expect=404, **kw)
+        assert "'one' is not in the catalog" in body["detail"]
+    requests = [
+        ("put", one, {"json": {"features": {}}}),
+        ("post", bulk, {"json": [{"id": "a"}]}),
+        ("get", one, {}),
+        ("get", bulk, {}),
+        ("delete", one, {}),
+    ]
+    for method, path, kw in requests:
+        await api.call(method, path, name="no-such-model", expect=404, **kw)
+        _, body = await api.call(method, path, name="demo", expect=422, **kw)
+        assert "fixed labels" in body["detail"]
+    await api.call("post", bulk, name="catalog", **raw(b'[{"id": '), expect=400)
+    await api.call(
+        "post", bulk, name="catalog", content=b"[]", headers={"content-type": "text/plain"}, expect=415
+    )
+    _, bad = await api.call("post", bulk, name="catalog", json=[{"id": "a", "features": []}], expect=422)
+    assert bad["detail"].startswith("items.0.features")
+    await api.call("put", one, name="catalog", **raw(b'{"features": '), expect=400)
+    await api.call("delete", "/models/{name}", name="catalog", expect=204)
+
+
 async def exercise_operations(api: Api) -> None:
     _, health = await api.call("get", "/healthz", expect=200)
     assert health == {"status": "ok"}
@@ -683,6 +737,11 @@ def held_requests(name: str, features: list[float], state: bytes) -> dict[tuple[
         ("get", "/models/{name}/log"): {},
         ("post", "/models/{name}/evaluations"): {"json": {"policies": ["uniform"]}},
         ("get", "/models/{name}/stats"): {},
+        ("put", "/models/{name}/items/{item_id}"): {"json": {"features": {"brand": "acme"}}},
+        ("post", "/models/{name}/items"): {"json": [{"id": "sku-1", "features": {}}]},
+        ("get", "/models/{name}/items/{item_id}"): {},
+        ("get", "/models/{name}/items"): {},
+        ("delete", "/models/{name}/items/{item_id}"): {},
     }
 
 
@@ -822,6 +881,9 @@ async def chunks(data: bytes, size: int = 256) -> AsyncIterator[bytes]:
         yield data[i : i + size]
 
 
+STATE_SIZED = {("put", "/models/{name}/state"), ("post", "/models/{name}/items")}
+
+
 async def exercise_body_limit(api: Api, limit: int, state_limit: int) -> None:
     """On an app whose ``max_body_bytes`` is ``limit`` (``max_model_bytes`` ``state_limit``), every
     operation taking a body: ``limit`` bytes pass (``state_limit`` for a state import with the admin
@@ -830,7 +892,8 @@ async def exercise_body_limit(api: Api, limit: int, state_limit: int) -> None:
     with_body = sorted((m, p) for m, p, op in api.contract.operations() if "requestBody" in op)
     assert with_body == sorted((m, p) for m, p, op in api.contract.operations() if "413" in op["responses"])
     for method, path in with_body:
-        most = state_limit if (method, path) == ("put", "/models/{name}/state") else limit
+        # a state import and a catalog's bulk take up to the model budget with the admin key
+        most = state_limit if (method, path) in STATE_SIZED else limit
         body, media = api.contract.sized_body(method, path, most)
         other = tuple(int(c) for c in api.contract.op(method, path)["responses"] if c != "413")
         headers = {"content-type": media}
@@ -880,6 +943,11 @@ async def exercise_store_down(tmp_path: Path, seen: set[tuple[str, str, int]] | 
                 ("get", "/models/{name}/stats", "m", {}),
                 ("get", "/replicas", "m", {}),
                 ("get", "/metrics", "m", {}),
+                ("put", "/models/{name}/items/{item_id}", "m", {"json": {"features": {}}}),
+                ("post", "/models/{name}/items", "m", {"json": [{"id": "sku-1", "features": {}}]}),
+                ("get", "/models/{name}/items/{item_id}", "m", {}),
+                ("get", "/models/{name}/items", "m", {}),
+                ("delete", "/models/{name}/items/{item_id}", "m", {}),
             ]
             for method, path, name, kw in needs_store:
                 r, body = await api.call(method, path, name=name, expect=503, **kw)
@@ -917,6 +985,11 @@ async def test_activate(api: Api) -> None:
 
 async def test_model_spec_examples(api: Api) -> None:
     await exercise_models(api)
+
+
+async def test_items(api: Api) -> None:
+    await exercise_items(api)
+    assert {s for m, p, s in api.seen if "/items" in p} == {200, 400, 404, 415, 422}
 
 
 async def test_bad_request_answers_match_the_documented_error_schema(api: Api) -> None:
@@ -961,6 +1034,8 @@ async def test_body_limit() -> None:
             ("post", "/models/{name}/evaluations"),
             ("post", "/models/{name}/rollout"),
             ("post", "/models/{name}/placement"),
+            ("put", "/models/{name}/items/{item_id}"),
+            ("post", "/models/{name}/items"),
         }
 
 
@@ -1004,6 +1079,7 @@ async def test_every_documented_answer_is_exercised(tmp_path: Path, redis_url: s
         await exercise_feedback(api)
         await exercise_activate(api)
         await exercise_models(api)
+        await exercise_items(api)
         await exercise_operations(api)
         await exercise_bad_requests(api)
         await exercise_unauthorised(api)
