@@ -1,30 +1,26 @@
 """``bench catalog-http``: latency of ``POST /predict`` over a model's catalog through a real server
 (issue 54's "Must show": one replica, sequential predicts).
 
-One uvicorn server (``python -m uvicorn lab.bench.catalog_http:catalog_app --factory``: the
-service's app with one lab route to fill a catalog, below) per store of :data:`STORES`, an
+One server (``python -m service serve``, one uvicorn worker) per store of :data:`STORES`, an
 action-feature model ``shop`` (``squarecb-adf``, ``hashing_bits`` 18) whose catalog holds the
 :data:`ITEMS` items of the shop stream (:mod:`lab.sim.shop`: 8 features each, numeric and
-categorical). One keep-alive connection sends predicts one after the other (each waits for the
-previous answer), the visitors' contexts of the stream in turn; every answer is checked (200, the
-chosen item one of the candidates) and its size kept. Loads:
+categorical), registered by one bulk ``POST /models/shop/items``. One keep-alive connection sends
+predicts one after the other (each waits for the previous answer), the visitors' contexts of the
+stream in turn; every answer is checked (200, the candidates' count, the top 10) and its size
+kept. Loads:
 
 - **whole catalog**: ``{"model", "features"}``, no candidates: every active item is scored, the
   answer carries the chosen item and the top 10;
 - **100 catalog ids**: ``"candidates"``: 100 random live item ids per request;
 - **whole catalog while the catalog changes**: the same, while a second connection replaces 1 % of
-  the items (100 removed, 100 added) every 100 ms through the lab route (the changes are applied
-  on the server's event loop between predicts: no scoring sees half a change);
+  the items every 100 ms through the item routes (100 ``DELETE /models/shop/items/{id}``, one bulk
+  ``POST`` of 100 new items; the changes are applied on the server's event loop between predicts:
+  no scoring sees half a change);
 - **100 candidates sent with their features** (today's request, for comparison).
 
 Latency is the client's (request written to answer read), on loopback; the client runs in this
 process on the same 2 cores. Targets (issue 54): whole catalog p50 <= 10 ms, p99 <= 30 ms, answer
 <= 5 KB; 100 catalog ids p50 <= 3 ms.
-
-The lab route ``POST /lab/catalog/{name}`` (JSON ``{"put": [items], "remove": [ids]}``) changes the
-model's catalog through the runtime's own write path (``Runtime.items``: items hashed in a thread,
-appended as ``items`` events of the model's log, applied on the event loop), as the item routes
-do; the time measured is the predicts', not the registration's.
 """
 
 from __future__ import annotations
@@ -40,13 +36,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-from fastapi import FastAPI, Request
 
 from lab.bench import benches, report
 from lab.bench.http import _request, _roundtrip, _server, store_settings
 from lab.sim.shop import Shop
-from service.api.app import create_app
-from service.config import Settings
 
 ITEMS = 10_000
 BITS = 18
@@ -56,22 +49,6 @@ CHANGE_EVERY = 0.1  # seconds between two catalog changes of the changing load
 CHANGE_ITEMS = 100  # 1 % of the catalog
 TARGETS = {"whole p50": 10.0, "whole p99": 30.0, "ids p50": 3.0, "bytes": 5_000}
 SPEC = {"actions": "features", "learner": "squarecb-adf", "hashing_bits": BITS, "seed": 1}
-
-
-def catalog_app() -> FastAPI:
-    """The service's app (settings from the environment) with the lab route that fills a catalog."""
-    app = create_app(Settings())
-
-    @app.post("/lab/catalog/{name}")
-    async def fill(name: str, request: Request) -> dict[str, int]:
-        body = json.loads(await request.body())
-        items = app.state.runtime.items  # the catalog's write path: events of the model's log
-        for item_id in body.get("remove", []):
-            await items.remove(name, item_id)
-        m, _ = await items.put(name, body.get("put", []))
-        return {"items": len(m.catalog), "version": m.catalog.version}
-
-    return app
 
 
 def _shop() -> Any:
@@ -112,13 +89,11 @@ async def _changing(url: str, stream: Any, stop: asyncio.Event) -> int:
         while not stop.is_set():
             gone = rng.choice(len(live), CHANGE_ITEMS, replace=False)
             new = [next(fresh) for _ in range(CHANGE_ITEMS)]
-            body = {
-                "remove": [stream.item_id(live[j]) for j in gone.tolist()],
-                "put": [_item(stream, i) for i in new],
-            }
+            for j in gone.tolist():
+                (await c.delete(f"/models/shop/items/{stream.item_id(live[j])}")).raise_for_status()
+            (await c.post("/models/shop/items", json=[_item(stream, i) for i in new])).raise_for_status()
             for j, i in zip(gone.tolist(), new, strict=True):
                 live[j] = i
-            (await c.post("/lab/catalog/shop", json=body)).raise_for_status()
             n += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), CHANGE_EVERY)
@@ -132,21 +107,11 @@ def _figures(lat: np.ndarray) -> tuple[float, float]:
 def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
     """The four loads on one server of ``store``."""
     stream = _shop()
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "lab.bench.catalog_http:catalog_app",
-        "--factory",
-        "--port",
-        "{port}",
-    ]
-    cmd += ["--log-level", "warning", "--no-access-log"]
+    cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
     with _server(cmd, store_settings(store, data_dir)) as (url, _):
         httpx.put(f"{url}/models/shop", json=SPEC, timeout=60).raise_for_status()
-        for lo in range(0, ITEMS, 1_000):  # under the body limit
-            items = [_item(stream, i) for i in range(lo, min(lo + 1_000, ITEMS))]
-            httpx.post(f"{url}/lab/catalog/shop", json={"put": items}, timeout=120).raise_for_status()
+        items = [_item(stream, i) for i in range(ITEMS)]
+        httpx.post(f"{url}/models/shop/items", json=items, timeout=120).raise_for_status()
         rng = np.random.default_rng(0)
         contexts = [stream.context(t) for t in range(stream.visits)]
 
