@@ -168,6 +168,7 @@ class CatalogRequest:
         if query.candidates is not None or query.where is not None or actions is None:
             self.parts.append((catalog, self._select(query, now)))
         self._check_overlap(sent)
+        self._where: list[np.ndarray] | None = None  # built by the first id _position looks up
         self._restrict(eligible, excluded, baseline)
 
     # -- selection -------------------------------------------------------------------------------
@@ -222,14 +223,17 @@ class CatalogRequest:
             if not 0 <= name < total:
                 raise ParamError(f"{what}: unknown candidate index {name} (this request has {total})")
             return name
-        offset = 0
-        for catalog, slots in self.parts:
+        if self._where is None:  # per part, each slot's position among the candidates (-1: none)
+            self._where, offset = [], 0
+            for catalog, slots in self.parts:
+                where = np.full(catalog.n_slots, -1, np.int64)
+                where[slots] = offset + np.arange(len(slots))
+                self._where.append(where)
+                offset += len(slots)
+        for (catalog, _), where in zip(self.parts, self._where, strict=True):
             slot = catalog.slot_of(name)
-            if slot is not None:
-                where = np.flatnonzero(slots == slot)
-                if where.size:
-                    return offset + int(where[0])
-            offset += len(slots)
+            if slot is not None and where[slot] >= 0:
+                return int(where[slot])
         raise ParamError(f"{what}: {name!r} is not one of this request's candidates")
 
     def _restrict(
