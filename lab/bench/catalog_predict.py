@@ -1,4 +1,4 @@
-"""``bench catalog-http``: latency of ``POST /predict`` over a model's catalog through a real server
+"""``bench catalog-predict``: latency of ``POST /predict`` over a model's catalog through a real server
 (issue 54's "Must show": one replica, sequential predicts).
 
 One server (``python -m service serve``, one uvicorn worker) per store of :data:`STORES`, an
@@ -52,7 +52,7 @@ SPEC = {"actions": "features", "learner": "squarecb-adf", "hashing_bits": BITS, 
 
 
 def _shop() -> Any:
-    return Shop("catalog-http", False, 54_900, visits=2_000, items=ITEMS + 100 * CHANGE_ITEMS).stream(0)
+    return Shop("catalog-predict", False, 54_900, visits=2_000, items=ITEMS + 100 * CHANGE_ITEMS).stream(0)
 
 
 def _item(stream: Any, i: int) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
         return asyncio.run(loads())
 
 
-def bench_catalog_http(quick: bool) -> str:
+def bench_catalog_predict(quick: bool) -> str:
     requests = 300 if quick else 3_000
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,16 +192,16 @@ def bench_catalog_http(quick: bool) -> str:
             f"changes p50 {c50:.2f} ms, p99 {c99:.2f} ms. Met: **{'yes' if ok else 'NO'}**."
         )
     table = report.table(["store", "load", "requests", "p50 ms", "p99 ms", "largest answer B"], rows)
-    command = "python -m service lab bench catalog-http" + (" --quick" if quick else "")
+    command = "python -m service lab bench catalog-predict" + (" --quick" if quick else "")
     return (
-        "## A catalog on the server: HTTP latency\n\n"
+        "## A catalog on the server: predict latency over HTTP\n\n"
         f"`{command}`. {report.machine()}\n\n"
         f"One uvicorn server per store, a `squarecb-adf` model (`hashing_bits` {BITS}) with a catalog "
         f"of {ITEMS:,} shop items (8 features each), one connection sending predicts one after the "
         "other; client latency on loopback, the client in the same machine's 2 cores. What each load "
-        "is: lab/bench/catalog_http.py's docstring.\n\n"
+        "is: lab/bench/catalog_predict.py's docstring.\n\n"
         "### Must show\n\n" + "\n".join(verdicts) + f"\n\n{table}\n"
     )
 
 
-benches.register("catalog-http")(bench_catalog_http)
+benches.register("catalog-predict")(bench_catalog_predict)
