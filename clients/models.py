@@ -48,12 +48,18 @@ class Prediction:
     model: str
     model_version: int
     server: str = field(default="", compare=False)
-    #: Every eligible label, most probable first: ``(label, label_index, probability)``.
+    #: Every eligible label, most probable first: ``(label, label_index, probability)``; for a
+    #: catalog decision the top ``k``.
     ranking: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
+    #: A catalog decision's (issue 54; its ``probabilities`` are empty): how many candidates, and the
+    #: catalog version it saw; None for other decisions.
+    candidates: int | None = field(default=None, compare=False)
+    catalog_version: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> Prediction:
-        probs = _get(body, "probabilities", list, "predict")
+        catalog = isinstance(body, dict) and "candidates" in body and "probabilities" not in body
+        probs = [] if catalog else _get(body, "probabilities", list, "predict")
         if not all(isinstance(p, _NUM) and not isinstance(p, bool) for p in probs):
             raise ProtocolError(f"predict answer has non-numeric probabilities: {probs!r:.200}")
         ranking = _ranking(body.get("ranking", []) if isinstance(body, dict) else [], "predict")
@@ -66,6 +72,8 @@ class Prediction:
             model=_get(body, "model", str, "predict"),
             model_version=_get(body, "model_version", int, "predict"),
             ranking=ranking,
+            candidates=_get(body, "candidates", int, "predict") if catalog else None,
+            catalog_version=_get(body, "catalog_version", int, "predict") if catalog else None,
         )
 
 

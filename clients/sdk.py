@@ -241,6 +241,20 @@ def _slot(slot: Mapping[str, Any]) -> dict[str, Any]:
     return {k: list(v) if k in ("eligible", "excluded") else v for k, v in slot.items()}
 
 
+def _catalog_fields(
+    candidates: Sequence[str] | None, where: Mapping[str, Any] | None, k: int | None
+) -> dict[str, Any]:
+    """The catalog fields of a predict body (issue 54), those given only."""
+    out: dict[str, Any] = {}
+    if candidates is not None:
+        out["candidates"] = list(candidates)
+    if where is not None:
+        out["filter"] = dict(where)
+    if k is not None:
+        out["k"] = k
+    return out
+
+
 class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
@@ -846,6 +860,9 @@ class Client(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: None = None,
     ) -> Prediction: ...
 
@@ -861,6 +878,9 @@ class Client(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: Sequence[Mapping[str, Any]],
     ) -> Page: ...
 
@@ -875,6 +895,9 @@ class Client(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: Sequence[Mapping[str, Any]] | None = None,
     ) -> Prediction | Page:
         """Ask for a label: ``POST /predict``.
@@ -905,6 +928,13 @@ class Client(_Base):
             refused by a label model. The answer's ``label`` is the chosen id, ``label_index`` its
             position here; ``eligible``, ``excluded`` and ``baseline`` then name action ids (or
             positions).
+        candidates, filter, k : optional
+            A model's catalog (issue 54): ``candidates`` are item ids whose features the server
+            holds (with neither ``actions`` nor ``candidates``, its whole active catalog is the
+            candidates), ``filter`` keeps the items whose string or boolean features match
+            (``{"category": ["shoes"]}``), ``k`` the ranking's length (default 10). The answer has
+            the chosen item, its probability and the top ``k`` (``probabilities`` is empty;
+            ``candidates`` says how many there were).
         slots : sequence of mapping, optional
             A page of several slots (issue 53), in page order, for an action model: each ``{"id":
             str, "features"?: {...}, "eligible"? | "excluded"?: [...], "baseline"?: ...}``; the
@@ -927,9 +957,11 @@ class Client(_Base):
         ...     )
         ...     p.label  # "sku-1" or "sku-2"
         """
-        return self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions, slots)
+        call = _Calls.predict(
+            features, model, defer, decision_id, eligible, excluded, baseline, actions, slots
         )
+        call.json.update(_catalog_fields(candidates, filter, k))
+        return self._run(call)
 
     def feedback(
         self,
@@ -1159,6 +1191,9 @@ class AsyncClient(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: None = None,
     ) -> Prediction: ...
 
@@ -1174,6 +1209,9 @@ class AsyncClient(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: Sequence[Mapping[str, Any]],
     ) -> Page: ...
 
@@ -1188,12 +1226,17 @@ class AsyncClient(_Base):
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
         slots: Sequence[Mapping[str, Any]] | None = None,
     ) -> Prediction | Page:
         """See :meth:`Client.predict`."""
-        return await self._run(
-            _Calls.predict(features, model, defer, decision_id, eligible, excluded, baseline, actions, slots)
+        call = _Calls.predict(
+            features, model, defer, decision_id, eligible, excluded, baseline, actions, slots
         )
+        call.json.update(_catalog_fields(candidates, filter, k))
+        return await self._run(call)
 
     async def feedback(
         self,

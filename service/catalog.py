@@ -538,6 +538,11 @@ class Catalog:
             keep &= np.isin(self._cat_codes[k, :n], np.asarray(codes, np.int32))
         return np.flatnonzero(keep)
 
+    @property
+    def n_slots(self) -> int:
+        """Slots in use, live or not: every slot :meth:`select` and :meth:`select_all` give is below it."""
+        return self._n
+
     def id_of(self, slot: int) -> str:
         """The id of the item in ``slot``."""
         item_id = self._ids[slot]

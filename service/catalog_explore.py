@@ -24,7 +24,7 @@ bound's ``sqrt(K)``: the items share features, so the regression's error does no
 assumes of K separate arms, and an item is learned from every item like it; Zhu, Foster, Langford &
 Mineiro (ICML 2022, "Contextual bandits with large action spaces: made practical") bound the regret
 by the features' dimension ``d`` instead of K, and VW's ``--large_action_space`` runs IGW over a
-spanner of ``d`` actions (``--max_actions``, 50) of a low-rank embedding. That needs an SVD of
+spanner of at most ``--max_actions`` (20 by default) actions of a low-rank embedding. That needs an SVD of
 the candidates per decision and an embedding our hashed product rows do not have (not done here).
 Why more than 0: with VW's gamma at ``K = 10,000`` the rule's ``K`` in the denominator spreads
 much mass over the catalog (at ``t = 10,000``, gamma 30,000, every item of gap 0.3 still gets
@@ -45,6 +45,7 @@ the weight 10,000-fold; the record of a catalog decision keeps the shown item, n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +58,7 @@ from service.learners.base import Decision
 from service.learners.squarecb import igw_scores
 from service.learners.squarecb_adf import SquareCBADF
 
-__all__ = ["CatalogDecision", "CatalogExploration", "catalog_pairs", "decide", "igw_top"]
+__all__ = ["CatalogDecision", "CatalogExploration", "catalog_pairs", "decide", "decide_parts", "igw_top"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,10 @@ class CatalogDecision:
         The inverse gap weighting's ``gamma`` at ``K``.
     pairs : bool
         Whether the rows held the context pairs (``context_pairs`` of the learner).
+    part : int
+        Which catalog of :func:`decide_parts` the chosen item is in (0 for :func:`decide`).
+    top_index : tuple of int
+        The positions among the candidates of the items of ``top``.
     """
 
     slot: int
@@ -162,6 +167,8 @@ class CatalogDecision:
     candidates: int
     gamma: float
     pairs: bool
+    part: int = 0
+    top_index: tuple[int, ...] = ()
 
     def learn_input(self, catalog: Catalog, context: SparseVector) -> tuple[ActionInput, Decision]:
         """What ``learner.learn`` takes for this decision: the shown item as the one candidate of a
@@ -203,20 +210,52 @@ def decide(
     """``learner``'s decision over the catalog items of ``slots`` for ``context`` (module docstring):
     their costs in one compiled call (:meth:`Catalog.scores`), inverse gap weighting over all of
     them (:func:`igw_top`, one ``rng.random()``), the chosen item, its probability and the top."""
+    return decide_parts(learner, [(catalog, slots)], context, rng, exploration)
+
+
+def decide_parts(
+    learner: SquareCBADF,
+    parts: Sequence[tuple[Catalog, np.ndarray]],
+    context: SparseVector,
+    rng: np.random.Generator,
+    exploration: CatalogExploration | None = None,
+) -> CatalogDecision:
+    """:func:`decide` over the items of several catalogs, in order (a request's candidates sent with
+    their features, hashed into a catalog of their own, beside catalog items): one inverse gap
+    weighting over all of them; positions count across the parts."""
     if not isinstance(learner, SquareCBADF):
         raise TypeError(f"catalog decisions take squarecb-adf, not {type(learner).__name__}")
-    if len(slots) == 0:
+    parts = [(c, s) for c, s in parts if len(s)]
+    if not parts:
         raise CatalogError("candidates: no catalog item is selected")
     exploration = exploration or CatalogExploration()
-    pairs = catalog_pairs(learner, catalog, context, slots)
-    cost = catalog.scores(learner.w_, context, slots, pairs)
+    kinds = {catalog_pairs(learner, c, context, s) for c, s in parts}
+    if len(kinds) > 1:  # a row's pairs are decided per item sent alone: only a too-wide context differs
+        raise CatalogError(
+            f"features: {context.nnz} context features with context pairs make rows of more than "
+            f"{MAX_ROW_ENTRIES:,} entries for some candidates only; send fewer context features"
+        )
+    pairs = kinds.pop()
+    costs = [c.scores(learner.w_, context, s, pairs) for c, s in parts]
+    cost = costs[0] if len(costs) == 1 else np.concatenate(costs)
     gamma_t = learner.params.gamma_scale * float(learner.t_) ** learner.params.gamma_exponent
-    gamma = exploration.gamma(gamma_t, len(slots))
+    gamma = exploration.gamma(gamma_t, cost.size)
     greedy, label, prob, top_i, top_p = igw_top(cost, gamma, rng.random(), exploration.top_k)
-    slot = int(slots[label])
-    top = tuple(
-        (catalog.id_of(int(slots[i])), float(q)) for i, q in zip(top_i.tolist(), top_p.tolist(), strict=True)
-    )
+    ends = np.cumsum([len(s) for _, s in parts])
+
+    def locate(position: int) -> tuple[int, Catalog, int]:
+        k = int(np.searchsorted(ends, position, side="right"))
+        catalog, slots = parts[k]
+        return k, catalog, int(slots[position - (int(ends[k - 1]) if k else 0)])
+
+    def item_at(position: int) -> str:
+        _, c, s = locate(position)
+        return c.id_of(s)
+
+    part, catalog, slot = locate(int(label))
+    positions = top_i.tolist()
+    top = tuple((item_at(i), float(q)) for i, q in zip(positions, top_p.tolist(), strict=True))
     return CatalogDecision(
-        slot, int(label), catalog.id_of(slot), float(prob), int(greedy), top, len(slots), gamma, pairs
-    )
+        slot, int(label), catalog.id_of(slot), float(prob), int(greedy), top, int(cost.size), gamma, pairs,
+        part, tuple(positions),
+    )  # fmt: skip

@@ -48,6 +48,11 @@ and is refused; a learner replayed or a ``model:NAME`` snapshot must be an actio
 DR is left out: its reward model learns one regression per label index, meaningless when indices
 name other items per record.
 
+**Catalog decisions** (issue 54) are left out: their record keeps the chosen item alone, with the
+probability it was drawn with among every candidate (a one-candidate record whose probability is
+below 1, :func:`catalog_record`), so another policy's probability of that item, which needs every
+candidate's score, cannot be computed from the log.
+
 **When an estimate cannot tell** (issue 37). Every estimate carries its *effective sample size*:
 for importance weights ``w`` (IPS, SNIPS, DR) Kish's ``ESS = (sum w)^2 / sum w^2``, the number of
 equally weighted events that would give the same variance (``n`` when the target is the logging
@@ -78,6 +83,7 @@ __all__ = [
     "EvaluationError",
     "LoggedData",
     "baseline_pmfs",
+    "catalog_record",
     "dm_cross_fit",
     "dr",
     "effective_sample_size",
@@ -176,9 +182,12 @@ class LoggedData:
         """
         xs: list[np.ndarray | SparseVector | ActionInput] = []
         probs, actions, rewards, sets, baselines = [], [], [], [], []
-        dim = 0
+        dim = skipped = 0
         for rec in records:
             if rec.get("reward") is None or rec.get("page") is not None:  # pages: service.slot_ope
+                continue
+            if catalog_record(rec):  # its other candidates are not in the log (module docstring)
+                skipped += 1
                 continue
             f = rec["features"]
             x: np.ndarray | SparseVector | ActionInput
@@ -203,7 +212,8 @@ class LoggedData:
             sets.append(rec.get("eligible"))
             baselines.append(-1 if rec.get("baseline") is None else int(rec["baseline"]))
         if not xs:
-            raise ValueError("no logged decision with a known reward")
+            why = f" ({skipped} catalog decisions, which keep their chosen item only)" if skipped else ""
+            raise ValueError(f"no logged decision with a known reward that can be evaluated{why}")
         k = max(len(p) for p in probs)
         varying = isinstance(xs[0], ActionInput)
         eligible = None
@@ -225,6 +235,13 @@ class LoggedData:
             eligible,
             np.asarray(baselines) if any(b >= 0 for b in baselines) else None,
         )
+
+
+def catalog_record(rec: Mapping[str, Any]) -> bool:
+    """Whether a decision-log record is a catalog decision's (issue 54): one candidate kept, with a
+    probability below 1 (a decision over that one candidate alone has probability 1)."""
+    actions, probs = rec.get("actions"), rec.get("probs")
+    return actions is not None and len(actions) == 1 and bool(probs) and probs[0] < 1.0
 
 
 def _action_input(context: np.ndarray | SparseVector, candidates: list[Mapping[str, Any]]) -> ActionInput:

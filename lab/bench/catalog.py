@@ -98,7 +98,10 @@ def _version(system: str) -> str:
     if system.startswith("ours"):
         paths += [
             *learner_files(LEARNER),
-            *(ROOT / "service" / name for name in ("actions.py", "catalog.py", "catalog_explore.py")),
+            *(
+                ROOT / "service" / name
+                for name in ("actions.py", "catalog.py", "catalog_items.py", "catalog_explore.py")
+            ),
         ]
     for path in paths:
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + code_digest(path))

@@ -30,6 +30,7 @@ from service.api.auth import SECURITY, check_api_key
 from service.api.json_scan import count_lists, may_exceed
 from service.api.schemas import (
     ActivateResponse,
+    CatalogPredictResponse,
     ErrorBody,
     FeedbackRequest,
     FeedbackResponse,
@@ -44,7 +45,8 @@ from service.api.schemas import (
 )
 from service.learners.base import ParamError
 from service.runtime import Runtime
-from service.runtime.requests import PageAnsweredError
+from service.runtime.catalog_requests import CatalogQuery
+from service.runtime.requests import PageAnsweredError, Prediction
 from service.store import ActivateOutcome, ActivateStatus, Claim, ClaimOutcome, ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
@@ -136,7 +138,7 @@ def parse(model: type[M], body: bytes, fast: type[M] | None = None) -> M:
 
 @router.post(
     "/predict",
-    response_model=PredictResponse | PageResponse,
+    response_model=PredictResponse | PageResponse | CatalogPredictResponse,
     responses={
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
@@ -172,8 +174,11 @@ async def predict(request: Request) -> Response:
         event_id=body.decision_id,
         defer=body.defer,
         actions=body.actions,
+        catalog=_catalog_query(body),
     )
     metrics.DECISIONS.labels(p.model).inc()
+    if p.catalog is not None:
+        return Response(to_json(_catalog_answer(p)), media_type="application/json")
     d = p.decision
     probs = d.probs.tolist()
     mask = d.memo.get("eligible")
@@ -199,6 +204,11 @@ async def predict_page(runtime: Runtime, body: PredictRequest) -> Response:
     """``POST /predict`` with ``slots`` (issue 53): the page decided by :meth:`Runtime.predict_page`,
     answered as a :class:`PageResponse` (each slot's action, its probability given the earlier
     slots' actions, and its ranking)."""
+    if body.candidates is not None or body.filter is not None or body.k is not None:
+        raise ParamError(
+            "slots: a page's candidates are its actions sent with their features; slots filled from "
+            "the catalog (candidates, filter, k) are not served yet"
+        )
     for field in ("eligible", "excluded", "baseline"):
         if getattr(body, field) is not None:
             raise ParamError(
@@ -232,6 +242,30 @@ async def predict_page(runtime: Runtime, body: PredictRequest) -> Response:
         )
     out = {"decision_id": p.decision_id, "model": p.model, "model_version": p.model_version, "slots": slots}
     return Response(to_json(out), media_type="application/json")
+
+
+def _catalog_query(body: PredictRequest) -> CatalogQuery | None:
+    """The body's catalog fields (issue 54), or None when it has none."""
+    if body.candidates is None and body.filter is None and body.k is None:
+        return None
+    return CatalogQuery(body.candidates, body.filter, body.k)
+
+
+def _catalog_answer(p: Prediction) -> dict[str, Any]:
+    """A catalog decision's answer (:class:`CatalogPredictResponse`'s fields, in its order)."""
+    c = p.catalog
+    assert c is not None
+    return {
+        "decision_id": p.decision_id,
+        "label": p.label,
+        "label_index": c.index,
+        "probability": p.decision.probability,
+        "ranking": [{"label": i, "label_index": k, "probability": q} for i, k, q in c.top],
+        "candidates": c.candidates,
+        "catalog_version": c.version,
+        "model": p.model,
+        "model_version": p.model_version,
+    }
 
 
 @router.post(

@@ -65,6 +65,7 @@ NamedValue = Annotated[
         custom_error_message="a feature value must be a number, string or bool",
     ),
 ]
+CategoricalValue = StrictBool | Annotated[StrictStr, Field(max_length=MAX_FEATURE_CHARS)]
 Features = Annotated[
     Annotated[list[StrictFloat], Tag("list")] | Annotated[dict[FeatureName, NamedValue], Tag("named")],
     Discriminator(
@@ -147,6 +148,24 @@ class PredictRequest(BaseModel):
         description='The candidate actions of a model with "actions": "features" (at most '
         "CLICKBOOST_MAX_ACTIONS, ids distinct); the answer's labels are their ids, `label_index` the "
         "chosen one's position here, and `eligible`, `excluded` and `baseline` name action ids.",
+    )
+    candidates: list[Annotated[StrictStr, Field(min_length=1, max_length=256)]] | None = Field(
+        None,
+        max_length=10_000,
+        description="Catalog item ids as candidates (issue 54; features from the model's catalog, "
+        "`PUT /models/{name}/items/{id}`): an unknown, inactive or expired id is a 422 naming it. With "
+        "neither `actions` nor `candidates`, every active item of the catalog is a candidate. With "
+        "`actions` too, the decision is over the actions then these (an id in both is refused). A "
+        "catalog decision is answered with the top `k` of the ranking, not every probability.",
+    )
+    filter: dict[FeatureName, CategoricalValue | list[CategoricalValue]] | None = Field(
+        None,
+        description="Keep the catalog items whose string or boolean feature `name` is one of the values "
+        'given, for every name (e.g. `{"category": ["shoes", "bags"]}`); sent `actions` are not filtered.',
+    )
+    k: StrictInt | None = Field(
+        None,
+        description="Items of a catalog decision's `ranking` (default 10, at most 100).",
     )
     eligible: list[StrictInt | StrictStr] | None = Field(
         None,
@@ -315,6 +334,23 @@ class PageResponse(BaseModel):
     model: str
     model_version: int = Field(description="Event-log position the model had applied when it decided.")
     slots: list[SlotAnswer] = Field(description="The slots in the request's order, each with its action.")
+
+
+class CatalogPredictResponse(BaseModel):
+    """Body of a ``POST /predict`` answer over catalog candidates (issue 54): the chosen item and the
+    top ``k`` of the ranking; the other candidates' probabilities are not sent (thousands of them)."""
+
+    decision_id: str = Field(description="Opaque id to post the click for.")
+    label: str = Field(description="Id of the chosen item: show this one.")
+    label_index: int = Field(description="Its position among the candidates (sent actions first).")
+    probability: float = Field(description="Probability with which `label` was drawn (exact).")
+    ranking: list[RankedLabel] = Field(
+        description="The `k` most probable candidates, most probable first (ties in candidate order)."
+    )
+    candidates: int = Field(description="How many candidates the decision was over.")
+    catalog_version: int = Field(description="Version of the catalog the decision saw (-1: none).")
+    model: str
+    model_version: int = Field(description="Event-log position the model had applied when it decided.")
 
 
 class FeedbackRequest(BaseModel):

@@ -44,6 +44,7 @@ from service.features import FeatureValue
 from service.learners.base import Decision, ParamError
 from service.learners.ccb_adf import PageDecision
 from service.pages import is_single, page_records, page_slot
+from service.runtime.catalog_requests import CatalogAnswer, CatalogQuery, catalog_request
 from service.runtime.errors import check_event_id
 from service.runtime.model import ModelRuntime
 from service.runtime.registry import Registry
@@ -109,6 +110,7 @@ class Prediction:
     model_version: int
     label: str
     labels: list[str]  # the model's label names, by index
+    catalog: CatalogAnswer | None = None  # a catalog decision's top k (service.runtime.catalog_requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +202,7 @@ class RequestPath:
         defer: bool = False,
         actions: Sequence[Any] | None = None,
         memo: Mapping[str, str] | None = None,
+        catalog: CatalogQuery | None = None,
     ) -> Prediction:
         """Featurise, decide among the labels the request allows (:meth:`ModelRuntime.label_mask`),
         record the pending decision (the reward window starts now), also in the decision log when
@@ -221,14 +224,24 @@ class RequestPath:
 
         ``memo``: kept in the decision's memo beside the learner's (``store.get_decision`` reads it
         back): a multi-slot rank's slot id, which its reward must name (issue 51).
+
+        ``catalog``: the request's catalog candidates, filter and top k (issue 54); a request that
+        uses the model's catalog is decided by :mod:`service.runtime.catalog_requests`.
         """
         m = await self.registry.resolve(name)
-        x = m.featurise_request(features, actions)
-        names = m.names(x)
-        mask = m.label_mask(eligible, excluded, names)
+        cat = catalog_request(m, features, actions, catalog, eligible, excluded, baseline, self.shared.clock)
+        if cat is None:
+            x = m.featurise_request(features, actions)
+            names = m.names(x)
+            mask = m.label_mask(eligible, excluded, names)
         drawn = self.ids.new() if event_id is None else check_event_id(event_id)
         decision_id = self.shared.store.route(m.name, drawn)
-        d = m.decide(x, decision_id, mask, baseline)
+        top = None
+        if cat is None:
+            d = m.decide(x, decision_id, mask, baseline)
+        else:  # no await since catalog_request: the catalog read once (catalog_requests' docstring)
+            x, d, top = cat.decide(decision_id)
+            names = x.ids
         if memo:
             d.memo = {**d.memo, **memo}
         now = self.shared.clock()
@@ -248,8 +261,11 @@ class RequestPath:
         counts.decisions += 1
         # max of a short list costs a fraction of numpy's max call (~0.3 against ~1.5 us)
         p = d.probs
-        counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
-        return Prediction(decision_id, m.name, d, m.position, names[d.label], names)
+        if top is not None:  # the record keeps the chosen item alone: the most probable is in the top
+            counts.exploration += 1.0 - top.top[0][2]
+        else:
+            counts.exploration += 1.0 - (max(p.tolist()) if p.size <= 64 else float(p.max()))
+        return Prediction(decision_id, m.name, d, m.position, names[d.label], names, top)
 
     async def _save(self, m: ModelRuntime, record: DecisionRecord | tuple[DecisionRecord, ...]) -> None:
         """Store a decision's pending record (``store.put_decision``) or a page's slot records

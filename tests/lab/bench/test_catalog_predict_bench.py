@@ -1,0 +1,19 @@
+"""``bench catalog-predict`` (issue 54): one server's four loads, small, and the section it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from lab.bench import catalog_predict as bench
+
+
+def test_one_store_runs_every_load_and_answers_stay_small(tmp_path: Path) -> None:
+    r = bench.run_store("memory", 40, tmp_path)
+    for key in ("whole", "ids", "sent", "changing"):
+        latencies, largest = r[key]
+        assert len(latencies) == 40 and np.all(latencies > 0)
+        assert largest > 0
+    assert r["whole"][1] <= bench.TARGETS["bytes"] and r["ids"][1] <= bench.TARGETS["bytes"]
+    assert r["changes"] >= 0
