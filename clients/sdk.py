@@ -70,7 +70,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
@@ -255,6 +255,47 @@ def _catalog_fields(
     return out
 
 
+def _predict_body(
+    features: Features,
+    model: str | None,
+    defer: bool,
+    decision_id: str | None,
+    actions: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """The fields a predict body and a page's share."""
+    if isinstance(features, Mapping):
+        feats: Any = dict(features)
+    else:
+        feats = [float(v) for v in features]  # accepts numpy arrays without importing numpy
+    body: dict[str, Any] = {"features": feats}
+    if model is not None:
+        body["model"] = model
+    if actions is not None:
+        body["actions"] = [_action(a) for a in actions]
+    if defer:
+        body["defer"] = True
+    if decision_id is not None:
+        body["decision_id"] = decision_id
+    return body
+
+
+A = TypeVar("A", Prediction, Page)
+
+
+def _predict_call(body: dict[str, Any], model: str | None, answer: type[A]) -> _Call[A]:
+    """``POST /predict`` of ``body``, its answer read as ``answer``."""
+    return _Call(
+        "POST",
+        "/predict",
+        lambda r: answer.from_json(_json(r)),
+        json=body,
+        idempotent=False,
+        resend_once=True,
+        by_model=True,
+        model=model,
+    )
+
+
 class _Calls:
     """Builds the :class:`_Call` of every API method (shared by both clients)."""
 
@@ -268,39 +309,31 @@ class _Calls:
         excluded: Sequence[str | int] | None = None,
         baseline: str | int | None = None,
         actions: Sequence[Mapping[str, Any]] | None = None,
-        slots: Sequence[Mapping[str, Any]] | None = None,
-    ) -> _Call[Prediction | Page]:
-        if isinstance(features, Mapping):
-            feats: Any = dict(features)
-        else:
-            feats = [float(v) for v in features]  # accepts numpy arrays without importing numpy
-        body: dict[str, Any] = {"features": feats}
-        if model is not None:
-            body["model"] = model
-        if actions is not None:
-            body["actions"] = [_action(a) for a in actions]
-        if defer:
-            body["defer"] = True
-        if decision_id is not None:
-            body["decision_id"] = decision_id
+        candidates: Sequence[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        k: int | None = None,
+    ) -> _Call[Prediction]:
+        body = _predict_body(features, model, defer, decision_id, actions)
         for key, labels in (("eligible", eligible), ("excluded", excluded)):
             if labels is not None:
                 body[key] = list(labels)
         if baseline is not None:
             body["baseline"] = baseline
-        if slots is not None:
-            body["slots"] = [_slot(s) for s in slots]
-        answer = Prediction if slots is None else Page
-        return _Call(
-            "POST",
-            "/predict",
-            lambda r: answer.from_json(_json(r)),
-            json=body,
-            idempotent=False,
-            resend_once=True,
-            by_model=True,
-            model=model,
-        )
+        body.update(_catalog_fields(candidates, where, k))
+        return _predict_call(body, model, Prediction)
+
+    @staticmethod
+    def predict_page(
+        features: Features,
+        actions: Sequence[Mapping[str, Any]],
+        slots: Sequence[Mapping[str, Any]],
+        model: str | None,
+        defer: bool = False,
+        decision_id: str | None = None,
+    ) -> _Call[Page]:
+        body = _predict_body(features, model, defer, decision_id, actions)
+        body["slots"] = [_slot(s) for s in slots]
+        return _predict_call(body, model, Page)
 
     @staticmethod
     def feedback(
@@ -848,7 +881,6 @@ class Client(_Base):
                 delay = answered
             time.sleep(delay)
 
-    @overload
     def predict(
         self,
         features: Features,
@@ -863,43 +895,7 @@ class Client(_Base):
         candidates: Sequence[str] | None = None,
         filter: Mapping[str, Any] | None = None,
         k: int | None = None,
-        slots: None = None,
-    ) -> Prediction: ...
-
-    @overload
-    def predict(
-        self,
-        features: Features,
-        model: str | None = None,
-        *,
-        defer: bool = False,
-        decision_id: str | None = None,
-        eligible: Sequence[str | int] | None = None,
-        excluded: Sequence[str | int] | None = None,
-        baseline: str | int | None = None,
-        actions: Sequence[Mapping[str, Any]] | None = None,
-        candidates: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
-        k: int | None = None,
-        slots: Sequence[Mapping[str, Any]],
-    ) -> Page: ...
-
-    def predict(
-        self,
-        features: Features,
-        model: str | None = None,
-        *,
-        defer: bool = False,
-        decision_id: str | None = None,
-        eligible: Sequence[str | int] | None = None,
-        excluded: Sequence[str | int] | None = None,
-        baseline: str | int | None = None,
-        actions: Sequence[Mapping[str, Any]] | None = None,
-        candidates: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
-        k: int | None = None,
-        slots: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Prediction | Page:
+    ) -> Prediction:
         """Ask for a label: ``POST /predict``.
 
         Parameters
@@ -935,17 +931,6 @@ class Client(_Base):
             (``{"category": ["shoes"]}``), ``k`` the ranking's length (default 10). The answer has
             the chosen item, its probability and the top ``k`` (``probabilities`` is empty;
             ``candidates`` says how many there were).
-        slots : sequence of mapping, optional
-            A page of several slots (issue 53), in page order, for an action model: each ``{"id":
-            str, "features"?: {...}, "eligible"? | "excluded"?: [...], "baseline"?: ...}``; the
-            answer is then a :class:`Page`, one decision id and each slot's action (none in two
-            slots; at least as many actions as slots). ``eligible``, ``excluded`` and ``baseline``
-            go per slot then. Reward each slot with ``feedback(page.decision_id, ..., slot=...)``.
-
-        Returns
-        -------
-        Prediction, or Page when ``slots`` is given.
-
         Examples
         --------
         >>> with Client("http://127.0.0.1:8000") as c:  # doctest: +SKIP
@@ -957,11 +942,52 @@ class Client(_Base):
         ...     )
         ...     p.label  # "sku-1" or "sku-2"
         """
-        call = _Calls.predict(
-            features, model, defer, decision_id, eligible, excluded, baseline, actions, slots
+        return self._run(
+            _Calls.predict(
+                features,
+                model,
+                defer,
+                decision_id,
+                eligible,
+                excluded,
+                baseline,
+                actions,
+                candidates,
+                filter,
+                k,
+            )
         )
-        call.json.update(_catalog_fields(candidates, filter, k))
-        return self._run(call)
+
+    def predict_page(
+        self,
+        features: Features,
+        actions: Sequence[Mapping[str, Any]],
+        slots: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+    ) -> Page:
+        """Ask for a page of several slots (issue 53): ``POST /predict`` with ``slots``.
+
+        Parameters
+        ----------
+        features, model, defer, decision_id
+            As for :meth:`predict`; ``defer`` covers the whole page.
+        actions : sequence of mapping
+            The page's candidates, ``{"id": str, "features": {...}}`` each, at least one per slot.
+        slots : sequence of mapping
+            The slots in page order, each ``{"id": str, "features"?: {...}, "eligible"? |
+            "excluded"?: [...], "baseline"?: ...}``.
+
+        Returns
+        -------
+        Page
+            One decision id and each slot's action (none in two slots), its probability given the
+            earlier slots and its ranking. Reward each slot with ``feedback(page.decision_id, ...,
+            slot=...)``.
+        """
+        return self._run(_Calls.predict_page(features, actions, slots, model, defer, decision_id))
 
     def feedback(
         self,
@@ -1179,7 +1205,6 @@ class AsyncClient(_Base):
                 delay = answered
             await asyncio.sleep(delay)
 
-    @overload
     async def predict(
         self,
         features: Features,
@@ -1194,49 +1219,36 @@ class AsyncClient(_Base):
         candidates: Sequence[str] | None = None,
         filter: Mapping[str, Any] | None = None,
         k: int | None = None,
-        slots: None = None,
-    ) -> Prediction: ...
-
-    @overload
-    async def predict(
-        self,
-        features: Features,
-        model: str | None = None,
-        *,
-        defer: bool = False,
-        decision_id: str | None = None,
-        eligible: Sequence[str | int] | None = None,
-        excluded: Sequence[str | int] | None = None,
-        baseline: str | int | None = None,
-        actions: Sequence[Mapping[str, Any]] | None = None,
-        candidates: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
-        k: int | None = None,
-        slots: Sequence[Mapping[str, Any]],
-    ) -> Page: ...
-
-    async def predict(
-        self,
-        features: Features,
-        model: str | None = None,
-        *,
-        defer: bool = False,
-        decision_id: str | None = None,
-        eligible: Sequence[str | int] | None = None,
-        excluded: Sequence[str | int] | None = None,
-        baseline: str | int | None = None,
-        actions: Sequence[Mapping[str, Any]] | None = None,
-        candidates: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
-        k: int | None = None,
-        slots: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Prediction | Page:
+    ) -> Prediction:
         """See :meth:`Client.predict`."""
-        call = _Calls.predict(
-            features, model, defer, decision_id, eligible, excluded, baseline, actions, slots
+        return await self._run(
+            _Calls.predict(
+                features,
+                model,
+                defer,
+                decision_id,
+                eligible,
+                excluded,
+                baseline,
+                actions,
+                candidates,
+                filter,
+                k,
+            )
         )
-        call.json.update(_catalog_fields(candidates, filter, k))
-        return await self._run(call)
+
+    async def predict_page(
+        self,
+        features: Features,
+        actions: Sequence[Mapping[str, Any]],
+        slots: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        *,
+        defer: bool = False,
+        decision_id: str | None = None,
+    ) -> Page:
+        """See :meth:`Client.predict_page`."""
+        return await self._run(_Calls.predict_page(features, actions, slots, model, defer, decision_id))
 
     async def feedback(
         self,

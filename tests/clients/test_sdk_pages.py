@@ -1,6 +1,6 @@
-"""The SDK's pages (issue 53): ``predict(..., slots=...)`` answers a :class:`Page`, ``feedback(...,
-slot=...)`` rewards one slot once, ``activate`` a whole deferred page; both clients against a real
-server (SQLite store, so a page's records go through the embedded store's one transaction)."""
+"""The SDK's pages (issue 53): ``predict_page(features, actions, slots)`` answers a :class:`Page`,
+``feedback(..., slot=...)`` rewards one slot once, ``activate`` a whole deferred page; both clients
+against a real server (SQLite store, so a page's records go through the embedded store's one transaction)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_a_page_and_its_rewards_per_slot(server: str) -> None:
     with Client(server, api_key=API_KEY, admin_key=ADMIN_KEY) as c:
-        page = c.predict({"country": "fr"}, model="shop", actions=SHOP, slots=SLOTS)
+        page = c.predict_page({"country": "fr"}, SHOP, SLOTS, model="shop")
         assert isinstance(page, Page) and page.server == server and page.model == "shop"
         assert [s.id for s in page.slots] == ["hero", "tile", "footer"]
         assert len(set(page.labels)) == 3 and page.slots[2].label != "sku-0"
@@ -50,11 +50,11 @@ def test_a_page_and_its_rewards_per_slot(server: str) -> None:
         with pytest.raises(NotFound):
             c.feedback("no-such-page", click=True, slot=2)
         with pytest.raises(BadRequest, match="2 candidate actions"):
-            c.predict({"country": "fr"}, model="shop", actions=SHOP[:2], slots=SLOTS)
+            c.predict_page({"country": "fr"}, SHOP[:2], SLOTS, model="shop")
         with pytest.raises(ValueError, match="'id'"):
-            c.predict({"country": "fr"}, model="shop", actions=SHOP, slots=[{"features": {}}])
+            c.predict_page({"country": "fr"}, SHOP, [{"features": {}}], model="shop")
 
-        deferred = c.predict({"country": "de"}, model="shop", actions=SHOP, slots=SLOTS, defer=True)
+        deferred = c.predict_page({"country": "de"}, SHOP, SLOTS, model="shop", defer=True)
         assert isinstance(deferred, Page)
         assert c.feedback(deferred.decision_id, click=True, slot="footer").held
         done = c.activate(deferred.decision_id, wait=True)
@@ -70,7 +70,7 @@ def test_the_async_client_rewards_slots_of_pages(server: str) -> None:
     async def visits() -> list[Page]:
         async with AsyncClient(server, api_key=API_KEY) as c:
             pages = await asyncio.gather(
-                *(c.predict({"user": i}, model="shop", actions=SHOP, slots=SLOTS[:2]) for i in range(4))
+                *(c.predict_page({"user": i}, SHOP, SLOTS[:2], model="shop") for i in range(4))
             )
             await asyncio.gather(
                 *(c.feedback(p.decision_id, click=s == 0, slot=s) for p in pages for s in range(2))
