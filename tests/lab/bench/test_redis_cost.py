@@ -61,7 +61,9 @@ def test_quick_run_counts_three_commands_per_pair_and_an_idle_cost_independent_o
     # the follower saturated (stopped while events are logged, then catching up): measured, positive
     sat = re.search(r"\| … applying saturated \(B stopped[^|]*\| ([\d,]+) \|", markdown)
     assert sat is not None and float(sat[1].replace(",", "")) > 0, markdown
-    # ... and under load with a long pause (the setting's trade-off), this checkout only
-    long = re.search(r"\| … applying under load, B following with a pause of [^|]*\| ([\d,]+) \|", markdown)
-    assert long is not None and float(long[1].replace(",", "")) > 0, markdown
+    # ... and under load with a long pause (the setting's trade-off), this checkout only: measured, but
+    # with a long pause B wakes rarely, and in a quick run its cost per event is within the noise of
+    # the idle CPU subtracted from it, so it may come out negative (a CI run saw -52 µs)
+    long = re.search(r"\| … applying under load, B following with a pause of [^|]*\| (-?[\d,]+) \|", markdown)
+    assert long is not None and abs(float(long[1].replace(",", ""))) < 10_000, markdown
     assert "<!-- BEGIN redis-cost -->" in (bench_dir / "SCALING.md").read_text()
