@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from service.learners.base import Learner
 from service.runtime.checkpoints import Checkpoints
+from service.runtime.items import KIND as ITEMS_KIND
 from service.runtime.model import ModelRuntime
 from service.runtime.state import Shared, backoff
 from service.store import Event, StoreUnavailableError, UnknownModelError
@@ -95,8 +96,22 @@ class Replication:
         if not todo or todo[0].position != m.position + 1:
             return
         if type(m.learner).learn_is_heavy is Learner.learn_is_heavy:
-            m.apply_batch(todo)
-            m.last_apply_lag = max(now - todo[-1].at, 0.0)
+            # A catalog's bulk is many ``items`` events (5,000 items, tens of ms each to apply): the
+            # loop gets a turn after each, so predicts wait for one event, not for the whole bulk
+            # (issue 54: catalog changes do not stall predicts). Every decision still sees the
+            # catalog of one log position, as a follower between two reads does.
+            while todo:
+                cut = next((i + 1 for i, e in enumerate(todo) if e.kind == ITEMS_KIND), len(todo))
+                m.apply_batch(todo[:cut])
+                m.last_apply_lag = max(now - todo[cut - 1].at, 0.0)
+                todo = todo[cut:]
+                if todo:
+                    await asyncio.sleep(0)
+                    while m.frozen is not None:
+                        await m.frozen.wait()
+                    todo = [e for e in todo if e.position > m.position]  # a catch_up may have run
+                    if todo and todo[0].position != m.position + 1:
+                        return
             return
         for event in todo:
             if event.position == m.position + 1:

@@ -5,6 +5,7 @@ budget refuses a catalog that does not fit before anything is appended."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from service.config import ModelSpec
 from service.features import FeatureError
 from service.runtime import BudgetError
 from service.runtime.budgets import state_nbytes
-from service.store import MemoryStore, SQLiteStore, Store
+from service.store import Event, MemoryStore, SQLiteStore, Store
 from tests.service.conftest import Start
 
 pytestmark = pytest.mark.anyio
@@ -115,3 +116,33 @@ async def test_the_memory_budget_refuses_a_catalog_that_does_not_fit(start: Star
     assert "of learned state; the budget per model is" in message and "CLICKBOOST_MAX_MODEL_BYTES" in message
     assert m.position == position == await runtime.store.log_position("shop")
     assert m.catalog is not None and len(m.catalog) == 100
+
+
+async def test_a_bulk_gives_predicts_a_turn_between_its_events(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applying a bulk's ``items`` events (issue 54: catalog changes do not stall predicts), the
+    event loop gets a turn after each one: another task sees every position in between, each a
+    whole event's catalog, and the end is the catalog of the whole bulk."""
+    monkeypatch.setattr(service.runtime.items, "ITEMS_PER_EVENT", 40)
+    runtime = await start(MemoryStore())
+    m = await runtime.create_model("shop", SHOP)
+    assert m.catalog is not None
+    first = m.position
+    # the events as a follower reads them from the log (not appended here: the runtime's own
+    # follower must not apply them first)
+    data = service.runtime.items.put_events(Catalog(12).hash_items(items(200)))
+    events = [Event(first + 1 + i, "items", at=0.0, state=d) for i, d in enumerate(data)]  # type: ignore[arg-type]
+    seen: list[tuple[int, int]] = []
+
+    async def watch() -> None:
+        while m.position < events[-1].position:
+            seen.append((m.position, len(m.catalog)))  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    await runtime.replication.apply_all(m, events)
+    await watcher
+    between = sorted({s for s in seen if first < s[0] < events[-1].position})
+    assert between == [(first + i, 40 * i) for i in range(1, len(events))]
+    assert m.position == events[-1].position and len(m.catalog) == 200
