@@ -17,6 +17,7 @@ from service.api.auth import require_admin
 from service.api.errors import RETRY_AFTER_SECONDS
 from service.api.predict import RuntimeDep
 from service.api.schemas import (
+    CatalogInfo,
     ModelCounts,
     ModelElsewhere,
     ModelInfo,
@@ -79,7 +80,15 @@ async def _info(runtime: Runtime, m: ModelRuntime) -> ModelInfo:
         state_bytes=m.learner.nbytes(),
         failure=m.failure,
         rollout=_rollout(m),
+        catalog=_catalog(m),
     )
+
+
+def _catalog(m: ModelRuntime) -> CatalogInfo | None:
+    c, digest = m.catalog, m.catalog_checksum()
+    if c is None or digest is None:
+        return None
+    return CatalogInfo(items=len(c), version=c.version, bytes=c.nbytes(), checksum=digest)
 
 
 def _rollout(m: ModelRuntime) -> RolloutInfo | None:

@@ -535,6 +535,17 @@ class ModelCounts(BaseModel):
     )
 
 
+class CatalogInfo(BaseModel):
+    """An action-feature model's catalog in ``GET /models/{name}`` (issue 54)."""
+
+    items: int = Field(description="Items registered (active or not, expired ones until removed).")
+    version: int = Field(description="Changes applied to the catalog, equal on replicas of one log.")
+    bytes: int = Field(description="What the memory budget counts for the catalog.")
+    checksum: str = Field(
+        description="sha256 of the catalog's canonical state: equal on every replica at the same version."
+    )
+
+
 class ModelInfo(BaseModel):
     """Body of ``GET /models/{name}``."""
 
@@ -551,6 +562,9 @@ class ModelInfo(BaseModel):
     )
     rollout: RolloutInfo | None = Field(
         None, description="Safe rollout: the mode and, outside online mode or once it left it, the evidence."
+    )
+    catalog: CatalogInfo | None = Field(
+        None, description="The catalog of an action-feature model; null for a model with fixed labels."
     )
 
 

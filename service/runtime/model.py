@@ -86,6 +86,7 @@ class ModelRuntime:
         self.last_apply_lag = 0.0
         self.budget_bytes = state_nbytes(spec) if budget_bytes is None else budget_bytes
         self._checksum: tuple[int, int, str] | None = None  # (position, id(learner), digest)
+        self._catalog_checksum: tuple[int, int, str] | None = None  # (version, id(catalog), digest)
         self._pages: PageFeaturiser | None = None  # an action model's page featuriser, made when first used
         # Isolated failures: an event this process cannot apply stops this model only.
         self.failure: str | None = None
@@ -398,6 +399,18 @@ class ModelRuntime:
     def state_bytes(self) -> bytes:
         """Canonical serialised learned state (:mod:`service.serial`): what export returns."""
         return encode(self.learner.state(copy=False))
+
+    def catalog_checksum(self) -> str | None:
+        """sha256 of the catalog's canonical state (:meth:`Catalog.to_state`), equal on every replica
+        at the same catalog version; None for a label model. Computed once per version: the learned
+        state's :meth:`checksum` leaves the catalog out, as export does."""
+        c = self.catalog
+        if c is None:
+            return None
+        key = (c.version, id(c))
+        if self._catalog_checksum is None or self._catalog_checksum[:2] != key:
+            self._catalog_checksum = (*key, checksum(c.to_state()))
+        return self._catalog_checksum[2]
 
     def checksum(self) -> str:
         """sha256 of the canonical serialised state: equal on every replica at the same version.

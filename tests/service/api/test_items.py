@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from service.catalog import Catalog
 from service.runtime.budgets import state_nbytes
+from service.serial import checksum
 from tests.service.api.conftest import app_client, make_app
 from tests.service.test_catalog_runtime import SHOP
 
@@ -74,6 +76,24 @@ async def test_items_registered_read_paged_and_removed() -> None:
             and r.json()["detail"] == "item 'sku-3' is not in the catalog of model 'shop'"
         )
         assert (await client.delete("/models/shop/items/sku-3")).status_code == 404
+        # the model's info carries the catalog: what it holds and its checksum, which a replica
+        # that applied the same log (here a catalog that registered the same items) has too
+        info = (await client.get("/models/shop")).json()["catalog"]
+        again = Catalog(SHOP.hashing_bits or 0)
+        again.put_many([{"id": "sku-0", "features": {"brand": "acme", "price": 9.5}}])
+        again.put_many([item(i) for i in range(1, 6)])
+        again.put_many([item(i, active=False) for i in range(6, 9)])
+        again.put_many([{"id": "sku-9", "features": {"brand": "z"}, "expires_at": 1.0}])
+        again.remove("sku-3")
+        assert info == {
+            "items": 9,
+            "version": 5,
+            "bytes": again.nbytes(),
+            "checksum": checksum(again.to_state()),
+        }
+        r = await client.post("/models/shop/items", json=[item(1)])  # replaced, the same features
+        info = (await client.get("/models/shop")).json()["catalog"]
+        assert info["version"] == 6 and info["checksum"] != checksum(again.to_state())
 
 
 @pytest.mark.parametrize(

@@ -116,3 +116,5 @@ async def test_a_bulk_arrives_whole_and_a_later_replica_starts_from_the_checkpoi
     c = await replicas()
     m = c.models["shop"]
     assert m.checkpoint_position == cp.position and catalog(c).to_bytes() == catalog(a).to_bytes()
+    # what GET /models/{name} shows an operator to compare replicas
+    assert c.models["shop"].catalog_checksum() == a.models["shop"].catalog_checksum() is not None
