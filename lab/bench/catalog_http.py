@@ -6,13 +6,13 @@ model (``squarecb-adf``, ``hashing_bits`` 18, as ``bench catalog``) and 100,000 
 stream (:mod:`lab.sim.shop`, eight features each, as ``bench catalog``'s bulk) registered by one
 ``POST /models/{name}/items`` as a JSON array, then the same items again as JSON lines (each replaces
 itself), with the admin key. Timed from the first byte sent to the answer, which comes once the
-server applied the events (checked, hashed, appended to the model's log in 20 events of 5,000,
+server applied the events (checked, hashed, appended to the model's log in 100 events of 1,000,
 applied); the client's encoding of the body is not in it. The catalog's memory is the listing's
 ``bytes`` (what the model's memory budget counts, :meth:`service.catalog.Catalog.nbytes`) over its
 items: the memory per stored item, beside the default model budget. While the second bulk is
 applied, a second connection sends whole-catalog predicts one after the other (every answer a 200):
 their longest latency says how long a bulk holds predicts up (issue 54: catalog changes do not
-stall predicts; the server applies one ``items`` event of 5,000 items between two turns of its
+stall predicts; the server applies one ``items`` event of 1,000 items between two turns of its
 event loop). ``--quick``: 20,000 items, memory store only.
 """
 

@@ -96,7 +96,7 @@ class Replication:
         if not todo or todo[0].position != m.position + 1:
             return
         if type(m.learner).learn_is_heavy is Learner.learn_is_heavy:
-            # A catalog's bulk is many ``items`` events (5,000 items, tens of ms each to apply): the
+            # A catalog's bulk is many ``items`` events (1,000 items, a few ms each to apply): the
             # loop gets a turn after each, so predicts wait for one event, not for the whole bulk
             # (issue 54: catalog changes do not stall predicts). Every decision still sees the
             # catalog of one log position, as a follower between two reads does.

@@ -102,7 +102,7 @@ async def test_a_bulk_arrives_whole_and_a_later_replica_starts_from_the_checkpoi
     b = await replicas(checkpoint_every=2, checkpoint_interval_seconds=3600)
     await a.create_model("shop", SHOP)
     await b.resolve("shop")
-    _, position = await a.items.put("shop", [item(i) for i in range(12_000)])  # 3 events
+    _, position = await a.items.put("shop", [item(i) for i in range(12_000)])  # 12 events
     await a.items.remove("shop", "sku-7")
     deadline = time.monotonic() + 5
     while b.models["shop"].position < position + 1:
