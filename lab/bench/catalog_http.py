@@ -55,7 +55,7 @@ def _register(url: str, body: bytes, media: str) -> tuple[float, dict[str, objec
 def _predicts_during(url: str, contexts: list[dict[str, object]], done: threading.Event) -> list[float]:
     """Latencies (s) of whole-catalog predicts sent one after the other until ``done`` is set."""
     out: list[float] = []
-    with httpx.Client(timeout=120) as http:
+    with httpx.Client(timeout=120, headers={"x-api-key": ADMIN_KEY}) as http:
         while not done.is_set():
             body = {"model": "shop", "features": contexts[len(out) % len(contexts)]}
             start = time.perf_counter()
