@@ -27,8 +27,9 @@ from service import _jit_cache
 from service.config import ModelSpec
 from service.decision_log import LogRecord, pages
 from service.learners.base import learner_from_state
-from service.runtime.budgets import bandit_class, check_budget, check_event_budget
+from service.runtime.budgets import bandit_class, check_budget, check_catalog_budget, check_event_budget
 from service.runtime.errors import ModelUnavailableError, NoSuchModelError
+from service.runtime.items import Items
 from service.runtime.model import ModelRuntime
 from service.runtime.replication import Replication
 from service.runtime.state import Shared, backoff
@@ -192,8 +193,10 @@ class Registry:
         return False, "starting: loading models"
 
     def _held(self, name: str) -> int:
-        """State bytes the process's models other than ``name`` hold (their estimates)."""
-        return sum(m.budget_bytes for n, m in self.shared.models.items() if n != name)
+        """Bytes the process's models other than ``name`` hold: their learned states' estimates and
+        their catalogs (:meth:`Items.held <service.runtime.items.Items.held>`), as a catalog write
+        counts them."""
+        return sum(Items.held(m) for n, m in self.shared.models.items() if n != name)
 
     async def load(self, name: str, config: Mapping[str, Any]) -> ModelRuntime:
         """The model ``name`` of the stored ``config``, built here: its budget checked, its kernels
@@ -211,6 +214,10 @@ class Registry:
         await asyncio.to_thread(m.learner.prepare)  # one-time tables: seconds for some learners
         await self.replication.checkpoints.load(m)
         await self.replication.catch_up(m)
+        if m.catalog is not None and len(m.catalog):  # a catalog loaded whole: the budget may have changed
+            check_catalog_budget(
+                name, need, m.catalog.nbytes(), len(m.catalog), self.shared.settings, self._held(name)
+            )
         return m
 
     def elsewhere(self) -> dict[str, dict[str, list[str]]]:

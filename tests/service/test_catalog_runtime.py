@@ -146,3 +146,34 @@ async def test_a_bulk_gives_predicts_a_turn_between_its_events(
     between = sorted({s for s in seen if first < s[0] < events[-1].position})
     assert between == [(first + i, 40 * i) for i in range(1, len(events))]
     assert m.position == events[-1].position and len(m.catalog) == 200
+
+
+async def test_a_catalog_over_a_lowered_budget_is_not_loaded_and_counts_for_the_others(
+    start: Start, tmp_path: Path
+) -> None:
+    """A process started with a budget its stored catalog exceeds refuses to load the model (reported,
+    the others served), as for learned state; a loaded catalog counts against the process's budget
+    when another model is created."""
+    path = tmp_path / "clickboost.sqlite3"
+    first = await start(SQLiteStore(path))
+    await first.create_model("shop", SHOP)
+    await first.items.put("shop", items(2000))
+    m = first.models["shop"]
+    assert m.catalog is not None
+    held = m.budget_bytes + m.catalog.nbytes()
+    store = first.store
+    await first.stop()
+    await store.close()
+    second = await start(SQLiteStore(path), max_model_bytes=held - 1)
+    assert "shop" not in second.models
+    reason = second.registry.load_failures["shop"].reason
+    assert "would hold a catalog of" in reason and "(2,000 items)" in reason
+    assert "CLICKBOOST_MAX_MODEL_BYTES" in reason
+    store = second.store
+    await second.stop()
+    await store.close()
+    # the whole process: the catalog leaves no room for a second model of the same learned size
+    third = await start(SQLiteStore(path), max_total_model_bytes=held + m.budget_bytes - 1)
+    assert "shop" in third.models
+    with pytest.raises(BudgetError, match="this process's models already hold"):
+        await third.create_model("other", SHOP)
