@@ -191,6 +191,7 @@ class LogRecord:
     activated_at: float | None = None
     actions: list[dict[str, Any]] | None = None
     page: dict[str, Any] | None = None
+    catalog: dict[str, Any] | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -244,13 +245,16 @@ class LogRecord:
             entry.activated_at,
             actions,
             page,
+            entry.catalog,
         )
 
     def to_json(self) -> str:
-        """The JSON line (without its newline); ``page`` only in a page slot's record."""
+        """The JSON line (without its newline); ``page`` only in a page slot's record, ``catalog``
+        only in a catalog decision's."""
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
-        if doc["page"] is None:  # a single decision's line is what it was before pages
-            del doc["page"]
+        for key in ("page", "catalog"):  # other decisions' lines are what they were before them
+            if doc[key] is None:
+                del doc[key]
         return _line(doc)
 
     @classmethod
@@ -266,6 +270,7 @@ class LogRecord:
             doc.setdefault("activated_at", None)
             doc.setdefault("actions", None)  # ... before action-feature models existed
             doc.setdefault("page", None)  # a single decision's (and before pages existed)
+            doc.setdefault("catalog", None)  # not a catalog decision's (and before issue 54 item 5)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)

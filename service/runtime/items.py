@@ -53,6 +53,7 @@ __all__ = [
     "pop_catalog",
     "put_events",
     "remove_event",
+    "sweep_event",
 ]
 
 #: The event kind of a catalog change.
@@ -110,12 +111,38 @@ def remove_event(ids: Sequence[str]) -> bytes:
     return serial.encode({"op": "remove", **_ids(ids)})
 
 
-def apply_event(catalog: Catalog | None, data: bytes) -> None:
-    """Apply the ``items`` event of state ``data`` to ``catalog`` (``ModelRuntime.apply``). A removal
-    of an id no longer there changes nothing (an earlier removal in the log took it)."""
+def sweep_event(now: float | None, forget_below: int | None) -> bytes:
+    """The state of the ``items`` event of a sweep: expire the items due at ``now`` and forget the
+    history's rows retired at or before version ``forget_below`` (either may be None)."""
+    return serial.encode(
+        {
+            "op": "sweep",
+            "now": -1.0 if now is None else now,
+            "below": -1 if forget_below is None else forget_below,
+        }
+    )
+
+
+def apply_event(catalog: Catalog | None, data: bytes, at: float = 0.0) -> None:
+    """Apply the ``items`` event of state ``data``, appended at ``at``, to ``catalog``
+    (``ModelRuntime.apply``). A removal of an id no longer there changes nothing (an earlier removal
+    in the log took it)."""
     if catalog is None:
         raise CatalogError("an items event on a model with fixed labels")
     state = serial.decode(data)
+    try:
+        _apply(catalog, state)
+    finally:
+        catalog.history.applied(catalog.version, at)
+
+
+def _apply(catalog: Catalog, state: Mapping[str, Any]) -> None:
+    if state["op"] == "sweep":  # the sweeper's (service.runtime.sweeper): what it does is in the event
+        if state["now"] >= 0:
+            catalog.expire(float(state["now"]))
+        if state["below"] >= 0:
+            catalog.history.forget(int(state["below"]))
+        return
     ids = _read_ids(state)
     if state["op"] == "remove":
         catalog.discard(ids)
