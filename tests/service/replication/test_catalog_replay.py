@@ -46,7 +46,11 @@ async def level(*rs: Runtime) -> None:
 
 def seen(rep: Any) -> list[tuple[str, list[int], list[float]]]:
     cat = rep.catalog
-    return [(cat.id_of(int(s)), cat.features(int(s)).idx.tolist(), cat.features(int(s)).val.tolist()) for s in rep.slots]
+    out = []
+    for s in rep.slots.tolist():
+        v = cat.features(s)
+        out.append((cat.id_of(s), v.idx.tolist(), v.val.tolist()))
+    return out
 
 
 async def test_two_replicas_and_a_later_one_rebuild_every_decision_alike(replicas: Start) -> None:
