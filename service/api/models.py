@@ -335,6 +335,14 @@ class PolicyEstimate(BaseModel):
         None, description="Replay: standard deviation of the click rate between runs."
     )
     acceptance: float | None = Field(None, description="Replay: share of the logged events accepted.")
+    catalog: float | None = Field(
+        None, description="Catalog decisions weighed, their candidates rebuilt from the catalog (issue 54)."
+    )
+    catalog_skipped: float | None = Field(
+        None,
+        description="Catalog decisions left out: their history forgotten (past the decision log's "
+        "retention) or otherwise not rebuilt; a replay leaves every catalog decision out.",
+    )
 
 
 class Evaluation(BaseModel):
@@ -404,9 +412,12 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
         async for page in pages:
             yield page
 
+    def catalog() -> bytes | None:  # the model's catalog once the log is read (service.catalog_ope)
+        return None if m.catalog is None or m.catalog.version == 0 else m.catalog.to_bytes()
+
     try:
         job = runtime.evaluations.start(
-            m.name, body.policies, body.since, body.until, body.runs, records, snapshots
+            m.name, body.policies, body.since, body.until, body.runs, records, snapshots, catalog
         )
     except TooManyJobsError as exc:
         raise HTTPException(429, str(exc), headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
