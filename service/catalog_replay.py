@@ -39,7 +39,7 @@ catalog of its rows (``python -m service lab bench catalog-history`` prints both
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +49,20 @@ from service.actions import ActionInput
 from service.catalog import Catalog, CatalogError, rows_of
 from service.catalog_explore import CatalogExploration, catalog_pairs
 from service.catalog_items import HashedItems
+from service.decision_log import Candidates
 from service.features import SparseVector
 from service.learners.squarecb import igw_scores
 from service.learners.squarecb_adf import SquareCBADF
 
-__all__ = ["CatalogReplay", "ReplayError", "Snapshots", "as_of", "is_catalog_record", "rebuild"]
+__all__ = [
+    "CatalogReplay",
+    "ReplayError",
+    "Snapshots",
+    "as_of",
+    "dsjson_candidates",
+    "is_catalog_record",
+    "rebuild",
+]
 
 
 class ReplayError(ValueError):
@@ -252,3 +261,23 @@ def _check(out: CatalogReplay, record: Any, memo: Mapping[str, Any]) -> None:
         raise ReplayError(
             f"the rebuilt candidate at position {out.index} is not the record's item {shown['id']!r}"
         )
+
+
+def dsjson_candidates(
+    catalog: Catalog,
+) -> Callable[[Any], tuple[list[tuple[list[int], list[float]]], int] | None]:
+    """For the dsjson export with every candidate (:class:`service.decision_log.DsjsonWriter`): a
+    record's candidates rebuilt from ``catalog`` (each one's hashed buckets and values, in order)
+    and the shown item's position; None for a record that cannot be rebuilt (its line then keeps
+    the chosen item alone)."""
+    snapshots = Snapshots(catalog)
+
+    def candidates(record: Any) -> Candidates | None:
+        try:
+            rep = rebuild(catalog, record, snapshots=snapshots)
+        except ReplayError:
+            return None
+        vectors = [rep.catalog.features(s) for s in rep.slots.tolist()]
+        return [(v.idx.tolist(), v.val.tolist()) for v in vectors], rep.index
+
+    return candidates

@@ -130,6 +130,9 @@ from service.store.base import LogOutcome, split_slot_id
 
 T = TypeVar("T")
 U = TypeVar("U")
+#: A catalog decision's candidates for its dsjson line: each one's hashed entries (buckets,
+#: values), in the decision's order, and the shown item's position (:mod:`service.catalog_replay`).
+Candidates = tuple[list[tuple[list[int], list[float]]], int]
 
 __all__ = ["FORMATS", "DsjsonWriter", "LogRecord", "pages", "sliced"]
 
@@ -283,14 +286,20 @@ class LogRecord:
         a = self.actions[k]
         return {"a": _bucket_features(a["idx"], a["val"]) or {"none": 1}}
 
-    def to_dsjson(self) -> str | None:
+    def to_dsjson(self, candidates: Candidates | None = None) -> str | None:
         """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped). A page
-        slot's record has no line of its own (:class:`DsjsonWriter` writes its page's)."""
+        slot's record has no line of its own (:class:`DsjsonWriter` writes its page's).
+        ``candidates``: a catalog decision's every candidate, rebuilt (module docstring)."""
         if self.reward is None or self.page is not None:
             return None
         actions = list(range(len(self.probs))) if self.eligible is None else self.eligible
         chosen = actions.index(self.label_index)  # positions in _multi
         order = [chosen, *(k for k in range(len(actions)) if k != chosen)]
+        multi = [self._action(k) for k in actions]
+        if candidates is not None:  # only the shown item's probability is known (module docstring)
+            entries, chosen = candidates
+            multi = [{"a": _bucket_features(idx, val) or {"none": 1}} for idx, val in entries]
+            order, actions = [chosen], [0] * len(entries)
         if isinstance(self.features, dict):
             context = _bucket_features(self.features["idx"], self.features["val"])
         else:
@@ -304,7 +313,7 @@ class LogRecord:
                 "_labelIndex": chosen,
                 "a": [k + 1 for k in order],
                 "p": [self.probs[actions[k]] for k in order],
-                "c": {"x": context, "_multi": [self._action(k) for k in actions]},
+                "c": {"x": context, "_multi": multi},
                 "EventId": self.decision_id,
                 "Timestamp": stamp,
             }
@@ -324,13 +333,19 @@ class DsjsonWriter:
     forgotten by the retention, is never written).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, candidates: Callable[[LogRecord], Candidates | None] | None = None) -> None:
         self._open: dict[str, dict[int, LogRecord]] = {}
+        self.candidates = candidates
 
     def line(self, record: LogRecord) -> str | None:
-        """The line ``record`` completes, if any."""
+        """The line ``record`` completes, if any; a catalog decision's with every candidate when
+        the writer has ``candidates`` (None for a record they cannot be rebuilt for: its chosen
+        item alone, as without)."""
         if record.page is None:
-            return record.to_dsjson()
+            rebuilt = None
+            if self.candidates is not None and record.catalog is not None and record.reward is not None:
+                rebuilt = self.candidates(record)
+            return record.to_dsjson(rebuilt)
         slots = self._open.setdefault(record.page["id"], {})
         slots[record.page["slot"]] = record
         if len(slots) < record.page["slots"]:

@@ -28,6 +28,7 @@ from service.api.schemas import (
     StateImported,
     error_responses,
 )
+from service.catalog_replay import dsjson_candidates
 from service.config import ModelName, ModelSpec
 from service.decision_log import DsjsonWriter, LogRecord, sliced
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
@@ -264,6 +265,14 @@ async def export_log(
         Literal["jsonl", "dsjson"],
         Query(alias="format", description="jsonl: every record; dsjson: Vowpal Wabbit's --dsjson lines."),
     ] = "jsonl",
+    candidates: Annotated[
+        Literal["chosen", "all"],
+        Query(
+            description="dsjson: a catalog decision's line carries the chosen item (chosen) or every "
+            "candidate, rebuilt from the catalog's history (all: a line per decision of up to megabytes "
+            "for a catalog of 10,000 items; one that cannot be rebuilt keeps the chosen item)."
+        ),
+    ] = "chosen",
 ) -> StreamingResponse:
     """Stream the model's retained decisions in creation order, read from the store a page at a time.
 
@@ -272,7 +281,11 @@ async def export_log(
     """
     pages = await runtime.decision_log(name, _seconds(since, -math.inf), _seconds(until, math.inf))
     first = await anext(pages)
-    encode = LogRecord.to_json if fmt == "jsonl" else DsjsonWriter().line  # a page: at its last slot
+    rebuilt = None
+    if fmt == "dsjson" and candidates == "all":  # each line's candidates from the catalog (issue 54)
+        m = await runtime.resolve(name)
+        rebuilt = None if m.catalog is None else dsjson_candidates(m.catalog)
+    encode = LogRecord.to_json if fmt == "jsonl" else DsjsonWriter(rebuilt).line  # a page: at its last slot
 
     async def lines() -> AsyncIterator[str]:
         page: list[LogRecord] | None = first

@@ -135,3 +135,50 @@ async def test_the_evaluation_job_weighs_catalog_decisions() -> None:
     for name in res:
         assert res[name]["ips"]["catalog"] == 60 and res[name]["ips"]["catalog_skipped"] == 0
     assert res["logged"]["ips"]["value"] == pytest.approx(20 / 60)
+
+
+async def test_the_dsjson_export_with_every_candidate() -> None:
+    """``candidates=all``: a catalog decision's line lists every candidate it was over, rebuilt
+    (as many as the decision had, the shown one at its position, its probability), and VW learns
+    from each line; the default keeps the chosen item alone."""
+    rng = np.random.default_rng(4)
+    async with app_client(make_app()) as c:
+        spec = {"actions": "features", "learner": "squarecb-adf", "hashing_bits": 10}
+        assert (await c.put("/models/shop", json=spec)).status_code == 201
+        assert (await c.post("/models/shop/items", json=[item(i, rng) for i in range(25)])).status_code == 200
+        answers = []
+        for k in range(12):
+            if k == 6:  # a change between decisions: the first six are rebuilt from the history
+                await c.post("/models/shop/items", json=[item(i, rng) for i in range(20, 30)])
+            body = {
+                "model": "shop",
+                "features": {"u": k % 3},
+                **({"filter": {"category": "c1"}} if k % 2 else {}),
+            }
+            d = (await c.post("/predict", json=body)).json()
+            answers.append(d)
+            assert (
+                await c.post("/feedback", json={"decision_id": d["decision_id"], "click": k % 2 == 0})
+            ).status_code == 200
+        every = (
+            await c.get("/models/shop/log", params={"format": "dsjson", "candidates": "all"})
+        ).text.splitlines()
+        chosen = (await c.get("/models/shop/log", params={"format": "dsjson"})).text.splitlines()
+    assert len(every) == len(chosen) == 12
+    for line, short, d in zip(every, chosen, answers, strict=True):
+        doc, one = json.loads(line), json.loads(short)
+        assert len(doc["c"]["_multi"]) == d["candidates"] and len(one["c"]["_multi"]) == 1
+        assert doc["_labelIndex"] == d["label_index"] and doc["_label_Action"] == d["label_index"] + 1
+        assert doc["_label_probability"] == d["probability"] == one["_label_probability"]
+        assert doc["c"]["_multi"][d["label_index"]] == one["c"]["_multi"][0]  # the shown item's features
+        assert doc["a"] == [d["label_index"] + 1] and doc["p"] == [d["probability"]]
+    vw = pytest.importorskip("vowpalwabbit")
+    ws = vw.Workspace("--cb_explore_adf --dsjson --quiet -q xa")
+    for line, d in zip(every, answers, strict=True):
+        examples = ws.parse(line)
+        labelled = [
+            k for k, e in enumerate(examples[1:]) if e.get_label(vw.LabelType.CONTEXTUAL_BANDIT).costs
+        ]
+        assert labelled == [d["label_index"]] and len(examples) == d["candidates"] + 1
+        ws.learn(examples)
+        ws.finish_example(examples)
