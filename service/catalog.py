@@ -45,7 +45,7 @@ import numpy as np
 from service import serial
 from service._jit_cache import kernel
 from service.actions import ActionInput
-from service.catalog_history import History, Rows
+from service.catalog_history import History, Rows, row_bytes
 from service.catalog_items import CATEGORICAL, CatalogError, HashedItems, hash_items
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
@@ -606,11 +606,13 @@ def added_bytes(cat: Catalog, items: HashedItems) -> int:
     """About what ``cat``'s :meth:`~Catalog.nbytes` grows by when ``items`` are inserted, spare
     capacity aside: a new item's slot (the arrays' row, a categorical code per name, its id and its
     list and dictionary entries, :data:`_ENTRY_BYTES` for the latter), 12 bytes per hashed entry (a
-    replaced item's old entries stay as a hole until a compaction) and a new bucket's rows and
-    key. For a memory budget, before the items are applied."""
+    replaced item's old entries stay as a hole until a compaction), a new bucket's rows and key,
+    and a replaced item's row kept in the history (:func:`service.catalog_history.row_bytes`).
+    For a memory budget, before the items are applied."""
     new = [i for i in items.ids if i not in cat._slot]
+    old = np.fromiter((s for i in items.ids if (s := cat._slot.get(i)) is not None), np.int64)
     names = set(cat._cat_names).union(k for item in items.categorical for k, _ in item)
-    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + _ENTRY_BYTES
+    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + 16 + _ENTRY_BYTES  # 16: sequence number, since
     buckets = np.unique(items.buckets).tolist()
     fresh = sum(1 for b in buckets if b not in cat._voc_of)
     return (
@@ -618,6 +620,7 @@ def added_bytes(cat: Catalog, items: HashedItems) -> int:
         + sum(sys.getsizeof(i) for i in new)
         + 12 * int(items.buckets.size)
         + fresh * (3 * 8 + _INT_BYTES + _ENTRY_BYTES)
+        + sum(row_bytes(cat.id_of(s), int(cat._count[s]), len(names)) for s in old.tolist())
     )
 
 

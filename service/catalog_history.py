@@ -37,7 +37,7 @@ import numpy as np
 
 from service.catalog_items import HashedItems
 
-__all__ = ["History", "Rows"]
+__all__ = ["History", "Rows", "row_bytes"]
 
 #: Array fields of a retired row, with their dtypes.
 _ROW_FIELDS = {
@@ -48,6 +48,14 @@ _ROW_FIELDS = {
     "expires": np.float64,
     "count": np.int64,
 }
+
+
+def row_bytes(item_id: str, entries: int, names: int) -> int:
+    """About what :meth:`History.nbytes` grows by for a retired row of ``entries`` hashed entries
+    and at most ``names`` categorical features, spare capacity aside (a budget's estimate): its
+    arrays' 49 bytes, 16 per entry, its id, its categorical JSON (a name and value of about 16
+    characters each) and two list pointers."""
+    return 49 + 16 * entries + sys.getsizeof(item_id) + sys.getsizeof(b"") + 36 * names + 16
 
 
 def _take(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -4,12 +4,14 @@ replacements, deletions, expiries (retired by the sweep's ``items`` event), filt
 and eligible / excluded labels, interleaved with catalog decisions and feedback; for every logged
 decision the candidates rebuilt at the end are those rebuilt when it was made (same ids, same
 hashed features, same order), and the model as it was then gives the chosen item the logged
-probability bit for bit. The same after the catalog's bytes are saved and loaded (a checkpoint)."""
+probability bit for bit. The same after the catalog's bytes are saved and loaded (a checkpoint),
+with the decision log on the memory store and on SQLite (Redis: tests/service/replication/)."""
 
 from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from service.config import ModelSpec
 from service.decision_log import LogRecord
 from service.runtime import Runtime
 from service.runtime.catalog_requests import MEMO_NAMES, CatalogQuery
-from service.store import MemoryStore
+from service.store import MemoryStore, SQLiteStore
 from tests.service.conftest import Start
 
 pytestmark = pytest.mark.anyio
@@ -98,11 +100,14 @@ async def decide(runtime: Runtime, rng: np.random.Generator, now: float) -> str 
     return p.decision_id
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-async def test_every_decision_is_rebuilt_and_its_probability_reproduced(start: Start, seed: int) -> None:
+async def test_every_decision_is_rebuilt_and_its_probability_reproduced(
+    start: Start, seed: int, kind: str, tmp_path: Path
+) -> None:
     rng = np.random.default_rng(seed)
     clock = Clock()
-    runtime = await start(MemoryStore())
+    runtime = await start(MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "c.sqlite3"))
     runtime.clock = clock
     await runtime.create_model("shop", SHOP)
     m = runtime.models["shop"]
