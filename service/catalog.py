@@ -28,8 +28,14 @@ the same bytes, hold the same items in the same order and score them alike bit f
 **Order.** The whole catalog is selected in slot order, which is registration order (a replaced
 item keeps its place): a decision's tie-breaking and sampling read candidates in that order.
 
+**History** (issue 54, item 5; :mod:`service.catalog_history`). Each slot also keeps its item's
+sequence number (its place in the order) and the version its row came in with, and the catalog
+keeps the rows it retires (replaced, removed, expired) with the versions they lived in, so that the
+catalog at an earlier version, hence a logged decision's candidates, can be rebuilt
+(:mod:`service.catalog_replay`). Both are part of the canonical state.
+
 Memory per item: :meth:`Catalog.nbytes` for a budget, and ``python -m service lab bench catalog``
-(tracemalloc of a 100,000-item registration beside it).
+(tracemalloc of a 100,000-item registration beside it); per retired row: ``bench catalog-history``.
 """
 
 from __future__ import annotations

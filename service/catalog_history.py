@@ -10,19 +10,24 @@ decision made at catalog version ``v`` saw the rows with ``lo <= v < hi``. The l
 (``Catalog._seq``: a new item's place; a replaced item keeps it, as it keeps its slot), so the
 order of the whole catalog at ``v`` is the rows' order by sequence number. :class:`History` keeps
 the retired rows: id, sequence number, ``lo``, ``hi``, ``active``, ``expires``, hashed entries
-(bucket and value, as the catalog hashed them) and categorical features (for filters), and the
-time of the event that retired it (``at``).
+(bucket and value, as the catalog hashed them) and categorical features (for filters). They are
+part of the catalog's canonical state (``Catalog.to_bytes``): a checkpoint carries them, and
+replicas that applied the same events hold the same history byte for byte.
 
 **Forgetting.** Retired rows are kept while a retained decision-log record may need them: the sweep
-appends an ``items`` event that forgets the rows retired before a time (:meth:`History.forget`,
-the time in the event, so every replica forgets the same rows and the catalog's bytes stay equal
-between replicas; :mod:`service.runtime.items`). ``complete_from`` is the highest ``hi`` forgotten:
-a decision at a version below it may miss rows, and its rebuild says so.
+appends an ``items`` event that forgets the rows retired at or before a version
+(:meth:`History.forget`; the version is in the event, so every replica forgets the same rows and
+the catalogs stay equal byte for byte: :mod:`service.runtime.items`, :mod:`service.runtime.sweeper`).
+The sweeping replica picks the version from the times of the events it applied (:attr:`History.times`,
+not part of the state): the last one appended before the oldest retained decision, less a slack.
+``complete_from`` is the highest version forgotten: a decision at a version below it may miss rows,
+and its rebuild says so.
 
-**Cost.** A retired row holds 57 bytes of arrays, 16 bytes per hashed entry, its id (a Python
+**Cost.** A retired row holds 49 bytes of arrays, 16 bytes per hashed entry, its id (a Python
 string) and its categorical features as a JSON byte string, each with a list pointer:
-:meth:`History.nbytes` counts them all, and ``Catalog.nbytes`` (the memory budget) includes it.
-``python -m service lab bench catalog-history`` prints the bytes per retired row.
+:meth:`History.nbytes` counts them all (spare capacity included), and ``Catalog.nbytes`` (the memory
+budget) includes it. ``python -m service lab bench catalog-history`` prints the bytes per retired
+row (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations

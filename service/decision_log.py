@@ -64,6 +64,14 @@ page : object (only in the records of a page's slots)
     the slot's own; ``page`` is ``{"id": the page's decision id, "slot": its index, "slot_id",
     "slots": how many the page has, "slot_features": {"idx", "val"}}`` (the slot's hashed features, in
     the slot namespace of :mod:`service.slots`). A single decision's record has no ``page`` key.
+catalog : object (only in the records of catalog decisions)
+    A decision over the model's catalog (issue 54) keeps the chosen item alone in ``actions``
+    (``probs`` its probability among every candidate); ``catalog`` says what rebuilds the others
+    from the catalog's history (:mod:`service.catalog_replay`): ``{"version": the catalog's,
+    "candidates": how many, "at": the time expiry was judged at, "index": the chosen one's position,
+    "sent": actions sent with features, "select": {"ids", "filter", "eligible", "excluded"} as the
+    request gave them, or {"unkept": n} beyond ``MEMO_NAMES`` names}``; the fields after ``candidates`` are
+    null in records made before they were kept.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -90,6 +98,17 @@ An action-feature model's actions (``actions``) carry their own hashed features,
 (``{"a": {"b17": 1.0, ...}}``), so ``vw --cb_explore_adf -q xa`` learns the same kind of context x
 action model as the server (:mod:`service.actions`); an action without features gets the feature
 ``none`` (an example with no feature at all would read as the end of the multi-line example).
+
+**Catalog decisions in dsjson** (issue 54): by default a catalog decision's line carries its chosen
+item alone (``_multi`` of one action), as its record does. With ``candidates=all``
+(:class:`DsjsonWriter` given the rebuild, ``GET /models/{name}/log?format=dsjson&candidates=all``,
+``clickboost export --candidates all``) it carries every candidate the decision was over, rebuilt
+from the catalog's history, in the decision's order: ``_labelIndex`` is the chosen one's position,
+``a`` and ``p`` hold it alone with its probability (the other candidates' logged probabilities were
+never kept; VW learns from the chosen action's cost and probability). Why not the default: a line
+over a 10,000-item catalog is megabytes, and a rebuild at a version the export has not met yet
+builds that catalog (``bench catalog-history``) on the server's event loop; a record whose
+candidates cannot be rebuilt keeps its chosen item.
 
 **Pages in dsjson** (issue 53): one line per page whose every slot has a reward, in Vowpal Wabbit's
 conditional contextual bandit form (``vw --ccb_explore_adf --dsjson``), written when the page's last

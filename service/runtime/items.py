@@ -17,8 +17,10 @@ for a label model) changes only by events of the model's own log, as its learned
 
 The event's bytes are :func:`service.serial.encode` of a flat dictionary (``op`` "put" with the
 items' ids, entry counts, hashed buckets and values, flags, expiries and categorical features as
-JSON; ``op`` "remove" with the ids): pickle-free, and every store keeps them as it keeps an
-import's state.
+JSON; ``op`` "remove" with the ids; ``op`` "sweep", the sweeper's (:func:`sweep_event`), with the
+time the items due then expire at and the version at or before which the history's retired rows
+are forgotten): pickle-free, and every store keeps them as it keeps an import's state. Expiry and
+forgetting go through the log, not each replica's clock, so the catalogs stay equal byte for byte.
 """
 
 from __future__ import annotations
