@@ -757,7 +757,8 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
             f"a catalog of format {state.get('format')} at {state.get('hashing_bits')} hashing bits "
             f"cannot be loaded here (format {FORMAT}, {cat.hashing_bits} bits)"
         )
-    times = cat.history.times  # the events this process applied (a compaction reloads the state)
+    # What this process noted of the events it applied (a compaction reloads the state)
+    times, retired = cat.history.times, cat.history.retired
     cat._reset()
     lengths = np.asarray(state["id_lengths"], np.int64)
     raw = np.asarray(state["ids"], np.uint8).tobytes()
@@ -793,6 +794,6 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
     cat._next_seq = int(state.get("next_seq", n))
     rows = {k[8:]: v for k, v in state.items() if k.startswith("history.")}
     cat.history = History.from_state(rows) if rows else History()
-    cat.history.times = times
+    cat.history.times, cat.history.retired = times, retired
     if not rows:
         cat.history.complete_from = cat.version

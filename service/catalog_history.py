@@ -112,7 +112,10 @@ class History:
         self._ids: list[str] = []
         self._cats: list[bytes] = []  # JSON of [[name, value], ...] per row
         self._bytes = 0  # sys.getsizeof of the ids and the categorical strings
-        self.times: list[tuple[int, float]] = []  # (version, event time) applied here: not canonical
+        # (version, time) of the events applied here that retired rows, since the last forget: not
+        # canonical (forget_below turns a time into a version with it); as long as the history.
+        self.times: list[tuple[int, float]] = []
+        self.retired = 0  # rows added since this process made it (not canonical)
 
     def __len__(self) -> int:
         return self._n
@@ -142,10 +145,11 @@ class History:
         self._cats.extend(cats)
         self._bytes += sum(map(sys.getsizeof, it.ids)) + sum(map(sys.getsizeof, cats))
         self._n, self._m = n, m
+        self.retired += k
 
     def applied(self, version: int, at: float) -> None:
-        """Note that the catalog reached ``version`` by an event appended at ``at`` (not part of the
-        canonical state: :meth:`forget_below` turns a time into a version with it)."""
+        """Note that the event appended at ``at`` that took the catalog to ``version`` retired rows
+        (not part of the canonical state: :meth:`forget_below` turns a time into a version with it)."""
         if not self.times or self.times[-1][0] != version:
             self.times.append((version, at))
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -132,9 +133,9 @@ def apply_event(catalog: Catalog | None, data: bytes, at: float = 0.0) -> None:
     if catalog is None:
         raise CatalogError("an items event on a model with fixed labels")
     state = serial.decode(data)
-    try:
-        _apply(catalog, state)
-    finally:
+    retired = catalog.history.retired
+    _apply(catalog, state)
+    if catalog.history.retired > retired:  # when it retired rows (the sweep forgets by this time)
         catalog.history.applied(catalog.version, at)
 
 
@@ -179,6 +180,8 @@ def pop_catalog(state: dict[str, Any], spec: ModelSpec, max_named: int) -> Catal
     catalog = new_catalog(spec, max_named)
     if catalog is not None and own:
         catalog._load(own)
+        if len(catalog.history):  # retired before this process: as if now (forgotten later, not sooner)
+            catalog.history.applied(catalog.version, time.time())
     return catalog
 
 

@@ -23,6 +23,7 @@ from service.config import ModelSpec
 from service.decision_log import LogRecord
 from service.runtime import Runtime
 from service.runtime.catalog_requests import MEMO_NAMES, CatalogQuery
+from service.runtime.items import apply_event, pop_catalog, put_events, remove_event, sweep_event
 from service.store import MemoryStore, SQLiteStore
 from tests.service.conftest import Start
 
@@ -242,3 +243,25 @@ async def test_what_cannot_be_rebuilt_says_why(start: Start) -> None:
     with pytest.raises(ReplayError, match=f"named {MEMO_NAMES + 1} ids and labels"):
         rebuild(m.catalog, named)
     assert named.catalog["candidates"] == MEMO_NAMES + 1
+
+
+def test_the_times_a_forget_reads_are_those_of_events_that_retired_rows() -> None:
+    """The sweep turns a time into a version with the times of the events that retired rows, kept in
+    this process only: events that add items note nothing (the list stays as long as the history),
+    and a catalog loaded from a checkpoint counts its rows as retired when it was loaded."""
+    cat = Catalog(10)
+    for i in range(50):
+        apply_event(
+            cat, put_events(cat.hash_items([{"id": f"i{i}", "features": {"k": "x"}}]))[0], at=float(i)
+        )
+    assert cat.history.times == [] and cat.history.forget_below(1e9) == 0
+    apply_event(cat, put_events(cat.hash_items([{"id": "i3", "features": {"k": "y"}}]))[0], at=100.0)
+    apply_event(cat, remove_event(["i4"]), at=200.0)
+    assert cat.history.times == [(51, 100.0), (52, 200.0)]
+    assert cat.history.forget_below(150.0) == 51 and cat.history.due(51)
+    apply_event(cat, sweep_event(None, 51), at=300.0)
+    assert len(cat.history) == 1 and cat.history.complete_from == 51 and cat.history.times == [(52, 200.0)]
+    state = {f"catalog.{k}": v for k, v in cat.to_state().items()}
+    loaded = pop_catalog(state, SHOP, 1000)
+    assert loaded is not None and loaded.to_bytes() == cat.to_bytes()
+    assert [v for v, _ in loaded.history.times] == [52] and loaded.history.times[0][1] > 1e9
