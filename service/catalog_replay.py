@@ -60,7 +60,6 @@ __all__ = [
     "Snapshots",
     "as_of",
     "dsjson_candidates",
-    "is_catalog_record",
     "rebuild",
 ]
 
@@ -71,12 +70,6 @@ class ReplayError(ValueError):
 
 def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, Mapping) else getattr(record, key, None)
-
-
-def is_catalog_record(record: Any) -> bool:
-    """Whether a decision-log record (a :class:`~service.decision_log.LogRecord` or its JSON) is a
-    catalog decision's: it has ``catalog``."""
-    return _get(record, "catalog") is not None
 
 
 def as_of(catalog: Catalog, version: int) -> Catalog:
@@ -164,11 +157,6 @@ class CatalogReplay:
     slots: np.ndarray
     index: int
     probability: float
-
-    @property
-    def ids(self) -> list[str]:
-        """The candidates' ids."""
-        return [self.catalog.id_of(int(s)) for s in self.slots]
 
     def action_input(self) -> ActionInput:
         """The context and every candidate as an action-feature learner takes them."""

@@ -18,6 +18,7 @@ import pytest
 
 from service.catalog_replay import rebuild
 from service.config import ModelSpec
+from service.learners.base import make_learner
 from service.ope import EvaluationError, LoggedData, evaluate
 from service.runtime import Runtime
 from service.runtime.catalog_requests import CatalogQuery
@@ -88,6 +89,13 @@ async def test_stationary_policies_on_catalog_decisions_exactly(start: Start) ->
     own = evaluate(last, ["model:shop"], runs=2, seed=0, snapshots={"shop": frozen})
     assert own["model:shop"]["ips"].value == own["logged"]["ips"].value
     assert own["model:shop"]["ips"].ess == 40.0
+    # Another action learner decides over the rebuilt candidates as an action input.
+    cova = make_learner("cova-adf", 1 << 10, 1, {"epsilon": 0.3}, seed=0)
+    other = evaluate(data, ["model:cova"], runs=2, seed=0, snapshots={"cova": cova})["model:cova"]["ips"]
+    w_cova = (
+        np.array([cova.decide(r.action_input(), np.random.default_rng(0)).probs[r.index] for r in reps]) / p
+    )
+    assert other.value == pytest.approx(float((w_cova * rewards).mean()), rel=1e-12)
     with pytest.raises(EvaluationError, match="catalog decisions have no baseline"):
         evaluate(data, ["baseline"], runs=2, seed=0)
     with pytest.raises(EvaluationError, match="every decision of this log is a catalog decision"):
