@@ -28,8 +28,14 @@ the same bytes, hold the same items in the same order and score them alike bit f
 **Order.** The whole catalog is selected in slot order, which is registration order (a replaced
 item keeps its place): a decision's tie-breaking and sampling read candidates in that order.
 
+**History** (issue 54, item 5; :mod:`service.catalog_history`). Each slot also keeps its item's
+sequence number (its place in the order) and the version its row came in with, and the catalog
+keeps the rows it retires (replaced, removed, expired) with the versions they lived in, so that the
+catalog at an earlier version, hence a logged decision's candidates, can be rebuilt
+(:mod:`service.catalog_replay`). Both are part of the canonical state.
+
 Memory per item: :meth:`Catalog.nbytes` for a budget, and ``python -m service lab bench catalog``
-(tracemalloc of a 100,000-item registration beside it).
+(tracemalloc of a 100,000-item registration beside it); per retired row: ``bench catalog-history``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import numpy as np
 from service import serial
 from service._jit_cache import kernel
 from service.actions import ActionInput
+from service.catalog_history import History, Rows, row_bytes
 from service.catalog_items import CATEGORICAL, CatalogError, HashedItems, hash_items
 from service.features import FeatureValue, Featuriser, SparseVector
 from service.interactions import _mix
@@ -254,6 +261,10 @@ class Catalog:
         self._cat_codes = np.zeros((0, 0), np.int32)  # name x slot
         self._cat_values: list[list[str | bool]] = []
         self._cat_code_of: list[dict[tuple[type, str | bool], int]] = []
+        # Row versions (service.catalog_history): each slot's place in the order and the version its
+        # row came in with; the rows retired, for decisions made at an earlier version.
+        self._seq, self._since, self._next_seq = np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+        self.history = History()
 
     # -- size ------------------------------------------------------------------------------------
 
@@ -273,17 +284,19 @@ class Catalog:
         """Bytes of the arrays, capacity included."""
         arrays = (
             self._alive, self._active, self._expires, self._start, self._count, self._voc, self._val,
-            self._bucket, self._col0, self._refs, self._cat_codes,
+            self._bucket, self._col0, self._refs, self._cat_codes, self._seq, self._since,
         )  # fmt: skip
         return int(sum(a.nbytes for a in arrays))
 
     def nbytes(self) -> int:
         """What the catalog holds, for a memory budget: the arrays, the ids' strings (kept count of)
         and the containers indexing ids and buckets (``sys.getsizeof``, O(1)), each bucket's int
-        key counted at :data:`_INT_BYTES`. The categorical values and the featuriser's cache (its
-        own bound) are left out. ``bench catalog`` compares it with tracemalloc's count."""
+        key counted at :data:`_INT_BYTES`, and the retired rows (:meth:`History.nbytes`). The
+        categorical values and the featuriser's cache (its own bound) are left out. ``bench catalog``
+        compares it with tracemalloc's count."""
         return (
             self.array_bytes()
+            + self.history.nbytes()
             + self._id_bytes
             + sys.getsizeof(self._ids)
             + sys.getsizeof(self._slot)
@@ -323,8 +336,8 @@ class Catalog:
 
     def insert(self, items: HashedItems) -> int:
         """Register or replace the hashed ``items`` in order, as one change (as :meth:`put_many`
-        would have); how many replaced one already there. Never fails on items
-        :meth:`hash_items` gave."""
+        would have); how many replaced one already there (their rows retired into the history).
+        Never fails on items :meth:`hash_items` gave."""
         ids = items.ids
         if not ids:
             return 0
@@ -336,6 +349,7 @@ class Catalog:
         old = slots >= 0
         replaced = int(old.sum())
         if replaced:  # released first, so a replaced item's vocabulary refs stay counted
+            self.history.add(rows_of(self, slots[old]), self.version + 1)
             self._release_entries(slots[old])
         self._new_slots([i for i, s in zip(ids, slots.tolist(), strict=True) if s < 0])
         slots[~old] = np.arange(self._n - (len(ids) - replaced), self._n)
@@ -350,6 +364,7 @@ class Catalog:
         self._start[slots] = at + np.concatenate(([0], np.cumsum(counts)[:-1]))
         self._count[slots] = counts
         self._active[slots], self._expires[slots] = items.active, items.expires
+        self._since[slots] = self.version + 1
         _categorise(self, slots, items.categorical)
         self.version += 1
         self._maybe_compact()
@@ -357,37 +372,34 @@ class Catalog:
 
     def remove(self, item_id: str) -> None:
         """Remove item ``item_id``; :class:`CatalogError` if it is not registered."""
-        slot = self._slot.get(item_id)
-        if slot is None:
+        if item_id not in self._slot:
             raise CatalogError(f"item {item_id!r} is not in the catalog")
-        self._release(slot, keep_slot=False)
-        self.version += 1
-        self._maybe_compact()
+        self.discard([item_id])
 
     def discard(self, ids: Iterable[str]) -> list[str]:
         """Remove those of ``ids`` that are registered (one change, if any); their ids. An id not
         there is passed over: a removal applied from a log, where an earlier one may have taken it."""
-        gone = []
-        for item_id in ids:
-            slot = self._slot.get(item_id)
-            if slot is not None:
-                self._release(slot, keep_slot=False)
-                gone.append(item_id)
-        if gone:
-            self.version += 1
-            self._maybe_compact()
-        return gone
+        return self._retire([s for i in dict.fromkeys(ids) if (s := self._slot.get(i)) is not None])
 
     def expire(self, now: float) -> list[str]:
         """Remove the items whose ``expires_at`` is at or before ``now`` (one change, if any); their ids."""
         n = self._n
-        due = np.flatnonzero(self._alive[:n] & (self._expires[:n] <= now))
-        gone = [self._ids[s] for s in due.tolist()]
-        for s in due.tolist():
+        return self._retire(np.flatnonzero(self._alive[:n] & (self._expires[:n] <= now)).tolist())
+
+    def due(self, now: float) -> bool:
+        """Whether an item's ``expires_at`` is at or before ``now`` (:meth:`expire` would remove it)."""
+        return bool((self._alive[: self._n] & (self._expires[: self._n] <= now)).any())
+
+    def _retire(self, slots: list[int]) -> list[str]:
+        """Remove the items of ``slots`` (one change, if any), their rows kept in the history."""
+        if not slots:
+            return []
+        self.history.add(rows_of(self, np.asarray(slots, np.int64)), self.version + 1)
+        gone = [self._ids[s] for s in slots]
+        for s in slots:
             self._release(s, keep_slot=False)
-        if gone:
-            self.version += 1
-            self._maybe_compact()
+        self.version += 1
+        self._maybe_compact()
         return gone  # type: ignore[return-value]
 
     def _vocabulary(self, buckets: np.ndarray) -> np.ndarray:
@@ -426,6 +438,9 @@ class Catalog:
         self._start = _grow(self._start, n)
         self._count = _grow(self._count, n)
         self._cat_codes = _grow(self._cat_codes, n, -1)
+        self._seq, self._since = _grow(self._seq, n), _grow(self._since, n)
+        self._seq[n0:n] = np.arange(self._next_seq, self._next_seq + n - n0)
+        self._next_seq += n - n0
         self._alive[n0:n] = True
         self._ids.extend(ids)
         self._id_bytes += sum(map(sys.getsizeof, ids))
@@ -597,11 +612,13 @@ def added_bytes(cat: Catalog, items: HashedItems) -> int:
     """About what ``cat``'s :meth:`~Catalog.nbytes` grows by when ``items`` are inserted, spare
     capacity aside: a new item's slot (the arrays' row, a categorical code per name, its id and its
     list and dictionary entries, :data:`_ENTRY_BYTES` for the latter), 12 bytes per hashed entry (a
-    replaced item's old entries stay as a hole until a compaction) and a new bucket's rows and
-    key. For a memory budget, before the items are applied."""
+    replaced item's old entries stay as a hole until a compaction), a new bucket's rows and key,
+    and a replaced item's row kept in the history (:func:`service.catalog_history.row_bytes`).
+    For a memory budget, before the items are applied."""
     new = [i for i in items.ids if i not in cat._slot]
+    old = np.fromiter((s for i in items.ids if (s := cat._slot.get(i)) is not None), np.int64)
     names = set(cat._cat_names).union(k for item in items.categorical for k, _ in item)
-    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + _ENTRY_BYTES
+    slot = 1 + 1 + 8 + 8 + 8 + 4 * len(names) + 8 + 16 + _ENTRY_BYTES  # 16: sequence number, since
     buckets = np.unique(items.buckets).tolist()
     fresh = sum(1 for b in buckets if b not in cat._voc_of)
     return (
@@ -609,7 +626,28 @@ def added_bytes(cat: Catalog, items: HashedItems) -> int:
         + sum(sys.getsizeof(i) for i in new)
         + 12 * int(items.buckets.size)
         + fresh * (3 * 8 + _INT_BYTES + _ENTRY_BYTES)
+        + sum(row_bytes(cat.id_of(s), int(cat._count[s]), len(names)) for s in old.tolist())
     )
+
+
+def rows_of(cat: Catalog, slots: np.ndarray) -> Rows:
+    """The current rows of the items of ``slots`` (:class:`~service.catalog_history.Rows`, ``hi``
+    -1: still live): what the history keeps of them when they are retired, and what a rebuild
+    takes of the live catalog (:mod:`service.catalog_replay`)."""
+    counts = cat._count[slots]
+    take = np.repeat(cat._start[slots] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+    cats: list[list[tuple[str, str | bool]]] = [[] for _ in range(slots.size)]
+    for k, name in enumerate(cat._cat_names):
+        col = cat._cat_codes[k, slots]
+        values = cat._cat_values[k]
+        for i in np.flatnonzero(col >= 0).tolist():
+            cats[i].append((name, values[col[i]]))
+    ids: list[str] = [cat._ids[s] for s in slots.tolist()]  # type: ignore[misc]  # live slots
+    items = HashedItems(
+        ids, counts.copy(), cat._bucket[cat._voc[take]], cat._val[take].copy(), cat._active[slots].copy(),
+        cat._expires[slots].copy(), cats,
+    )  # fmt: skip
+    return Rows(items, cat._seq[slots].copy(), cat._since[slots].copy(), np.full(slots.size, -1, np.int64))
 
 
 def describe(cat: Catalog, slot: int) -> dict[str, Any]:
@@ -705,6 +743,10 @@ def _canonical_state(cat: Catalog) -> dict[str, Any]:
         "vocabulary": cat._bucket[used[order]].copy(),
         "categorical": json.dumps(list(cats.items()), separators=(",", ":")),
         "categorical_codes": codes[: len(cats)].copy(),
+        "seq": cat._seq[live].copy(),
+        "since": cat._since[live].copy(),
+        "next_seq": cat._next_seq,
+        **{f"history.{k}": v for k, v in cat.history.to_state().items()},
     }
 
 
@@ -715,6 +757,8 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
             f"a catalog of format {state.get('format')} at {state.get('hashing_bits')} hashing bits "
             f"cannot be loaded here (format {FORMAT}, {cat.hashing_bits} bits)"
         )
+    # What this process noted of the events it applied (a compaction reloads the state)
+    times, retired = cat.history.times, cat.history.retired
     cat._reset()
     lengths = np.asarray(state["id_lengths"], np.int64)
     raw = np.asarray(state["ids"], np.uint8).tobytes()
@@ -743,3 +787,13 @@ def _load_canonical(cat: Catalog, state: Mapping[str, Any]) -> None:
         cat._cat_values.append(list(values))
         cat._cat_code_of.append({(type(x), x): c for c, x in enumerate(values)})
     cat.version = int(state["version"])
+    # A state written before row versions (issue 54, item 5): the order is the slots', and no
+    # decision before this version can be rebuilt (its retired rows were not kept).
+    cat._seq = np.asarray(state.get("seq", np.arange(n)), np.int64).copy()
+    cat._since = np.asarray(state.get("since", np.zeros(n)), np.int64).copy()
+    cat._next_seq = int(state.get("next_seq", n))
+    rows = {k[8:]: v for k, v in state.items() if k.startswith("history.")}
+    cat.history = History.from_state(rows) if rows else History()
+    cat.history.times, cat.history.retired = times, retired
+    if not rows:
+        cat.history.complete_from = cat.version

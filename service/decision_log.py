@@ -64,6 +64,14 @@ page : object (only in the records of a page's slots)
     the slot's own; ``page`` is ``{"id": the page's decision id, "slot": its index, "slot_id",
     "slots": how many the page has, "slot_features": {"idx", "val"}}`` (the slot's hashed features, in
     the slot namespace of :mod:`service.slots`). A single decision's record has no ``page`` key.
+catalog : object (only in the records of catalog decisions)
+    A decision over the model's catalog (issue 54) keeps the chosen item alone in ``actions``
+    (``probs`` its probability among every candidate); ``catalog`` says what rebuilds the others
+    from the catalog's history (:mod:`service.catalog_replay`): ``{"version": the catalog's,
+    "candidates": how many, "at": the time expiry was judged at, "index": the chosen one's position,
+    "sent": actions sent with features, "select": {"ids", "filter", "eligible", "excluded"} as the
+    request gave them, or {"unkept": n} beyond ``MEMO_NAMES`` names}``; the fields after ``candidates`` are
+    null in records made before they were kept.
 
 Numbers are written as the shortest text that reads back as the same double, so features and
 probabilities round-trip bit for bit.
@@ -90,6 +98,17 @@ An action-feature model's actions (``actions``) carry their own hashed features,
 (``{"a": {"b17": 1.0, ...}}``), so ``vw --cb_explore_adf -q xa`` learns the same kind of context x
 action model as the server (:mod:`service.actions`); an action without features gets the feature
 ``none`` (an example with no feature at all would read as the end of the multi-line example).
+
+**Catalog decisions in dsjson** (issue 54): by default a catalog decision's line carries its chosen
+item alone (``_multi`` of one action), as its record does. With ``candidates=all``
+(:class:`DsjsonWriter` given the rebuild, ``GET /models/{name}/log?format=dsjson&candidates=all``,
+``clickboost export --candidates all``) it carries every candidate the decision was over, rebuilt
+from the catalog's history, in the decision's order: ``_labelIndex`` is the chosen one's position,
+``a`` and ``p`` hold it alone with its probability (the other candidates' logged probabilities were
+never kept; VW learns from the chosen action's cost and probability). Why not the default: a line
+over a 10,000-item catalog is megabytes, and a rebuild at a version the export has not met yet
+builds that catalog (``bench catalog-history``) on the server's event loop; a record whose
+candidates cannot be rebuilt keeps its chosen item.
 
 **Pages in dsjson** (issue 53): one line per page whose every slot has a reward, in Vowpal Wabbit's
 conditional contextual bandit form (``vw --ccb_explore_adf --dsjson``), written when the page's last
@@ -130,6 +149,9 @@ from service.store.base import LogOutcome, split_slot_id
 
 T = TypeVar("T")
 U = TypeVar("U")
+#: A catalog decision's candidates for its dsjson line: each one's hashed entries (buckets,
+#: values), in the decision's order, and the shown item's position (:mod:`service.catalog_replay`).
+Candidates = tuple[list[tuple[list[int], list[float]]], int]
 
 __all__ = ["FORMATS", "DsjsonWriter", "LogRecord", "pages", "sliced"]
 
@@ -191,6 +213,7 @@ class LogRecord:
     activated_at: float | None = None
     actions: list[dict[str, Any]] | None = None
     page: dict[str, Any] | None = None
+    catalog: dict[str, Any] | None = None
 
     @classmethod
     def from_logged(cls, entry: LoggedDecision, model: str, spec: ModelSpec) -> LogRecord:
@@ -244,13 +267,16 @@ class LogRecord:
             entry.activated_at,
             actions,
             page,
+            entry.catalog,
         )
 
     def to_json(self) -> str:
-        """The JSON line (without its newline); ``page`` only in a page slot's record."""
+        """The JSON line (without its newline); ``page`` only in a page slot's record, ``catalog``
+        only in a catalog decision's."""
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
-        if doc["page"] is None:  # a single decision's line is what it was before pages
-            del doc["page"]
+        for key in ("page", "catalog"):  # other decisions' lines are what they were before them
+            if doc[key] is None:
+                del doc[key]
         return _line(doc)
 
     @classmethod
@@ -266,6 +292,7 @@ class LogRecord:
             doc.setdefault("activated_at", None)
             doc.setdefault("actions", None)  # ... before action-feature models existed
             doc.setdefault("page", None)  # a single decision's (and before pages existed)
+            doc.setdefault("catalog", None)  # not a catalog decision's (and before issue 54 item 5)
         if not isinstance(doc, dict) or sorted(doc) != sorted(names):
             raise ValueError(f"not a decision-log record (fields {names}): {str(line)[:200]}")
         return cls(**doc)
@@ -278,14 +305,20 @@ class LogRecord:
         a = self.actions[k]
         return {"a": _bucket_features(a["idx"], a["val"]) or {"none": 1}}
 
-    def to_dsjson(self) -> str | None:
+    def to_dsjson(self, candidates: Candidates | None = None) -> str | None:
         """The Vowpal Wabbit decision-service line; None without a reward (pending, dropped). A page
-        slot's record has no line of its own (:class:`DsjsonWriter` writes its page's)."""
+        slot's record has no line of its own (:class:`DsjsonWriter` writes its page's).
+        ``candidates``: a catalog decision's every candidate, rebuilt (module docstring)."""
         if self.reward is None or self.page is not None:
             return None
         actions = list(range(len(self.probs))) if self.eligible is None else self.eligible
         chosen = actions.index(self.label_index)  # positions in _multi
         order = [chosen, *(k for k in range(len(actions)) if k != chosen)]
+        multi = [self._action(k) for k in actions]
+        if candidates is not None:  # only the shown item's probability is known (module docstring)
+            entries, chosen = candidates
+            multi = [{"a": _bucket_features(idx, val) or {"none": 1}} for idx, val in entries]
+            order, actions = [chosen], [0] * len(entries)
         if isinstance(self.features, dict):
             context = _bucket_features(self.features["idx"], self.features["val"])
         else:
@@ -299,7 +332,7 @@ class LogRecord:
                 "_labelIndex": chosen,
                 "a": [k + 1 for k in order],
                 "p": [self.probs[actions[k]] for k in order],
-                "c": {"x": context, "_multi": [self._action(k) for k in actions]},
+                "c": {"x": context, "_multi": multi},
                 "EventId": self.decision_id,
                 "Timestamp": stamp,
             }
@@ -319,13 +352,19 @@ class DsjsonWriter:
     forgotten by the retention, is never written).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, candidates: Callable[[LogRecord], Candidates | None] | None = None) -> None:
         self._open: dict[str, dict[int, LogRecord]] = {}
+        self.candidates = candidates
 
     def line(self, record: LogRecord) -> str | None:
-        """The line ``record`` completes, if any."""
+        """The line ``record`` completes, if any; a catalog decision's with every candidate when
+        the writer has ``candidates`` (None for a record they cannot be rebuilt for: its chosen
+        item alone, as without)."""
         if record.page is None:
-            return record.to_dsjson()
+            rebuilt = None
+            if self.candidates is not None and record.catalog is not None and record.reward is not None:
+                rebuilt = self.candidates(record)
+            return record.to_dsjson(rebuilt)
         slots = self._open.setdefault(record.page["id"], {})
         slots[record.page["slot"]] = record
         if len(slots) < record.page["slots"]:

@@ -49,6 +49,9 @@ _COPY = re.compile(r"(\d+)-\w+\.jsonl")
 
 Records = Callable[[], AsyncIterator[list[Any]]]
 Snapshots = dict[str, tuple[dict[str, Any], bytes]]
+#: The model's catalog's bytes, history included, taken once the log is copied (None: no catalog):
+#: what rebuilds its catalog decisions in the worker (:mod:`service.catalog_ope`).
+CatalogBytes = Callable[[], bytes | None]
 
 
 class TooManyJobsError(Exception):
@@ -74,6 +77,7 @@ class Job:
     error: str | None = None
     _records: Records | None = field(default=None, repr=False)
     _snapshots: Snapshots | None = field(default=None, repr=False)
+    _catalog: CatalogBytes | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
@@ -156,19 +160,25 @@ def _background(parent: int) -> None:
 
 
 def _evaluate_file(
-    path: str, policies: list[str], runs: int, snapshots: dict[str, tuple[dict[str, Any], bytes]]
+    path: str,
+    policies: list[str],
+    runs: int,
+    snapshots: dict[str, tuple[dict[str, Any], bytes]],
+    catalog: bytes | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """In the worker process: the estimates of ``policies`` on the log file ``path``; ``snapshots``
-    are the ``model:NAME`` policies' (config, state bytes)."""
+    are the ``model:NAME`` policies' (config, state bytes), ``catalog`` the model's catalog's bytes."""
     from pathlib import Path
 
+    from service.catalog import Catalog
     from service.learners.base import learner_from_state
     from service.serial import decode
 
     frozen = {name: learner_from_state(config, decode(state)) for name, (config, state) in snapshots.items()}
-    data = read_log(Path(path))
+    data = read_log(Path(path), None if catalog is None else Catalog.from_bytes(catalog))
     results = evaluate(data, policies, runs, seed=0, snapshots=frozen)
-    return data.n, {p: {e: est.as_dict() for e, est in by.items()} for p, by in results.items()}
+    n = data.n + (len(data.catalog.records) if data.catalog is not None else 0)
+    return n, {p: {e: est.as_dict() for e, est in by.items()} for p, by in results.items()}
 
 
 def scratch_dir() -> Path:
@@ -250,17 +260,20 @@ class Evaluations:
         runs: int,
         records: Records,
         snapshots: Snapshots | None = None,
+        catalog: CatalogBytes | None = None,
     ) -> Job:
         """Queue a job over the pages ``records()`` yields (each record has ``to_json()``), read
         when it runs; ``snapshots``: the (config, state bytes) of the ``model:NAME`` policies,
-        taken now. :class:`TooManyJobsError` when ``MAX_JOBS`` are queued or running."""
+        taken now; ``catalog``: the model's catalog's bytes, taken once the log is read (its
+        version then covers every record read). :class:`TooManyJobsError` when ``MAX_JOBS`` are
+        queued or running."""
         self._forget_old()
         if sum(j.finished_at is None for j in self.jobs.values()) >= MAX_JOBS:
             raise TooManyJobsError(
                 f"{MAX_JOBS} evaluations are queued or running on this replica; retry when one is done"
             )
         job = Job(uuid.uuid4().hex, model, list(policies), since, until, runs, self.replica)
-        job._records, job._snapshots = records, snapshots or {}
+        job._records, job._snapshots, job._catalog = records, snapshots or {}, catalog
         self.jobs[job.id] = job
         self._queue.append(job)
         if self._runner is None:  # nothing ahead of it: it starts now
@@ -294,16 +307,17 @@ class Evaluations:
 
     async def _run(self, job: Job) -> None:
         assert job._records is not None and job._snapshots is not None
-        records, snapshots = job._records, job._snapshots
+        records, snapshots, catalog = job._records, job._snapshots, job._catalog
         fd, path = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=".jsonl", dir=scratch_dir())
         try:
             with os.fdopen(fd, "w") as f:
                 async for page in records():
                     f.writelines(rec.to_json() + "\n" for rec in page)
+            catalog_bytes = None if catalog is None else catalog()
             loop = asyncio.get_running_loop()
             self._computing = True
             job.events, job.results = await loop.run_in_executor(
-                self._worker(), _evaluate_file, path, job.policies, job.runs, snapshots
+                self._worker(), _evaluate_file, path, job.policies, job.runs, snapshots, catalog_bytes
             )
             job.state = "done"
         except Exception as exc:  # the job's answer says what failed; the service goes on
@@ -311,7 +325,7 @@ class Evaluations:
         finally:
             self._computing = False
             job.finished_at = time.time()
-            job._records = job._snapshots = None
+            job._records = job._snapshots = job._catalog = None
             os.unlink(path)
 
     def _forget_old(self) -> None:

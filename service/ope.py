@@ -48,10 +48,14 @@ and is refused; a learner replayed or a ``model:NAME`` snapshot must be an actio
 DR is left out: its reward model learns one regression per label index, meaningless when indices
 name other items per record.
 
-**Catalog decisions** (issue 54) are left out: their record keeps the chosen item alone, with the
-probability it was drawn with among every candidate (a one-candidate record whose probability is
-below 1, :func:`catalog_record`), so another policy's probability of that item, which needs every
-candidate's score, cannot be computed from the log.
+**Catalog decisions** (issue 54): their record keeps the chosen item alone, with the probability
+it was drawn with among every candidate (:func:`catalog_record`); another policy's probability of
+that item needs every candidate, which the model's catalog rebuilds from its history
+(:mod:`service.catalog_replay`). Given the catalog (the evaluation jobs pass the model's), they are
+weighed by IPS and SNIPS with the other decisions, each on its shown item
+(:mod:`service.catalog_ope`); those that cannot be rebuilt, and all of them without the catalog
+(``clickboost evaluate`` on a file), are left out and counted (``catalog_skipped``). Learners are
+not replayed on them.
 
 **When an estimate cannot tell** (issue 37). Every estimate carries its *effective sample size*:
 for importance weights ``w`` (IPS, SNIPS, DR) Kish's ``ESS = (sum w)^2 / sum w^2``, the number of
@@ -74,6 +78,8 @@ from typing import Any
 import numpy as np
 
 from service.actions import ActionInput
+from service.catalog import Catalog
+from service.catalog_ope import CatalogLog, CatalogWeights
 from service.features import SparseVector
 from service.learners.base import Decision, Learner, learners, make_learner
 
@@ -135,6 +141,9 @@ class LoggedData:
         action-feature log, the candidates each record had (and allowed), ``K`` the most of them.
     baselines : ndarray of shape (n,), int, or None
         The caller's ``baseline`` label of each record (-1 where it gave none); None: no record has one.
+    catalog : CatalogLog or None
+        The catalog decisions (issue 54), kept apart: weighed on their shown item only
+        (:mod:`service.catalog_ope`); None: the log has none.
     """
 
     x: list[np.ndarray | SparseVector | ActionInput]
@@ -144,6 +153,7 @@ class LoggedData:
     dim: int
     eligible: np.ndarray | None = None
     baselines: np.ndarray | None = None
+    catalog: CatalogLog | None = None
 
     def mask(self, i: int) -> np.ndarray | None:
         """Record ``i``'s eligible labels (None: all); an action-feature record's, over its own
@@ -156,7 +166,7 @@ class LoggedData:
     @property
     def candidates(self) -> bool:
         """Whether the log is an action-feature model's (candidates vary per record)."""
-        return bool(self.x) and isinstance(self.x[0], ActionInput)
+        return (bool(self.x) and isinstance(self.x[0], ActionInput)) or self.catalog is not None
 
     @property
     def n(self) -> int:
@@ -172,22 +182,24 @@ class LoggedData:
         return self.probs[np.arange(self.n), self.actions]
 
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> LoggedData:
+    def from_records(cls, records: Iterable[Mapping[str, Any]], catalog: Catalog | None = None) -> LoggedData:
         """From decision-log records (``service.decision_log`` JSON lines): those with a reward
         (click or no click, or expired with a default reward); pending and dropped ones are left out,
         and so are the slot records of pages (issue 53), which :mod:`service.slot_ope` evaluates.
 
         ``features`` is a dense list or ``{"idx": [...], "val": [...], "dim": D}``; an action-feature
         record's ``actions`` are its candidates (``{"id", "idx", "val"}`` each, their hashed features).
+        Catalog decisions go to :attr:`catalog`, to be rebuilt from ``catalog`` (the model's).
         """
         xs: list[np.ndarray | SparseVector | ActionInput] = []
         probs, actions, rewards, sets, baselines = [], [], [], [], []
-        dim = skipped = 0
+        dim = 0
+        catalogued: list[Mapping[str, Any]] = []
         for rec in records:
             if rec.get("reward") is None or rec.get("page") is not None:  # pages: service.slot_ope
                 continue
-            if catalog_record(rec):  # its other candidates are not in the log (module docstring)
-                skipped += 1
+            if catalog_record(rec):  # its other candidates are in the catalog (module docstring)
+                catalogued.append(rec)
                 continue
             f = rec["features"]
             x: np.ndarray | SparseVector | ActionInput
@@ -211,8 +223,17 @@ class LoggedData:
             rewards.append(float(rec["reward"]))
             sets.append(rec.get("eligible"))
             baselines.append(-1 if rec.get("baseline") is None else int(rec["baseline"]))
+        part = CatalogLog(catalogued, catalog) if catalogued else None
         if not xs:
-            why = f" ({skipped} catalog decisions, which keep their chosen item only)" if skipped else ""
+            if part is not None and catalog is not None:
+                dim = 1 << catalog.hashing_bits
+                return cls([], np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(0), dim, catalog=part)
+            why = (
+                f" ({len(catalogued)} catalog decisions, which keep their chosen item only: the model's "
+                "catalog rebuilds them, POST /models/{name}/evaluations)"
+                if catalogued
+                else ""
+            )
             raise ValueError(f"no logged decision with a known reward that can be evaluated{why}")
         k = max(len(p) for p in probs)
         varying = isinstance(xs[0], ActionInput)
@@ -234,12 +255,16 @@ class LoggedData:
             dim,
             eligible,
             np.asarray(baselines) if any(b >= 0 for b in baselines) else None,
+            part,
         )
 
 
 def catalog_record(rec: Mapping[str, Any]) -> bool:
-    """Whether a decision-log record is a catalog decision's (issue 54): one candidate kept, with a
-    probability below 1 (a decision over that one candidate alone has probability 1)."""
+    """Whether a decision-log record is a catalog decision's (issue 54): it has ``catalog``, or (a
+    record exported before it) one candidate kept with a probability below 1 (a decision over that
+    one candidate alone has probability 1)."""
+    if rec.get("catalog") is not None:
+        return True
     actions, probs = rec.get("actions"), rec.get("probs")
     return actions is not None and len(actions) == 1 and bool(probs) and probs[0] < 1.0
 
@@ -589,11 +614,12 @@ def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), params
 
 
-def read_log(path: Path) -> LoggedData:
-    """The decisions of a JSON-lines decision log that have a reward."""
+def read_log(path: Path, catalog: Catalog | None = None) -> LoggedData:
+    """The decisions of a JSON-lines decision log that have a reward; ``catalog``: the model's, which
+    rebuilds its catalog decisions."""
     try:
         with path.open() as f:
-            return LoggedData.from_records(json.loads(line) for line in f if line.strip())
+            return LoggedData.from_records((json.loads(line) for line in f if line.strip()), catalog)
     except (OSError, ValueError, KeyError) as exc:
         raise EvaluationError(f"cannot read the decision log {path}: {exc}") from None
 
@@ -612,8 +638,11 @@ def evaluate(
     the frozen learner ``snapshots[NAME]`` (a service's model, passed by the evaluation jobs), its
     ``decide`` pmf on every logged context, the model unchanged; any other name is a learner
     (:func:`~service.learners.base.make_learner`'s name and parameters), replayed ``runs`` times.
+    Catalog decisions (``data.catalog``) join the IPS and SNIPS of the stationary policies but
+    ``baseline``, and are not replayed (:mod:`service.catalog_ope`).
     """
     stationary: dict[str, np.ndarray] = {}
+    targets: dict[str, str | Learner] = {"logged": "logged"}  # what a catalog decision is weighed by
     learning: dict[str, tuple[str, dict[str, Any]]] = {}
     for text in policies:
         name, params = parse_policy(text)
@@ -633,11 +662,16 @@ def evaluate(
                 ),
                 seed,
             )
+            targets[text] = model
             continue
-        if name == "uniform":
-            stationary[text] = uniform_pmfs(data)
-        elif name == "first":
-            stationary[text] = first_pmfs(data)
+        if name in ("uniform", "first"):
+            stationary[text] = uniform_pmfs(data) if name == "uniform" else first_pmfs(data)
+            targets[text] = name
+        elif name == "baseline" and data.catalog is not None:
+            raise EvaluationError(
+                f"policy {text!r}: the log's {len(data.catalog.records)} catalog decisions have no "
+                "baseline (pick the records with since / until)"
+            )
         elif name == "baseline":
             stationary[text] = baseline_pmfs(data)
         elif name == "constant" and data.candidates:
@@ -658,16 +692,48 @@ def evaluate(
                 raise EvaluationError(_kind_mismatch(text, data.candidates))
             labels = 1 if data.candidates else data.n_labels  # an action learner: one scorer
             make_learner(name, data.dim, labels, params)  # a bad name or parameter fails here
+            if data.n == 0:
+                raise EvaluationError(
+                    f"policy {text!r}: a learner is replayed on decisions that keep their candidates; "
+                    "every decision of this log is a catalog decision"
+                )
             learning[text] = (name, params)
-    out = {"logged": evaluate_stationary(data, {"logged": data.probs})["logged"]}
-    if stationary:
-        out |= evaluate_stationary(data, stationary)
+    if data.catalog is not None:
+        out = _with_catalog(data, {"logged": data.probs, **stationary}, data.catalog.weights(targets, seed))
+    else:
+        out = {"logged": evaluate_stationary(data, {"logged": data.probs})["logged"]}
+        if stationary:
+            out |= evaluate_stationary(data, stationary)
     for text, (name, params) in learning.items():
 
         def make(s: int, name: str = name, params: dict[str, Any] = params) -> Learner:
             return make_learner(name, data.dim, 1 if data.candidates else data.n_labels, params, seed=s)
 
         out[text] = {"replay": replay(data, make, runs=runs, seed=seed)}
+        if data.catalog is not None:  # not replayed on them (service.catalog_ope)
+            out[text]["replay"].extra["catalog_skipped"] = float(len(data.catalog.records))
+    return out
+
+
+def _with_catalog(
+    data: LoggedData, pmfs: Mapping[str, np.ndarray], weights: CatalogWeights
+) -> dict[str, dict[str, Estimate]]:
+    """IPS and SNIPS of each policy over the log's decisions and its catalog decisions together,
+    each weighed on its shown label or item: ``pmfs``, the policies' pmfs on the other decisions;
+    ``weights``, their probabilities of the catalog decisions' shown items."""
+    if data.n + weights.p.size == 0:
+        why = ", ".join(f"{n}: {reason}" for reason, n in weights.why.items())
+        raise EvaluationError(f"no catalog decision of the log could be rebuilt ({why})")
+    rows = np.arange(data.n)
+    p = np.concatenate((data.propensities, weights.p))
+    rewards = np.concatenate((data.rewards, weights.rewards))
+    flat = LoggedData([], p[:, None], np.zeros(p.size, np.int64), rewards, 1)
+    out = {}
+    for name, pi in pmfs.items():
+        at = np.concatenate((pi[rows, data.actions], weights.pi[name]))[:, None]
+        out[name] = {"ips": ips(flat, at), "snips": snips(flat, at)}
+        for estimate in out[name].values():
+            estimate.extra.update(weights.counts())
     return out
 
 

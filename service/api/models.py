@@ -29,6 +29,7 @@ from service.api.schemas import (
     StateImported,
     error_responses,
 )
+from service.catalog_replay import dsjson_candidates
 from service.config import ModelName, ModelSpec
 from service.decision_log import DsjsonWriter, LogRecord, sliced
 from service.evaluations import MAX_POLICIES, Job, TooManyJobsError, check_policies
@@ -273,6 +274,14 @@ async def export_log(
         Literal["jsonl", "dsjson"],
         Query(alias="format", description="jsonl: every record; dsjson: Vowpal Wabbit's --dsjson lines."),
     ] = "jsonl",
+    candidates: Annotated[
+        Literal["chosen", "all"],
+        Query(
+            description="dsjson: a catalog decision's line carries the chosen item (chosen) or every "
+            "candidate, rebuilt from the catalog's history (all: a line per decision of up to megabytes "
+            "for a catalog of 10,000 items; one that cannot be rebuilt keeps the chosen item)."
+        ),
+    ] = "chosen",
 ) -> StreamingResponse:
     """Stream the model's retained decisions in creation order, read from the store a page at a time.
 
@@ -281,7 +290,11 @@ async def export_log(
     """
     pages = await runtime.decision_log(name, _seconds(since, -math.inf), _seconds(until, math.inf))
     first = await anext(pages)
-    encode = LogRecord.to_json if fmt == "jsonl" else DsjsonWriter().line  # a page: at its last slot
+    rebuilt = None
+    if fmt == "dsjson" and candidates == "all":  # each line's candidates from the catalog (issue 54)
+        m = await runtime.resolve(name)
+        rebuilt = None if m.catalog is None else dsjson_candidates(m.catalog)
+    encode = LogRecord.to_json if fmt == "jsonl" else DsjsonWriter(rebuilt).line  # a page: at its last slot
 
     async def lines() -> AsyncIterator[str]:
         page: list[LogRecord] | None = first
@@ -344,6 +357,14 @@ class PolicyEstimate(BaseModel):
         None, description="Replay: standard deviation of the click rate between runs."
     )
     acceptance: float | None = Field(None, description="Replay: share of the logged events accepted.")
+    catalog: float | None = Field(
+        None, description="Catalog decisions weighed, their candidates rebuilt from the catalog (issue 54)."
+    )
+    catalog_skipped: float | None = Field(
+        None,
+        description="Catalog decisions left out: their history forgotten (past the decision log's "
+        "retention) or otherwise not rebuilt; a replay leaves every catalog decision out.",
+    )
 
 
 class Evaluation(BaseModel):
@@ -413,9 +434,12 @@ async def start_evaluation(name: NamePath, body: EvaluationRequest, runtime: Run
         async for page in pages:
             yield page
 
+    def catalog() -> bytes | None:  # the model's catalog once the log is read (service.catalog_ope)
+        return None if m.catalog is None or m.catalog.version == 0 else m.catalog.to_bytes()
+
     try:
         job = runtime.evaluations.start(
-            m.name, body.policies, body.since, body.until, body.runs, records, snapshots
+            m.name, body.policies, body.since, body.until, body.runs, records, snapshots, catalog
         )
     except TooManyJobsError as exc:
         raise HTTPException(429, str(exc), headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None

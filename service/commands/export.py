@@ -6,8 +6,10 @@ reads ``GET /models/{name}/log`` with the admin key of ``CLICKBOOST_ADMIN_KEY`` 
 streams as it comes: JSON lines of the decision-log records (``--format jsonl``, the default), or
 Vowpal Wabbit's decision-service lines of the decisions with a reward (``--format dsjson``, for
 ``vw --dsjson --cb_explore_adf``); the formats are described in ``service/decision_log.py``.
-``--since`` and ``--until`` take Unix seconds, an ISO 8601 date-time (UTC unless it has an
-offset) or a duration back from now (``90s``, ``15m``, ``36h``, ``7d``, ``2w``).
+``--candidates all`` writes a catalog decision's dsjson line with every candidate the decision was
+over, rebuilt from the catalog's history (``GET /models/{name}/log?candidates=all``), so that VW
+learns with every action. ``--since`` and ``--until`` take Unix seconds, an ISO 8601 date-time
+(UTC unless it has an offset) or a duration back from now (``90s``, ``15m``, ``36h``, ``7d``, ``2w``).
 
 The file is written as FILE.partial and renamed to FILE once the server has sent everything, so an
 export cut short (a server that stops, a store that fails mid-stream) leaves no FILE that looks
@@ -53,6 +55,8 @@ def _detail(exc: HTTPError) -> str:
 
 def run(args: argparse.Namespace) -> int:
     query = {"format": args.format}
+    if args.candidates != "chosen":
+        query["candidates"] = args.candidates
     for name in ("since", "until"):
         if (bound := _bound(getattr(args, name))) is not None:
             query[name] = bound
@@ -93,6 +97,13 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--until", help="decisions made before: Unix seconds, ISO 8601, or a duration ago")
     p.add_argument("--format", choices=FORMATS, default="jsonl", help="default: %(default)s")
+    p.add_argument(
+        "--candidates",
+        choices=("chosen", "all"),
+        default="chosen",
+        help="dsjson: a catalog decision's line with its chosen item or every candidate, rebuilt from the "
+        "catalog (default: %(default)s)",
+    )
     p.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds without data before giving up")
     p.set_defaults(func=run)

@@ -24,8 +24,16 @@ been sent with its features (its features as the catalog held them at decision t
 context), with the probability it was drawn with: the learn event therefore needs no catalog, a
 later change of the item cannot change what is learned, and the decision log and its dsjson
 export keep the chosen item's id, features and probability (the rest of the catalog is not copied
-into each record: 10,000 items would be megabytes per decision). The memo adds how many candidates
-there were (``catalog.candidates``) and the catalog's version (``catalog.version``). The learner
+into each record: 10,000 items would be megabytes per decision). The memo adds what rebuilds the
+candidates from the catalog's history (:mod:`service.catalog_replay`): the catalog's version
+(``catalog.version``), the time expiry was judged at (``catalog.at``), how many candidates there
+were (``catalog.candidates``) and the chosen one's position among them (``catalog.index``), how
+many actions were sent with features (``catalog.sent``), and the selection as given
+(``catalog.select``: the JSON of ``{"ids", "filter", "eligible", "excluded"}``, bytes as a uint8
+array so that the store's decision layouts do not vary per request). A selection naming more than
+:data:`MEMO_NAMES` ids and labels together is not kept (``{"unkept": n}``): a record of 10,000
+named ids would be 100 KB or more, and the decision log keeps 100,000 records; such a decision's
+rebuild says so. The learner
 learns it as the shown item sent alone (:meth:`CatalogDecision.learn_input
 <service.catalog_explore.CatalogDecision.learn_input>`; why: :mod:`service.catalog_explore`).
 
@@ -39,6 +47,7 @@ no lock is needed, and a write costs predicts only the time its event takes to a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,11 +62,23 @@ from service.learners.base import Decision, ParamError
 from service.learners.squarecb_adf import SquareCBADF
 from service.sampling import decision_rng
 
-__all__ = ["DEFAULT_TOP", "MAX_TOP", "CatalogAnswer", "CatalogQuery", "CatalogRequest", "catalog_request"]
+__all__ = [
+    "DEFAULT_TOP",
+    "MAX_TOP",
+    "MEMO_NAMES",
+    "CatalogAnswer",
+    "CatalogQuery",
+    "CatalogRequest",
+    "catalog_request",
+    "selection_memo",
+]
 
 #: Items of the ranking an answer carries by default, and at most (an answer stays a few KB).
 DEFAULT_TOP = 10
 MAX_TOP = 100
+#: Candidate ids, eligible and excluded labels a record's memo keeps at most (module docstring): a
+#: thousand ids of 20 characters are about 23 KB, as a decision over 100 actions of 10 features.
+MEMO_NAMES = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +181,9 @@ class CatalogRequest:
             raise FeatureError("features: an action model takes named context features {name: value}")
         self.context: SparseVector = f.context(features)  # type: ignore[assignment]
         self.catalog = catalog
-        self.version = catalog.version
+        self.version, self.now = catalog.version, now
+        self.n_sent = 0 if actions is None else len(actions)
+        self.selection = selection_memo(query, eligible, excluded)
         self.parts: list[tuple[Catalog, np.ndarray]] = []
         sent = self._sent(f, actions) if actions is not None else None
         if sent is not None:
@@ -282,8 +305,29 @@ class CatalogRequest:
         d = decide_parts(self.learner, self.parts, self.context, rng, CatalogExploration(top_k=self.k))
         catalog = self.parts[d.part][0]
         x = catalog.action_input(self.context, np.array([d.slot], np.int64))
-        memo = {"catalog.candidates": d.candidates, "catalog.version": self.version}
+        memo = {
+            "catalog.candidates": d.candidates, "catalog.version": self.version, "catalog.at": self.now,
+            "catalog.index": d.index, "catalog.sent": self.n_sent, "catalog.select": self.selection,
+        }  # fmt: skip
         pos = self.positions
         top = tuple((item_id, int(pos[i]), q) for (item_id, q), i in zip(d.top, d.top_index, strict=True))
         answer = CatalogAnswer(top, d.candidates, self.version, int(pos[d.index]))
         return x, Decision(np.array([d.probability]), 0, memo), answer
+
+
+def selection_memo(
+    query: CatalogQuery, eligible: Sequence[str | int] | None, excluded: Sequence[str | int] | None
+) -> np.ndarray:
+    """The memo's ``catalog.select`` (module docstring): the JSON of the selection as given, as a
+    uint8 array, or of ``{"unkept": n}`` above :data:`MEMO_NAMES` names."""
+    names = sum(len(x) for x in (query.candidates, eligible, excluded) if x is not None)
+    if names > MEMO_NAMES:
+        doc: dict[str, Any] = {"unkept": names}
+    else:
+        doc = {
+            "ids": None if query.candidates is None else list(query.candidates),
+            "filter": None if query.where is None else dict(query.where),
+            "eligible": None if eligible is None else list(eligible),
+            "excluded": None if excluded is None else list(excluded),
+        }
+    return np.frombuffer(json.dumps(doc, separators=(",", ":")).encode(), np.uint8).copy()

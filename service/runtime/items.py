@@ -17,14 +17,17 @@ for a label model) changes only by events of the model's own log, as its learned
 
 The event's bytes are :func:`service.serial.encode` of a flat dictionary (``op`` "put" with the
 items' ids, entry counts, hashed buckets and values, flags, expiries and categorical features as
-JSON; ``op`` "remove" with the ids): pickle-free, and every store keeps them as it keeps an
-import's state.
+JSON; ``op`` "remove" with the ids; ``op`` "sweep", the sweeper's (:func:`sweep_event`), with the
+time the items due then expire at and the version at or before which the history's retired rows
+are forgotten): pickle-free, and every store keeps them as it keeps an import's state. Expiry and
+forgetting go through the log, not each replica's clock, so the catalogs stay equal byte for byte.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,7 @@ __all__ = [
     "pop_catalog",
     "put_events",
     "remove_event",
+    "sweep_event",
 ]
 
 #: The event kind of a catalog change.
@@ -113,12 +117,38 @@ def remove_event(ids: Sequence[str]) -> bytes:
     return serial.encode({"op": "remove", **_ids(ids)})
 
 
-def apply_event(catalog: Catalog | None, data: bytes) -> None:
-    """Apply the ``items`` event of state ``data`` to ``catalog`` (``ModelRuntime.apply``). A removal
-    of an id no longer there changes nothing (an earlier removal in the log took it)."""
+def sweep_event(now: float | None, forget_below: int | None) -> bytes:
+    """The state of the ``items`` event of a sweep: expire the items due at ``now`` and forget the
+    history's rows retired at or before version ``forget_below`` (either may be None)."""
+    return serial.encode(
+        {
+            "op": "sweep",
+            "now": -1.0 if now is None else now,
+            "below": -1 if forget_below is None else forget_below,
+        }
+    )
+
+
+def apply_event(catalog: Catalog | None, data: bytes, at: float = 0.0) -> None:
+    """Apply the ``items`` event of state ``data``, appended at ``at``, to ``catalog``
+    (``ModelRuntime.apply``). A removal of an id no longer there changes nothing (an earlier removal
+    in the log took it)."""
     if catalog is None:
         raise CatalogError("an items event on a model with fixed labels")
     state = serial.decode(data)
+    retired = catalog.history.retired
+    _apply(catalog, state)
+    if catalog.history.retired > retired:  # when it retired rows (the sweep forgets by this time)
+        catalog.history.applied(catalog.version, at)
+
+
+def _apply(catalog: Catalog, state: Mapping[str, Any]) -> None:
+    if state["op"] == "sweep":  # the sweeper's (service.runtime.sweeper): what it does is in the event
+        if state["now"] >= 0:
+            catalog.expire(float(state["now"]))
+        if state["below"] >= 0:
+            catalog.history.forget(int(state["below"]))
+        return
     ids = _read_ids(state)
     if state["op"] == "remove":
         catalog.discard(ids)
@@ -153,6 +183,8 @@ def pop_catalog(state: dict[str, Any], spec: ModelSpec, max_named: int) -> Catal
     catalog = new_catalog(spec, max_named)
     if catalog is not None and own:
         catalog._load(own)
+        if len(catalog.history):  # retired before this process: as if now (forgotten later, not sooner)
+            catalog.history.applied(catalog.version, time.time())
     return catalog
 
 

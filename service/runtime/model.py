@@ -324,7 +324,7 @@ class ModelRuntime:
             self.rollout.apply_event(event.state, event.position, event.at)
         elif event.kind == "items":  # the catalog, kept apart from the learner (reset and import too)
             assert event.state is not None
-            apply_event(self.catalog, event.state)
+            apply_event(self.catalog, event.state, event.at)
         else:
             if event.kind == "reset":
                 self.learner = build_learner(self.spec)

@@ -4,21 +4,27 @@ Every ``CLICKBOOST_SWEEP_INTERVAL_SECONDS`` the background loop gives each decis
 window passed its model's default reward (a learn event, through the store's claim, so a late
 feedback and the expiry never both count), forgets the decision-log entries past the retention
 (``CLICKBOOST_LOG_RETENTION``), and promotes a model in logging or apprentice mode whose evidence
-says it is due (:mod:`service.rollout`).
+says it is due (:mod:`service.rollout`), and keeps each catalog (issue 54): the items whose
+``expires_at`` passed are retired, and the retired rows no retained decision can need any more are
+forgotten (:meth:`Sweeper.sweep_catalog`), both by an ``items`` event so that every replica does the
+same at the same log position and the catalogs stay equal byte for byte.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
+from service.runtime.items import KIND as ITEMS
+from service.runtime.items import sweep_event
 from service.runtime.model import ModelRuntime
 from service.runtime.replication import Replication
 from service.runtime.reports import Reports
 from service.runtime.state import Shared
 from service.store import Event, StoreUnavailableError
 
-__all__ = ["RETENTION_ACTIVE_SECONDS", "RETENTION_RECHECK_SECONDS", "Sweeper"]
+__all__ = ["HISTORY_SLACK_SECONDS", "RETENTION_ACTIVE_SECONDS", "RETENTION_RECHECK_SECONDS", "Sweeper"]
 
 log = logging.getLogger("clickboost.runtime")
 
@@ -29,6 +35,10 @@ log = logging.getLogger("clickboost.runtime")
 # command per second, a busy one a trim every few seconds (each forgets what came due meanwhile).
 RETENTION_ACTIVE_SECONDS = 10.0
 RETENTION_RECHECK_SECONDS = 3600.0
+#: A catalog's retired rows are forgotten once retired this long before the oldest retained
+#: decision: a decision is recorded at its replica's catalog version, which may lag the log (the
+#: replication lag, a store outage served from memory) and its clock may differ from the appender's.
+HISTORY_SLACK_SECONDS = 600.0
 
 
 class Sweeper:
@@ -102,7 +112,37 @@ class Sweeper:
                 m.trim_due = False
                 await store.trim_decision_log(m.name, older_than, max_count)
                 m.trimmed_at, m.next_trim = now, (now + recheck if store.shared else now)
+            await self.sweep_catalog(m, now)
         return n
+
+    async def sweep_catalog(self, m: ModelRuntime, now: float) -> bool:
+        """Append the ``items`` event that retires ``m``'s items expired at ``now`` and forgets the
+        retired rows that no retained decision can need (those retired by events appended
+        :data:`HISTORY_SLACK_SECONDS` before the oldest decision the log keeps); whether it did. The
+        holder of the model's catalog lease appends it; the others apply it from the log."""
+        cat = m.catalog
+        if cat is None or not (len(cat) or len(cat.history)):
+            return False
+        due = cat.due(now)
+        below = None
+        # The store is read only when a forget could drop something: no row is retired before the
+        # oldest decision came in, whenever that was.
+        if cat.history.due(cat.history.forget_below(now - HISTORY_SLACK_SECONDS)):
+            oldest = now
+            if m.spec.log_decisions:
+                entries, _ = await self.shared.store.read_decision_log(m.name, -math.inf, math.inf, None, 1)
+                oldest = min(oldest, entries[0].created_at) if entries else oldest
+            v = cat.history.forget_below(oldest - HISTORY_SLACK_SECONDS)
+            below = v if cat.history.due(v) else None
+        if not due and below is None:
+            return False
+        lease = max(3 * self.shared.settings.sweep_interval_seconds, 10.0)
+        if not await self.shared.store.lease(f"catalog:{m.name}", self.shared.replica_id, lease):
+            return False
+        state = sweep_event(now if due else None, below)
+        await self.shared.store.append(m.name, Event(0, ITEMS, at=now, state=state))  # type: ignore[arg-type]
+        await self.replication.catch_up(m)
+        return True
 
     async def promote(self, m: ModelRuntime) -> None:
         """Append the automatic promotion of ``m`` to online (:mod:`service.rollout`): by the holder

@@ -30,6 +30,7 @@ import numpy as np
 from service.serial import StateFormatError, decode
 
 __all__ = [
+    "catalog_of",
     "decode_decision",
     "decode_x",
     "eligible_of",
@@ -182,6 +183,30 @@ def eligible_of(decision: Mapping[str, Any]) -> np.ndarray | None:
     """The eligible-label mask a decision state carries (``memo.eligible``), or None: every label."""
     mask = decision.get("memo.eligible")
     return None if mask is None else np.asarray(mask, dtype=bool)
+
+
+def catalog_of(decision: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a catalog decision's state keeps of its selection (``memo.catalog.*``,
+    :mod:`service.runtime.catalog_requests`), for the decision log: ``{"version", "candidates",
+    "at", "index", "sent", "select"}`` (None for what a record made before they were kept lacks);
+    None for a decision that is not over the catalog."""
+    version = decision.get("memo.catalog.version")
+    if version is None:
+        return None
+
+    def get(key: str, kind: type) -> Any:
+        value = decision.get(f"memo.catalog.{key}")
+        return None if value is None else kind(value)
+
+    select = decision.get("memo.catalog.select")
+    return {
+        "version": int(version),
+        "candidates": get("candidates", int),
+        "at": get("at", float),
+        "index": get("index", int),
+        "sent": get("sent", int),
+        "select": None if select is None else json.loads(np.asarray(select, np.uint8).tobytes()),
+    }
 
 
 def slot_of(decision: Mapping[str, Any]) -> int | None:

@@ -39,7 +39,7 @@ from service.store.base import (
     UnknownModelError,
     feedback_outcome,
 )
-from service.store.codec import eligible_of, rollout_of, slot_of
+from service.store.codec import catalog_of, eligible_of, rollout_of, slot_of
 
 
 class _Model:
@@ -342,6 +342,7 @@ class MemoryStore(Store):
                         r.deferred,
                         activated_at,
                         slot_of(r.decision),
+                        catalog_of(r.decision),
                     )
                 )
             i += 1

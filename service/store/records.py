@@ -178,6 +178,10 @@ class LoggedDecision:
         For a slot of a page (issue 53, :mod:`service.pages`): its index; ``x`` is then the packed
         page and ``probs`` the slot's distribution given the earlier slots' choices. None: a single
         decision.
+    catalog : dict or None
+        For a decision over a model's catalog (issue 54): its selection
+        (:func:`service.store.codec.catalog_of`), which rebuilds its candidates
+        (:mod:`service.catalog_replay`); None otherwise.
     """
 
     decision_id: str
@@ -195,6 +199,7 @@ class LoggedDecision:
     deferred: bool = False
     activated_at: float | None = None
     slot: int | None = None
+    catalog: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

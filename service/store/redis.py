@@ -160,6 +160,7 @@ from service.store.base import (
     UnknownModelError,
 )
 from service.store.codec import (
+    catalog_of,
     decode_decision,
     decode_x,
     eligible_of,
@@ -1121,6 +1122,9 @@ class RedisStore(Store):
             slot = slot_of(record.decision)
             if slot is not None:  # a slot of a page (issue 53): its index, for the page's export
                 args += ["ps", slot]
+            catalog = catalog_of(record.decision)
+            if catalog is not None:  # a catalog decision (issue 54): its selection, for a rebuild
+                args += ["cm", json.dumps(catalog, separators=(",", ":"))]
         return args
 
     @_available
@@ -1360,6 +1364,7 @@ class RedisStore(Store):
                     f.get(b"df") == b"1",
                     None if activated_at is None else float(activated_at),
                     None if b"ps" not in f else int(f[b"ps"]),
+                    None if b"cm" not in f else json.loads(f[b"cm"]),
                 )
             )
         return page, (entries[-1][0].decode() if len(entries) == limit else None)

@@ -171,6 +171,7 @@ from service.store.base import (
     feedback_outcome,
 )
 from service.store.codec import (
+    catalog_of,
     decode_decision,
     decode_x,
     eligible_of,
@@ -1273,6 +1274,7 @@ class SQLiteStore(Store):
                         bool(act[0]),
                         act[1],
                         slot_of(d),
+                        catalog_of(d),
                     )
                 )
                 if len(page) == limit or time.perf_counter() >= deadline:
