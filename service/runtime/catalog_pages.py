@@ -178,7 +178,7 @@ class CatalogPageRequest:
                     f"slots.{s}: no candidate left for slot {self.ids[s]!r} (the earlier slots took every "
                     "candidate it allows)"
                 )
-            where = np.flatnonzero(allowed).tolist()  # the slot's candidates' positions in the request
+            where = np.flatnonzero(allowed)  # the slot's candidates' positions in the request
             parts, at = [], 0
             for catalog, rows in req.parts:
                 kept = rows[allowed[at : at + len(rows)]]
@@ -191,15 +191,15 @@ class CatalogPageRequest:
             except CatalogError as exc:
                 raise FeatureError(str(exc)) from None
             chosen.append((parts[d.part][0], d.slot))
-            taken[where[d.index]] = True
+            index = int(where[d.index])
+            taken[index] = True
             probs = np.zeros(n_slots)
             probs[s] = d.probability
             memo = {"catalog.candidates": d.candidates, CATALOG_VERSION: req.version}
             decisions.append(Decision(probs, s, memo))
-            top = tuple((i, int(where[k]), q) for (i, q), k in zip(d.top, d.top_index, strict=True))
-            answers.append(
-                CatalogSlot(self.ids[s], d.item_id, int(where[d.index]), d.probability, d.candidates, top)
-            )
+            at_top = where[list(d.top_index)].tolist()
+            top = tuple((i, k, q) for (i, q), k in zip(d.top, at_top, strict=True))
+            answers.append(CatalogSlot(self.ids[s], d.item_id, index, d.probability, d.candidates, top))
         page = PageInput(_chosen_input(req.context, chosen), self.vectors, self.ids)
         return CatalogPage(page, PageDecision(decisions), answers, req.version)
 
