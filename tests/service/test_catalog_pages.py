@@ -158,6 +158,7 @@ async def test_reported_conditionals_are_the_draw_distribution_and_ips_is_unbias
 
     # every ordered page, driven through the real decision by uniforms that pick it: the slots show
     # it and report exactly the conditionals computed from the learner's costs
+    reported: dict[tuple[int, ...], list[float]] = {}
     for page, probs in exact.items():
         us = []
         for s in range(len(slots)):
@@ -166,6 +167,7 @@ async def test_reported_conditionals_are_the_draw_distribution_and_ips_is_unbias
         monkeypatch.setattr(catalog_pages_module, "decision_rng", lambda _id, us=us: Scripted(us))
         got = req.decide("any")
         assert tuple(x.index for x in got.slots) == page
+        reported[page] = [x.probability for x in got.slots]
         assert [x.item_id for x in got.slots] == [f"i{a}" for a in page]
         np.testing.assert_allclose([x.probability for x in got.slots], probs, rtol=1e-12, atol=0)
         # each slot's decision over the kept items: its item's conditional at its slot, 0 elsewhere
@@ -208,14 +210,11 @@ async def test_reported_conditionals_are_the_draw_distribution_and_ips_is_unbias
 
     for s in range(len(slots)):
         ips = truth = 0.0
-        for page, probs in exact.items():
-            weight = math.prod(probs[:s])  # the prefix's probability
-            left, _ = oracle(req, s, page[:s])
-            target = left[0]
-            if page[s] == target:
-                ips += math.prod(probs) * reward(s, page[s]) / probs[s]
-            truth += math.prod(probs) * reward(s, target)  # summed over slot s's draws: the prefix's
-            assert weight > 0
+        for page, probs in exact.items():  # each page with its exact probability of being drawn
+            target = oracle(req, s, page[:s])[0][0]
+            if page[s] == target:  # weighted by the conditional the server reported for slot s
+                ips += math.prod(probs) * reward(s, page[s]) / reported[page][s]
+            truth += math.prod(probs) * reward(s, target)
         assert math.isclose(ips, truth, rel_tol=1e-12), (s, ips, truth)
 
 
