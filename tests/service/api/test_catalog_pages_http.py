@@ -132,8 +132,8 @@ async def test_a_catalog_page_is_answered_stored_rewarded_logged_and_exported(st
         for e in log:
             assert [a["id"] for a in e["actions"]] == shown and e["label"] == shown[e["page"]["slot"]]
             assert e["probs"][e["label_index"]] == p["slots"][e["page"]["slot"]]["probability"]
-        first = m.catalog  # the item changed: the log keeps it as decided
-        assert log[0]["actions"][0]["idx"] != first.features(first.slot_of(shown[0])).idx.tolist()
+        now = m.catalog.features(m.catalog.slot_of(shown[0]))  # the item changed: the log keeps it as decided
+        assert log[0]["actions"][0]["idx"] != now.idx.tolist()
         with pytest.raises(ValueError, match="1 pages over catalog candidates"):
             PageLog.from_records(log)
         text = (await c.get("/models/shop/log", params={"format": "dsjson"})).text
