@@ -270,6 +270,25 @@ class CatalogRequest:
         total = sum(len(s) for _, s in self.parts)
         if total == 0:
             raise FeatureError("candidates: no active catalog item is selected (check the filter)")
+        keep = self.allowed(eligible, excluded, baseline)
+        self.positions = np.arange(total, dtype=np.int64) if keep is None else np.flatnonzero(keep)
+        if keep is not None:
+            offset, parts = 0, []
+            for catalog, slots in self.parts:
+                parts.append((catalog, slots[keep[offset : offset + len(slots)]]))
+                offset += len(slots)
+            self.parts = parts
+
+    def allowed(
+        self,
+        eligible: Sequence[str | int] | None,
+        excluded: Sequence[str | int] | None,
+        baseline: str | int | None,
+    ) -> np.ndarray | None:
+        """The candidates ``eligible`` (or all but the ``excluded``) allow, a boolean mask over the
+        request's list (None: all), the ``baseline`` checked; :class:`ParamError`. A page's slots
+        (:mod:`service.runtime.catalog_pages`) ask it per slot."""
+        total = sum(len(s) for _, s in self.parts)
         keep: np.ndarray | None = None
         if eligible is not None and excluded is not None:
             raise ParamError("give eligible or excluded labels, not both")
@@ -287,13 +306,7 @@ class CatalogRequest:
             b = self._position(baseline, "baseline")
             if keep is not None and not keep[b]:
                 raise ParamError(f"baseline action {baseline!r} is not eligible for this request")
-        self.positions = np.arange(total, dtype=np.int64) if keep is None else np.flatnonzero(keep)
-        if keep is not None:
-            offset, parts = 0, []
-            for catalog, slots in self.parts:
-                parts.append((catalog, slots[keep[offset : offset + len(slots)]]))
-                offset += len(slots)
-            self.parts = parts
+        return keep
 
     # -- the decision ----------------------------------------------------------------------------
 
