@@ -70,7 +70,7 @@ from service.features import FeatureError, SparseVector
 from service.learners.base import Decision, ParamError
 from service.learners.ccb_adf import PageDecision
 from service.pages import CATALOG_VERSION
-from service.runtime.catalog_requests import CatalogRequest
+from service.runtime.catalog_requests import CatalogRequest, selection_memo
 from service.sampling import decision_rng
 from service.slots import MAX_SLOTS, PageInput, slot_context, slot_field
 
@@ -147,6 +147,7 @@ class CatalogPageRequest:
             )
         self.featuriser = m.page_featuriser()
         self.vectors, self.ids = self.featuriser.slot_features(slots)
+        self.slots = slots
         self.masks = [self._mask(s, slot) for s, slot in enumerate(slots)]
 
     def _mask(self, s: int, slot: Any) -> np.ndarray | None:
@@ -195,7 +196,14 @@ class CatalogPageRequest:
             taken[index] = True
             probs = np.zeros(n_slots)
             probs[s] = d.probability
-            memo = {"catalog.candidates": d.candidates, CATALOG_VERSION: req.version}
+            memo: dict[str, Any] = {"catalog.candidates": d.candidates, CATALOG_VERSION: req.version}
+            if n_slots == 1:  # stored as the single catalog decision: its memo too, which rebuilds it
+                eligible = slot_field(self.slots[0], "eligible")
+                excluded = slot_field(self.slots[0], "excluded")
+                memo |= {
+                    "catalog.at": req.now, "catalog.index": d.index, "catalog.sent": req.n_sent,
+                    "catalog.select": selection_memo(req.query, eligible, excluded),
+                }  # fmt: skip
             decisions.append(Decision(probs, s, memo))
             at_top = where[list(d.top_index)].tolist()
             top = tuple((i, k, q) for (i, q), k in zip(d.top, at_top, strict=True))

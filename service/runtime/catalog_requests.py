@@ -183,6 +183,7 @@ class CatalogRequest:
         self.catalog = catalog
         self.version, self.now = catalog.version, now
         self.n_sent = 0 if actions is None else len(actions)
+        self.query = query  # a one-slot page's memo names its slot's eligibility (catalog_pages)
         self.selection = selection_memo(query, eligible, excluded)
         self.parts: list[tuple[Catalog, np.ndarray]] = []
         sent = self._sent(f, actions) if actions is not None else None
