@@ -316,8 +316,10 @@ class CatalogRequest:
         item alone with its features, as sent with them; module docstring), the decision over it
         (its probability), and the answer's top ``k``."""
         rng = decision_rng(decision_id)
-        d = decide_parts(self.learner, self.parts, self.context, rng, CatalogExploration(top_k=self.k))
-        catalog = self.parts[d.part][0]
+        # decide_parts numbers the non-empty parts only (every sent action may be excluded)
+        parts = [(c, rows) for c, rows in self.parts if len(rows)]
+        d = decide_parts(self.learner, parts, self.context, rng, CatalogExploration(top_k=self.k))
+        catalog = parts[d.part][0]
         x = catalog.action_input(self.context, np.array([d.slot], np.int64))
         memo = {
             "catalog.candidates": d.candidates, "catalog.version": self.version, "catalog.at": self.now,
