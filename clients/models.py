@@ -97,37 +97,47 @@ class SlotChoice:
     #: The actions this slot could show (eligible there, not taken by an earlier slot), most probable
     #: first: ``(label, label_index, probability)``.
     ranking: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
+    #: A page over catalog candidates' slot (issue 54; its ``ranking`` is the top ``k``): how many
+    #: candidates the slot was decided over; None for a page of sent actions.
+    candidates: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> SlotChoice:
+        catalog = isinstance(body, dict) and "candidates" in body
         return cls(
             id=_get(body, "id", str, "page slot"),
             label=_get(body, "label", str, "page slot"),
             label_index=_get(body, "label_index", int, "page slot"),
             probability=float(_get(body, "probability", _NUM, "page slot")),
             ranking=_ranking(body.get("ranking", []), "page slot"),
+            candidates=_get(body, "candidates", int, "page slot") if catalog else None,
         )
 
 
 @dataclass(frozen=True)
 class Page:
     """Answer of ``POST /predict`` with ``slots`` (issue 53): one decision id for the page and each
-    slot's action, in the request's order (no action in two slots). Post each slot's reward with
-    ``feedback(decision_id, ..., slot=...)``. ``server`` as for :class:`Prediction`."""
+    slot's action (or catalog item), in the request's order (no action in two slots). Post each
+    slot's reward with ``feedback(decision_id, ..., slot=...)``. ``server`` as for
+    :class:`Prediction`."""
 
     decision_id: str
     model: str
     model_version: int
     slots: tuple[SlotChoice, ...]
     server: str = field(default="", compare=False)
+    #: A page over catalog candidates' (issue 54): the catalog version it saw; None otherwise.
+    catalog_version: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_json(cls, body: Any) -> Page:
+        catalog = isinstance(body, dict) and "catalog_version" in body
         return cls(
             decision_id=_get(body, "decision_id", str, "predict"),
             model=_get(body, "model", str, "predict"),
             model_version=_get(body, "model_version", int, "predict"),
             slots=tuple(SlotChoice.from_json(s) for s in _get(body, "slots", list, "predict")),
+            catalog_version=_get(body, "catalog_version", int, "predict") if catalog else None,
         )
 
     @property

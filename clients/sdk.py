@@ -325,14 +325,18 @@ class _Calls:
     @staticmethod
     def predict_page(
         features: Features,
-        actions: Sequence[Mapping[str, Any]],
+        actions: Sequence[Mapping[str, Any]] | None,
         slots: Sequence[Mapping[str, Any]],
         model: str | None,
         defer: bool = False,
         decision_id: str | None = None,
+        candidates: Sequence[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        k: int | None = None,
     ) -> _Call[Page]:
         body = _predict_body(features, model, defer, decision_id, actions)
         body["slots"] = [_slot(s) for s in slots]
+        body.update(_catalog_fields(candidates, where, k))
         return _predict_call(body, model, Page)
 
     @staticmethod
@@ -961,12 +965,15 @@ class Client(_Base):
     def predict_page(
         self,
         features: Features,
-        actions: Sequence[Mapping[str, Any]],
+        actions: Sequence[Mapping[str, Any]] | None,
         slots: Sequence[Mapping[str, Any]],
         model: str | None = None,
         *,
         defer: bool = False,
         decision_id: str | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
     ) -> Page:
         """Ask for a page of several slots (issue 53): ``POST /predict`` with ``slots``.
 
@@ -974,11 +981,16 @@ class Client(_Base):
         ----------
         features, model, defer, decision_id
             As for :meth:`predict`; ``defer`` covers the whole page.
-        actions : sequence of mapping
-            The page's candidates, ``{"id": str, "features": {...}}`` each, at least one per slot.
+        actions : sequence of mapping, or None
+            The page's candidates sent with their features, ``{"id": str, "features": {...}}``
+            each; None for a page over the model's catalog alone.
         slots : sequence of mapping
             The slots in page order, each ``{"id": str, "features"?: {...}, "eligible"? |
             "excluded"?: [...], "baseline"?: ...}``.
+        candidates, filter, k : optional
+            As for :meth:`predict` (issue 54): the page's candidates from the model's catalog (after
+            the sent ``actions``, if any), at least as many as slots. Each slot's ``ranking`` is then
+            its top ``k``, its ``candidates`` how many it was decided over.
 
         Returns
         -------
@@ -986,8 +998,17 @@ class Client(_Base):
             One decision id and each slot's action (none in two slots), its probability given the
             earlier slots and its ranking. Reward each slot with ``feedback(page.decision_id, ...,
             slot=...)``.
+
+        Examples
+        --------
+        >>> with Client("http://127.0.0.1:8000") as c:  # doctest: +SKIP
+        ...     page = c.predict_page({"country": "fr"}, None, [{"id": "hero"}, {"id": "tile"}],
+        ...                           model="shop", filter={"category": ["shoes"]}, k=5)
+        ...     page.labels  # two catalog items, none in both slots
         """
-        return self._run(_Calls.predict_page(features, actions, slots, model, defer, decision_id))
+        return self._run(
+            _Calls.predict_page(features, actions, slots, model, defer, decision_id, candidates, filter, k)
+        )
 
     def feedback(
         self,
@@ -1240,15 +1261,20 @@ class AsyncClient(_Base):
     async def predict_page(
         self,
         features: Features,
-        actions: Sequence[Mapping[str, Any]],
+        actions: Sequence[Mapping[str, Any]] | None,
         slots: Sequence[Mapping[str, Any]],
         model: str | None = None,
         *,
         defer: bool = False,
         decision_id: str | None = None,
+        candidates: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        k: int | None = None,
     ) -> Page:
         """See :meth:`Client.predict_page`."""
-        return await self._run(_Calls.predict_page(features, actions, slots, model, defer, decision_id))
+        return await self._run(
+            _Calls.predict_page(features, actions, slots, model, defer, decision_id, candidates, filter, k)
+        )
 
     async def feedback(
         self,

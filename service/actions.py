@@ -286,6 +286,13 @@ class ActionInput:
         lo, hi = self.a_ptr[a], self.a_ptr[a + 1]
         return SparseVector(self.a_idx[lo:hi], self.a_val[lo:hi], self.dim)
 
+    def alone(self, a: int) -> ActionInput:
+        """Candidate ``a`` as the one candidate of a request with the same context (a catalog
+        page's slot learns its shown item so: :func:`service.pages.learn_slot`)."""
+        lo, hi = int(self.a_ptr[a]), int(self.a_ptr[a + 1])
+        ptr = np.array([0, hi - lo], dtype=np.int64)
+        return ActionInput([self.ids[a]], self.context, ptr, self.a_idx[lo:hi], self.a_val[lo:hi], self.bits)
+
 
 class ActionFeaturiser:
     """Turns a request's context and candidate actions into an :class:`ActionInput` for one model.

@@ -34,6 +34,12 @@ as ``CCB(learner).learn_slot(unpack_page(x), PageDecision.from_state(decision["p
 reward)`` (:func:`learn_slot`), the same bits on every replica. A graded reward that the learner
 takes as a bit is drawn from the slot's own id (:func:`service.sampling.reward_bit`).
 
+A page over catalog candidates (issue 54, :mod:`service.runtime.catalog_pages`) keeps its chosen
+items only, as the page's candidates (item of slot ``s`` is candidate ``s``), and each slot's
+decision has the slot's conditional probability at its item and the catalog memo
+(:data:`CATALOG_VERSION`); its learn event is applied as the slot's item alone on the slot's input
+(:func:`learn_slot`), as a single catalog decision learns.
+
 A one-slot page without slot features is not a page here: it is stored as today's single decision
 (its record and events byte for byte), and slot 0 of it is that decision (:func:`page_records`
 returns the single record, :meth:`Store.claim_slot` claims ``D`` for slot 0).
@@ -45,13 +51,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from service.learners.base import Learner
+import numpy as np
+
+from service.learners.base import Decision, Learner
 from service.learners.ccb_adf import CCB, PageDecision
 from service.serial import State, StateFormatError
 from service.slots import PageInput, unpack_page
 from service.store.records import DecisionRecord, Reward, slot_decision_id, split_slot_id
 
 __all__ = [
+    "CATALOG_VERSION",
     "PAGE_PREFIX",
     "is_single",
     "learn_slot",
@@ -65,6 +74,9 @@ __all__ = [
 
 #: The prefix of the page decision's keys in a slot's decision state.
 PAGE_PREFIX = "page."
+#: The memo key of a catalog decision's catalog version: in a slot's own memo, the slot of a page over
+#: catalog candidates, which learns its item alone (:mod:`service.runtime.catalog_pages`).
+CATALOG_VERSION = "catalog.version"
 
 
 def is_single(page: PageInput) -> bool:
@@ -122,9 +134,16 @@ def page_records(
 def learn_slot(learner: Learner, bits: int, x: Any, decision: Mapping[str, Any], reward: Reward) -> None:
     """Apply a slot's learn event to ``learner`` (an action learner of ``2**bits`` buckets): the CCB
     reduction's :meth:`~service.learners.ccb_adf.CCB.learn_slot` on the page and page decision the
-    event carries."""
+    event carries; for a page over catalog candidates (its slot's memo has :data:`CATALOG_VERSION`)
+    the slot's shown item alone on the slot's input, with the probability it was drawn with, as a
+    single catalog decision learns (:mod:`service.runtime.catalog_pages`)."""
     s = page_slot(decision)
     if s is None:
         raise StateFormatError("not a page slot's learn event (no page.slot)")
-    page = unpack_page(x, bits)
-    CCB(learner).learn_slot(page, page_decision_of(decision), s, reward)
+    page, pd = unpack_page(x, bits), page_decision_of(decision)
+    d = pd.slots[s]
+    if CATALOG_VERSION in d.memo:  # a page over catalog candidates: the shown item alone
+        alone = page.slot_input(s).alone(d.label)
+        learner.learn(alone, Decision(np.array([d.probability]), 0, {}), reward)
+        return
+    CCB(learner).learn_slot(page, pd, s, reward)

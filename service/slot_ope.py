@@ -20,6 +20,9 @@ each with the normal 95 % interval and Kish's effective sample size of the weigh
 :mod:`service.ope` computes them for single decisions (its :class:`~service.ope.Estimate`; below
 :data:`~service.ope.MIN_ESS` an estimate says it cannot tell). The page's value is the sum of its
 slots' (:func:`evaluate_slots` reports both).
+
+Pages over catalog candidates (issue 54) are left out, as :mod:`service.ope` leaves out single
+catalog decisions: their records keep the chosen items alone (:func:`catalog_page`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from service.slots import PageInput
 
 __all__ = [
     "PageLog",
+    "catalog_page",
     "evaluate_slots",
     "logging_pmfs",
     "policy_pmfs",
@@ -90,8 +94,9 @@ class PageLog:
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]]) -> PageLog:
         """From decision-log records (JSON lines of :mod:`service.decision_log`): the slot records of
-        pages (``page`` set), grouped by page; single decisions, and pages with a slot pending or
-        dropped, are left out. ValueError when no page is left or the pages' slot counts differ."""
+        pages (``page`` set), grouped by page; single decisions, pages with a slot pending or
+        dropped, and pages over catalog candidates (:func:`catalog_page`) are left out. ValueError
+        when no page is left or the pages' slot counts differ."""
         open_pages: dict[str, dict[int, Mapping[str, Any]]] = {}
         done: list[list[Mapping[str, Any]]] = []
         for rec in records:
@@ -104,8 +109,12 @@ class PageLog:
                 del open_pages[page["id"]]
                 done.append([slots[s] for s in range(len(slots))])
         done = [p for p in done if all(r.get("reward") is not None for r in p)]
-        if not done:
-            raise ValueError("no logged page with a reward in every slot")
+        kept = [p for p in done if not catalog_page(p)]  # their other candidates are not in the log
+        if not kept:
+            skipped = len(done) - len(kept)
+            why = f" ({skipped} pages over catalog candidates, which keep their chosen items only)"
+            raise ValueError("no logged page with a reward in every slot" + (why if skipped else ""))
+        done = kept
         if len({len(p) for p in done}) > 1:
             raise ValueError("the log holds pages of different slot counts: evaluate each layout apart")
         pages, ids, shown, probs, rewards, allowed = [], [], [], [], [], []
@@ -145,6 +154,13 @@ class PageLog:
             np.asarray(rewards, dtype=np.float64),
             allowed,
         )
+
+
+def catalog_page(slots: list[Mapping[str, Any]]) -> bool:
+    """Whether a logged page's slot records are a page over catalog candidates' (issue 54,
+    :mod:`service.runtime.catalog_pages`): each slot keeps its own item's probability alone, so a
+    slot's ``probs`` sums below 1 (a page of sent actions keeps each slot's whole distribution)."""
+    return any(sum(r["probs"]) < 1.0 - 1e-9 for r in slots)
 
 
 def _allowed(n: int, eligible: list[int] | None, taken: list[int]) -> np.ndarray:

@@ -33,7 +33,16 @@ from service.actions import MAX_ROW_ENTRIES, ActionFeaturiser, ActionInput, unpa
 from service.features import CACHE_BYTES, FeatureError, FeatureValue, Featuriser, SparseVector
 from service.kernels import merge_buckets
 
-__all__ = ["MAX_SLOTS", "SLOT_TAG", "PageFeaturiser", "PageInput", "page_entries", "slot_buckets"]
+__all__ = [
+    "MAX_SLOTS",
+    "SLOT_TAG",
+    "PageFeaturiser",
+    "PageInput",
+    "page_entries",
+    "slot_buckets",
+    "slot_context",
+    "slot_field",
+]
 
 #: Most slots a page may have (Personalizer's multi-slot rank takes up to 50 actions; pages have few slots).
 MAX_SLOTS = 50
@@ -96,11 +105,21 @@ class PageInput:
         key = slot.idx.tobytes() + slot.val.tobytes()
         got = self._inputs.get(key)
         if got is None:
-            x, c = self.actions, self.actions.context
-            idx, val = merge_buckets(np.concatenate((c.idx, slot.idx)), np.concatenate((c.val, slot.val)))
-            got = ActionInput(x.ids, SparseVector(idx, val, c.dim), x.a_ptr, x.a_idx, x.a_val, x.bits)
+            x = self.actions
+            got = ActionInput(x.ids, slot_context(x.context, slot), x.a_ptr, x.a_idx, x.a_val, x.bits)
             self._inputs[key] = got
         return got
+
+
+def slot_context(context: SparseVector, slot: SparseVector) -> SparseVector:
+    """The context of a slot's input: ``context`` with the slot's features added (colliding buckets
+    added, zero sums dropped: :func:`service.kernels.merge_buckets`); ``context`` itself for a slot
+    without features. A page over catalog items scores each slot on it
+    (:mod:`service.runtime.catalog_pages`)."""
+    if slot.nnz == 0:
+        return context
+    idx, val = merge_buckets(np.concatenate((context.idx, slot.idx)), np.concatenate((context.val, slot.val)))
+    return SparseVector(idx, val, context.dim)
 
 
 class PageFeaturiser:
@@ -139,7 +158,21 @@ class PageFeaturiser:
                 "action, so send at least as many actions as slots"
             )
         x = self.actions(features, actions)
-        vectors, ids = [], []
+        vectors, ids = self.slot_features(slots)
+        entries = page_entries(x, vectors)
+        if entries > MAX_ROW_ENTRIES:
+            raise FeatureError(
+                f"slots: {n_slots} slots over {x.n} candidates with {x.context.nnz} context features make "
+                f"{entries:,} interaction entries, at most {MAX_ROW_ENTRIES:,} per request (send fewer "
+                "slots, candidates or features)"
+            )
+        return PageInput(x, vectors, ids)
+
+    def slot_features(self, slots: Sequence[Any]) -> tuple[list[SparseVector], list[str]]:
+        """Each slot's hashed features (in the slot namespace) and id, in page order;
+        :class:`FeatureError` naming ``slots.{s}`` for what does not fit."""
+        vectors: list[SparseVector] = []
+        ids: list[str] = []
         for s, slot in enumerate(slots):
             slot_id, named = _slot_fields(slot, s)
             if slot_id in ids:
@@ -152,14 +185,7 @@ class PageFeaturiser:
             assert isinstance(v, SparseVector)
             moved, val = merge_buckets(slot_buckets(v.idx, self.hashing_bits), v.val)
             vectors.append(SparseVector(moved, val, v.dim))
-        entries = page_entries(x, vectors)
-        if entries > MAX_ROW_ENTRIES:
-            raise FeatureError(
-                f"slots: {n_slots} slots over {x.n} candidates with {x.context.nnz} context features make "
-                f"{entries:,} interaction entries, at most {MAX_ROW_ENTRIES:,} per request (send fewer "
-                "slots, candidates or features)"
-            )
-        return PageInput(x, vectors, ids)
+        return vectors, ids
 
     def pack(self, page: PageInput) -> np.ndarray:
         """What a decision record keeps of ``page``: ``[S, nnz_0..nnz_{S-1}, len_0..len_{S-1}, idx,
@@ -208,6 +234,13 @@ def unpack_page(stored: np.ndarray, bits: int) -> PageInput:
         ids.append(raw[pos : pos + length].decode())
         pos += length
     return PageInput(unpack_actions(stored[at:], bits), slots, ids)
+
+
+def slot_field(slot: Any, name: str) -> Any:
+    """Field ``name`` of a request's slot: a mapping or an object (a parsed body's slot), None if absent."""
+    if isinstance(slot, Mapping):
+        return slot.get(name)
+    return getattr(slot, name, None)
 
 
 def _slot_fields(slot: Any, s: int) -> tuple[str, Mapping[str, FeatureValue]]:

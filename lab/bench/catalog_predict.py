@@ -12,6 +12,9 @@ kept. Loads:
 - **whole catalog**: ``{"model", "features"}``, no candidates: every active item is scored, the
   answer carries the chosen item and the top 10;
 - **100 catalog ids**: ``"candidates"``: 100 random live item ids per request;
+- **a 3-slot page over the whole catalog** (issue 54 item 5, :mod:`service.runtime.catalog_pages`):
+  ``"slots"`` of :data:`PAGE_SLOTS` slots with a ``position`` feature each, no candidates: each
+  slot scores every item the earlier slots left, the answer carries per slot its item and top 10;
 - **whole catalog while the catalog changes**: the same, while a second connection replaces 1 % of
   the items every 100 ms through the item routes (100 ``DELETE /models/shop/items/{id}``, one bulk
   ``POST`` of 100 new items; the changes are applied on the server's event loop between predicts:
@@ -47,6 +50,7 @@ STORES = ("memory", "sqlite-full")
 IDS_PER_REQUEST = 100
 CHANGE_EVERY = 0.1  # seconds between two catalog changes of the changing load
 CHANGE_ITEMS = 100  # 1 % of the catalog
+PAGE_SLOTS = [{"id": p, "features": {"position": p}} for p in ("hero", "tile", "footer")]
 TARGETS = {"whole p50": 10.0, "whole p99": 30.0, "ids p50": 3.0, "bytes": 5_000}
 SPEC = {"actions": "features", "learner": "squarecb-adf", "hashing_bits": BITS, "seed": 1}
 
@@ -105,7 +109,7 @@ def _figures(lat: np.ndarray) -> tuple[float, float]:
 
 
 def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
-    """The four loads on one server of ``store``."""
+    """The five loads on one server of ``store``."""
     stream = _shop()
     cmd = [sys.executable, "-m", "service", "serve", "--port", "{port}", "--log-level", "warning"]
     with _server(cmd, store_settings(store, data_dir)) as (url, _):
@@ -128,6 +132,7 @@ def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
 
         whole = bodies(requests, None)
         ids = bodies(requests, "candidates", stream.item_id)
+        pages = [json.dumps({**json.loads(b), "slots": PAGE_SLOTS}).encode() for b in whole]
         sent = bodies(min(requests, 1_000), "actions", lambda i: _item(stream, i))
 
         def catalog_answer(a: dict[str, Any]) -> None:
@@ -141,12 +146,19 @@ def run_store(store: str, requests: int, data_dir: Path) -> dict[str, Any]:
             assert a["candidates"] == IDS_PER_REQUEST
             catalog_answer(a)
 
+        def page_answer(a: dict[str, Any]) -> None:
+            assert [s["candidates"] for s in a["slots"]] == [ITEMS - s for s in range(len(PAGE_SLOTS))]
+            assert len({s["label"] for s in a["slots"]}) == len(PAGE_SLOTS)
+            assert all(len(s["ranking"]) == 10 for s in a["slots"])
+
         async def loads() -> dict[str, Any]:
             await _sequential(url, whole[:200], whole_answer)  # warm: kernels, caches, allocator
             await _sequential(url, ids[:200], ids_answer)
+            await _sequential(url, pages[:200], page_answer)
             out: dict[str, Any] = {}
             out["whole"] = await _sequential(url, whole, whole_answer)
             out["ids"] = await _sequential(url, ids, ids_answer)
+            out["page"] = await _sequential(url, pages, page_answer)
             out["sent"] = await _sequential(url, sent, lambda a: None)
             stop = asyncio.Event()
             changer = asyncio.create_task(_changing(url, stream, stop))
@@ -167,6 +179,7 @@ def bench_catalog_predict(quick: bool) -> str:
     rows, verdicts = [], []
     names = {
         "whole": f"whole catalog ({ITEMS:,} items), top 10",
+        "page": f"{len(PAGE_SLOTS)}-slot page over the whole catalog, top 10 per slot",
         "ids": f"{IDS_PER_REQUEST} catalog ids",
         "changing": f"whole catalog while 1 % of it is replaced every {CHANGE_EVERY * 1e3:.0f} ms",
         "sent": f"{IDS_PER_REQUEST} candidates sent with their features (today)",
@@ -180,6 +193,7 @@ def bench_catalog_predict(quick: bool) -> str:
         w50, w99 = _figures(r["whole"][0])
         i50, _ = _figures(r["ids"][0])
         c50, c99 = _figures(r["changing"][0])
+        g50, g99 = _figures(r["page"][0])
         ok = (
             w50 <= TARGETS["whole p50"]
             and w99 <= TARGETS["whole p99"]
@@ -189,7 +203,9 @@ def bench_catalog_predict(quick: bool) -> str:
         verdicts.append(
             f"- {store}: whole catalog p50 {w50:.2f} ms (<= 10), p99 {w99:.2f} ms (<= 30), answer at most "
             f"{r['whole'][1]:,} B (<= 5,000); 100 catalog ids p50 {i50:.2f} ms (<= 3); while the catalog "
-            f"changes p50 {c50:.2f} ms, p99 {c99:.2f} ms. Met: **{'yes' if ok else 'NO'}**."
+            f"changes p50 {c50:.2f} ms, p99 {c99:.2f} ms. Met: **{'yes' if ok else 'NO'}**. A "
+            f"{len(PAGE_SLOTS)}-slot page over the whole catalog: p50 {g50:.2f} ms, p99 {g99:.2f} ms "
+            f"({g50 / w50:.1f}x the single decision's p50)."
         )
     table = report.table(["store", "load", "requests", "p50 ms", "p99 ms", "largest answer B"], rows)
     command = "python -m service lab bench catalog-predict" + (" --quick" if quick else "")

@@ -30,6 +30,7 @@ from service.api.auth import SECURITY, check_api_key
 from service.api.json_scan import count_lists, may_exceed
 from service.api.schemas import (
     ActivateResponse,
+    CatalogPageResponse,
     CatalogPredictResponse,
     ErrorBody,
     FeedbackRequest,
@@ -46,7 +47,7 @@ from service.api.schemas import (
 from service.learners.base import ParamError
 from service.runtime import Runtime
 from service.runtime.catalog_requests import CatalogQuery
-from service.runtime.requests import PageAnsweredError, Prediction
+from service.runtime.requests import PageAnsweredError, PagePrediction, Prediction
 from service.store import ActivateOutcome, ActivateStatus, Claim, ClaimOutcome, ClaimStatus
 
 M = TypeVar("M", bound=BaseModel)
@@ -138,7 +139,7 @@ def parse(model: type[M], body: bytes, fast: type[M] | None = None) -> M:
 
 @router.post(
     "/predict",
-    response_model=PredictResponse | PageResponse | CatalogPredictResponse,
+    response_model=PredictResponse | PageResponse | CatalogPredictResponse | CatalogPageResponse,
     responses={
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
@@ -204,11 +205,6 @@ async def predict_page(runtime: Runtime, body: PredictRequest) -> Response:
     """``POST /predict`` with ``slots`` (issue 53): the page decided by :meth:`Runtime.predict_page`,
     answered as a :class:`PageResponse` (each slot's action, its probability given the earlier
     slots' actions, and its ranking)."""
-    if body.candidates is not None or body.filter is not None or body.k is not None:
-        raise ParamError(
-            "slots: a page's candidates are its actions sent with their features; slots filled from "
-            "the catalog (candidates, filter, k) are not served yet"
-        )
     for field in ("eligible", "excluded", "baseline"):
         if getattr(body, field) is not None:
             raise ParamError(
@@ -218,12 +214,15 @@ async def predict_page(runtime: Runtime, body: PredictRequest) -> Response:
     p = await runtime.predict_page(
         body.model,
         body.features,
-        body.actions or (),
+        body.actions,
         body.slots,
         event_id=body.decision_id,
         defer=body.defer,
+        catalog=_catalog_query(body),
     )
-    metrics.DECISIONS.labels(p.model).inc(len(p.slots))
+    metrics.DECISIONS.labels(p.model).inc(len(p.decision.slots))
+    if p.catalog is not None:
+        return Response(to_json(_catalog_page_answer(p)), media_type="application/json")
     labels = p.labels
     slots = []
     for s in p.slots:
@@ -265,6 +264,30 @@ def _catalog_answer(p: Prediction) -> dict[str, Any]:
         "catalog_version": c.version,
         "model": p.model,
         "model_version": p.model_version,
+    }
+
+
+def _catalog_page_answer(p: PagePrediction) -> dict[str, Any]:
+    """A page over catalog candidates' answer (:class:`CatalogPageResponse`'s fields, in its order)."""
+    c = p.catalog
+    assert c is not None
+    slots = [
+        {  # CatalogSlotAnswer's fields, in its order
+            "id": s.slot_id,
+            "label": s.item_id,
+            "label_index": s.index,
+            "probability": s.probability,
+            "ranking": [{"label": i, "label_index": k, "probability": q} for i, k, q in s.top],
+            "candidates": s.candidates,
+        }
+        for s in c.slots
+    ]
+    return {
+        "decision_id": p.decision_id,
+        "model": p.model,
+        "model_version": p.model_version,
+        "catalog_version": c.version,
+        "slots": slots,
     }
 
 

@@ -353,6 +353,55 @@ class CatalogPredictResponse(BaseModel):
     model_version: int = Field(description="Event-log position the model had applied when it decided.")
 
 
+class CatalogSlotAnswer(SlotAnswer):
+    """One slot of a :class:`CatalogPageResponse`, in page order: a :class:`SlotAnswer` whose item is
+    a catalog candidate, with the top ``k`` of the slot's ranking."""
+
+    label_index: int = Field(description="Its position among the request's candidates (sent actions first).")
+    ranking: list[RankedLabel] = Field(
+        description="The `k` most probable candidates of this slot (left by the earlier slots and "
+        "eligible here), most probable first (ties in candidate order); its item's probability is exact."
+    )
+    candidates: int = Field(description="How many candidates this slot was decided over.")
+
+
+class CatalogPageResponse(BaseModel):
+    """Body of a ``POST /predict`` answer to a request with ``slots`` over catalog candidates (issue
+    54): per slot the chosen item, its probability given the earlier slots' items and the top ``k``
+    of the slot's ranking; the other candidates' probabilities are not sent."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "decision_id": "q2v0yN3mVt0dQ1bB5mM0aQ",
+                    "model": "shop",
+                    "model_version": 12,
+                    "catalog_version": 3,
+                    "slots": [
+                        {
+                            "id": "hero",
+                            "label": "sku-17",
+                            "label_index": 17,
+                            "probability": 0.41,
+                            "ranking": [{"label": "sku-17", "label_index": 17, "probability": 0.41}],
+                            "candidates": 10000,
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    decision_id: str = Field(description="The page's one id: post each slot's reward for it.")
+    model: str
+    model_version: int = Field(description="Event-log position the model had applied when it decided.")
+    catalog_version: int = Field(description="Version of the catalog the page saw.")
+    slots: list[CatalogSlotAnswer] = Field(
+        description="The slots in the request's order, each with its item."
+    )
+
+
 class FeedbackRequest(BaseModel):
     """Body of ``POST /feedback``: exactly one of ``click`` and ``reward`` (issue 38)."""
 

@@ -183,6 +183,7 @@ class CatalogRequest:
         self.catalog = catalog
         self.version, self.now = catalog.version, now
         self.n_sent = 0 if actions is None else len(actions)
+        self.query = query  # a one-slot page's memo names its slot's eligibility (catalog_pages)
         self.selection = selection_memo(query, eligible, excluded)
         self.parts: list[tuple[Catalog, np.ndarray]] = []
         sent = self._sent(f, actions) if actions is not None else None
@@ -270,6 +271,25 @@ class CatalogRequest:
         total = sum(len(s) for _, s in self.parts)
         if total == 0:
             raise FeatureError("candidates: no active catalog item is selected (check the filter)")
+        keep = self.allowed(eligible, excluded, baseline)
+        self.positions = np.arange(total, dtype=np.int64) if keep is None else np.flatnonzero(keep)
+        if keep is not None:
+            offset, parts = 0, []
+            for catalog, slots in self.parts:
+                parts.append((catalog, slots[keep[offset : offset + len(slots)]]))
+                offset += len(slots)
+            self.parts = parts
+
+    def allowed(
+        self,
+        eligible: Sequence[str | int] | None,
+        excluded: Sequence[str | int] | None,
+        baseline: str | int | None,
+    ) -> np.ndarray | None:
+        """The candidates ``eligible`` (or all but the ``excluded``) allow, a boolean mask over the
+        request's list (None: all), the ``baseline`` checked; :class:`ParamError`. A page's slots
+        (:mod:`service.runtime.catalog_pages`) ask it per slot."""
+        total = sum(len(s) for _, s in self.parts)
         keep: np.ndarray | None = None
         if eligible is not None and excluded is not None:
             raise ParamError("give eligible or excluded labels, not both")
@@ -287,13 +307,7 @@ class CatalogRequest:
             b = self._position(baseline, "baseline")
             if keep is not None and not keep[b]:
                 raise ParamError(f"baseline action {baseline!r} is not eligible for this request")
-        self.positions = np.arange(total, dtype=np.int64) if keep is None else np.flatnonzero(keep)
-        if keep is not None:
-            offset, parts = 0, []
-            for catalog, slots in self.parts:
-                parts.append((catalog, slots[keep[offset : offset + len(slots)]]))
-                offset += len(slots)
-            self.parts = parts
+        return keep
 
     # -- the decision ----------------------------------------------------------------------------
 
@@ -302,8 +316,10 @@ class CatalogRequest:
         item alone with its features, as sent with them; module docstring), the decision over it
         (its probability), and the answer's top ``k``."""
         rng = decision_rng(decision_id)
-        d = decide_parts(self.learner, self.parts, self.context, rng, CatalogExploration(top_k=self.k))
-        catalog = self.parts[d.part][0]
+        # decide_parts numbers the non-empty parts only (every sent action may be excluded)
+        parts = [(c, rows) for c, rows in self.parts if len(rows)]
+        d = decide_parts(self.learner, parts, self.context, rng, CatalogExploration(top_k=self.k))
+        catalog = parts[d.part][0]
         x = catalog.action_input(self.context, np.array([d.slot], np.int64))
         memo = {
             "catalog.candidates": d.candidates, "catalog.version": self.version, "catalog.at": self.now,

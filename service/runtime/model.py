@@ -176,6 +176,11 @@ class ModelRuntime:
     ) -> PageInput:
         """The page of a request with ``slots`` (:class:`~service.slots.PageFeaturiser`, made at the
         first page); :class:`FeatureError` (422) on a label model or for what does not fit."""
+        return self.page_featuriser()(features, actions, slots)
+
+    def page_featuriser(self) -> PageFeaturiser:
+        """The action model's :class:`~service.slots.PageFeaturiser` (made when first asked for);
+        :class:`FeatureError` (422) on a label model."""
         if not isinstance(self.featurise, ActionFeaturiser):
             raise FeatureError(
                 f"slots: model {self.name!r} has fixed labels; pages of several slots need a model with "
@@ -184,7 +189,7 @@ class ModelRuntime:
         if self._pages is None:
             f = self.featurise
             self._pages = PageFeaturiser(f.hashing_bits, f.context.max_named, f.max_actions)
-        return self._pages(features, actions, slots)
+        return self._pages
 
     def pack_page(self, page: PageInput) -> np.ndarray:
         """What a page's slot records keep of ``page`` (:meth:`PageFeaturiser.pack`), or for a page

@@ -44,6 +44,7 @@ from service.features import FeatureValue
 from service.learners.base import Decision, ParamError
 from service.learners.ccb_adf import PageDecision
 from service.pages import is_single, page_records, page_slot
+from service.runtime.catalog_pages import CatalogPage, CatalogPageRequest
 from service.runtime.catalog_requests import CatalogAnswer, CatalogQuery, catalog_request
 from service.runtime.errors import check_event_id
 from service.runtime.model import ModelRuntime
@@ -52,7 +53,7 @@ from service.runtime.replication import Replication
 from service.runtime.reports import Reports
 from service.runtime.state import Shared
 from service.sampling import DecisionIds
-from service.slots import MAX_SLOTS, unpack_page
+from service.slots import MAX_SLOTS, slot_field, unpack_page
 from service.store import (
     ActivateOutcome,
     ActivateStatus,
@@ -131,15 +132,30 @@ class PagePrediction:
     model: str
     decision: PageDecision
     model_version: int
-    labels: list[str]  # the request's candidate ids, by index
-    slots: list[SlotPrediction]
+    labels: list[str]  # the request's candidate ids, by index (a catalog page's: the chosen items)
+    slots: list[SlotPrediction]  # empty for a page over catalog candidates: its answer is ``catalog``
+    catalog: CatalogPage | None = None  # a page over catalog candidates (service.runtime.catalog_pages)
 
 
-def _slot_field(slot: Any, name: str) -> Any:
-    """Field ``name`` of a request's slot: a mapping or an object (a parsed body's slot), None if absent."""
-    if isinstance(slot, Mapping):
-        return slot.get(name)
-    return getattr(slot, name, None)
+def _slot_masks(
+    m: ModelRuntime, names: list[str], slots: Sequence[Any]
+) -> tuple[list[np.ndarray | None] | None, list[int | None] | None]:
+    """Each slot's eligible mask over the page's candidates ``names`` and its baseline's index
+    (:meth:`ModelRuntime.label_mask`, :meth:`ModelRuntime.baseline_index`), None for a page where no
+    slot gives one; a :class:`ParamError` naming ``slots.{s}``."""
+    masks: list[np.ndarray | None] = []
+    baselines: list[int | None] = []
+    for s, slot in enumerate(slots):
+        try:
+            mask = m.label_mask(slot_field(slot, "eligible"), slot_field(slot, "excluded"), names)
+            masks.append(mask)
+            baselines.append(m.baseline_index(slot_field(slot, "baseline"), mask, names))
+        except ParamError as exc:
+            raise ParamError(f"slots.{s}: {exc}") from None
+    return (
+        None if all(k is None for k in masks) else masks,
+        None if all(b is None for b in baselines) else baselines,
+    )
 
 
 def _ranking(d: Decision, allowed: np.ndarray) -> list[int]:
@@ -290,12 +306,13 @@ class RequestPath:
         self,
         name: str | None,
         features: Sequence[float] | Mapping[str, FeatureValue],
-        actions: Sequence[Any],
+        actions: Sequence[Any] | None,
         slots: Sequence[Any],
         *,
         event_id: str | None = None,
         defer: bool = False,
         memo: Mapping[str, str] | None = None,
+        catalog: CatalogQuery | None = None,
     ) -> PagePrediction:
         """Decide a page of several slots (issue 53): each slot's candidate among those the earlier
         slots left, none shown twice (:meth:`ModelRuntime.decide_page`, the CCB reduction), one
@@ -314,27 +331,25 @@ class RequestPath:
         without slot features is stored as :meth:`predict` stores its decision (the same record, the
         same learning), its slot's id kept in the memo (:data:`SLOT_ID_MEMO`) unless it is "0".
         While the store is down the page is served and saved later, as a decision is.
+
+        ``catalog``: as for :meth:`predict`; a page that uses the model's catalog is decided by
+        :mod:`service.runtime.catalog_pages` (each slot over the catalog candidates left, the chosen
+        items alone kept) and its prediction's ``catalog`` holds the answer.
         """
         m = await self.registry.resolve(name)
-        page = m.featurise_page(features, actions, slots)
-        names = page.actions.ids
-        masks: list[np.ndarray | None] = []
-        baselines: list[int | None] = []
-        for s, slot in enumerate(slots):
-            try:
-                mask = m.label_mask(_slot_field(slot, "eligible"), _slot_field(slot, "excluded"), names)
-                masks.append(mask)
-                baselines.append(m.baseline_index(_slot_field(slot, "baseline"), mask, names))
-            except ParamError as exc:
-                raise ParamError(f"slots.{s}: {exc}") from None
+        request = catalog_request(m, features, actions, catalog, None, None, None, self.shared.clock)
+        cat = None if request is None else CatalogPageRequest(m, request, slots)
+        if cat is None:
+            page = m.featurise_page(features, actions or (), slots)
+            masks, baselines = _slot_masks(m, page.actions.ids, slots)
         drawn = self.ids.new() if event_id is None else check_event_id(event_id)
         decision_id = self.shared.store.route(m.name, drawn)
-        d = m.decide_page(
-            page,
-            decision_id,
-            None if all(k is None for k in masks) else masks,
-            None if all(b is None for b in baselines) else baselines,
-        )
+        chosen = None
+        if cat is None:
+            d = m.decide_page(page, decision_id, masks, baselines)
+        else:  # no await since catalog_request: the catalog read once (catalog_pages' docstring)
+            chosen = cat.decide(decision_id)
+            page, d = chosen.page, chosen.decision
         extra = dict(memo or {})
         if is_single(page) and page.ids[0] != "0":
             extra[SLOT_ID_MEMO] = page.ids[0]
@@ -356,15 +371,19 @@ class RequestPath:
         records = page_records(base, page, m.pack_page(page), d)
         await self._save(m, records[0] if len(records) == 1 else tuple(records))
         counts = self.reports.minute(m.name, now)
+        names = page.actions.ids
         taken = np.zeros(page.n, dtype=np.bool_)
         out = []
         for s, sd in enumerate(d.slots):  # counted per slot, as the stores count a page's records
             counts.decisions += 1
+            if chosen is not None:  # the records keep the chosen items alone: the most probable is the top's
+                counts.exploration += 1.0 - chosen.slots[s].top[0][2]
+                continue
             counts.exploration += 1.0 - float(sd.probs.max())
-            allowed = ~taken if masks[s] is None else masks[s] & ~taken
+            allowed = ~taken if masks is None or masks[s] is None else masks[s] & ~taken
             out.append(SlotPrediction(page.ids[s], sd, names[sd.label], _ranking(sd, allowed)))
             taken[sd.label] = True
-        return PagePrediction(decision_id, m.name, d, m.position, names, out)
+        return PagePrediction(decision_id, m.name, d, m.position, names, out, chosen)
 
     async def feedback(
         self, decision_id: str, reward: Reward, wait: bool, model: str | None = None

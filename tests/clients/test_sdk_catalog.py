@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clickboost_client import AsyncClient, BadRequest, Client, Prediction
+from clickboost_client import AsyncClient, BadRequest, Client, Page, Prediction
 from clickboost_client.sdk import _catalog_fields
 from tests.clients.conftest import ADMIN_KEY, API_KEY, serve
 
@@ -59,10 +59,37 @@ def test_both_clients_predict_from_a_catalog_on_a_real_server(tmp_path: Path) ->
             assert c.feedback(q.decision_id, click=True, wait=True).model_version is not None
             with pytest.raises(BadRequest, match="sku-99"):
                 c.predict({"country": "fr"}, model="shop", candidates=["sku-99"])
+            # a page over the catalog: each slot its item, the top k and how many it was over
+            slots = [{"id": "hero"}, {"id": "tile", "excluded": ["sku-1"]}]
+            page = c.predict_page(
+                {"country": "fr"}, None, slots, model="shop", filter={"category": "bags"}, k=3
+            )
+            assert page.catalog_version is not None and len(set(page.labels)) == 2
+            assert all(int(label[4:]) % 2 == 1 for label in page.labels) and page.labels[1] != "sku-1"
+            assert page.slots[0].candidates == 10 and page.slots[1].candidates in (8, 9)
+            assert all(len(s.ranking) == 3 for s in page.slots)
+            assert c.feedback(page.decision_id, click=True, slot="tile", wait=True).model_version is not None
+            with pytest.raises(BadRequest, match="3 slots but 2 candidates"):
+                c.predict_page(
+                    {"country": "fr"},
+                    None,
+                    [*slots, {"id": "x"}],
+                    model="shop",
+                    candidates=["sku-1", "sku-2"],
+                )
 
-        async def visit() -> Prediction:
+        async def visit() -> tuple[Prediction, Page]:
             async with AsyncClient(url, api_key=API_KEY) as c:
-                return await c.predict({"country": "de"}, model="shop", filter={"category": "bags"}, k=20)
+                one = await c.predict({"country": "de"}, model="shop", filter={"category": "bags"}, k=20)
+                ids = ["sku-3", "sku-4", "sku-5"]
+                page = await c.predict_page(
+                    {"country": "de"}, None, [{"id": "a"}, {"id": "b"}], model="shop", candidates=ids
+                )
+                return one, page
 
-        bags = asyncio.run(visit())
+        bags, page = asyncio.run(visit())
         assert bags.candidates == 10 and all(int(r[0][4:]) % 2 == 1 for r in bags.ranking)
+        assert set(page.labels) <= {"sku-3", "sku-4", "sku-5"} and [s.candidates for s in page.slots] == [
+            3,
+            2,
+        ]

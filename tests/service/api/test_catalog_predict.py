@@ -187,6 +187,14 @@ async def test_mixed_actions_and_catalog_ids(c) -> None:
     # actions alone: today's answer, every probability
     r = await c.post("/predict", json={"model": "shop", "features": CTX, "actions": sent})
     assert r.json()["probabilities"] == [1.0]
+    # every sent action excluded: the decision is over the catalog items alone, which keep their
+    # positions after the sent ones (it was a 500: the decision's part counted the empty one)
+    for n in range(20):
+        body = {"model": "shop", "features": CTX, "actions": sent, "candidates": ["sku-1", "sku-2"]}
+        r = await c.post("/predict", json={**body, "excluded": ["new-1"], "decision_id": f"x{n}"})
+        got = r.json()
+        assert r.status_code == 200 and got["candidates"] == 2, r.text
+        assert (got["label"], got["label_index"]) in {("sku-1", 1), ("sku-2", 2)}
 
 
 async def test_exact_probability_by_enumeration_of_the_draw(c) -> None:
